@@ -1,0 +1,117 @@
+// src/backend owns the op interface every model computation goes through, and its
+// implementations (cpu/ is the reference). Nothing above this folder touches device APIs.
+//
+// Conventions shared by all ops:
+//  - Tensors are contiguous row-major views; 2-D ops read them as rows() x cols().
+//  - Gradients of *parameters* (dw, db, dtable) are ACCUMULATED (+=): gradient buffers are
+//    zeroed once per optimizer step and micro-batches add into them.
+//  - Gradients of *activations* (dx) are overwritten unless the op takes `accumulate_dx`,
+//    which lets a norm's backward add straight into the residual-stream gradient.
+//  - Attention reads a fused qkv activation: each row (one token) is
+//    [q: heads*head_dim | k: kv_heads*head_dim | v: kv_heads*head_dim].
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tensor/tensor.h"
+
+namespace llmrun {
+
+struct AttentionShape {
+  int batch = 1;     // sequences
+  int seq = 1;       // tokens per sequence
+  int heads = 1;     // query heads
+  int kv_heads = 1;  // key/value heads (heads % kv_heads == 0; GQA when smaller)
+  int head_dim = 1;
+  int qkv_cols() const { return (heads + 2 * kv_heads) * head_dim; }
+};
+
+struct AdamWParams {
+  float lr = 0;
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float weight_decay = 0;  // decoupled: p -= lr * wd * p
+  int64_t step = 1;        // 1-based, for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+  virtual int threads() const = 0;
+
+  // --- memory -------------------------------------------------------------
+  virtual Buffer allocate(size_t bytes) = 0;  // zero-initialised
+  virtual void copy(Tensor dst, const Tensor& src) = 0;  // same dtype and numel
+  virtual void fill(Tensor x, float value) = 0;
+  // Element conversion f32 <-> bf16/f16 (dst = src * scale).
+  virtual void cast(Tensor dst, const Tensor& src, float scale = 1.0f) = 0;
+
+  // --- dense ----------------------------------------------------------------
+  // out[M,N] = alpha * op(a) @ op(b) + beta * out (+ bias[N] broadcast over rows when given).
+  // op(a) is [M,K] (a stored [K,M] when trans_a), op(b) is [K,N] (b stored [N,K] when trans_b).
+  virtual void matmul(Tensor out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+                      float alpha = 1.0f, float beta = 0.0f, const Tensor* bias = nullptr) = 0;
+  // out[cols] (+)= sum over rows of x[rows, cols]: bias gradients.
+  virtual void sum_rows(Tensor out, const Tensor& x, bool accumulate) = 0;
+
+  // --- elementwise ------------------------------------------------------------
+  virtual void add(Tensor out, const Tensor& a, const Tensor& b) = 0;  // may alias
+  virtual void scale(Tensor x, float a) = 0;                           // x *= a
+  // GELU with the tanh approximation (GPT-2's "gelu_new").
+  virtual void gelu_fwd(Tensor out, const Tensor& x) = 0;
+  virtual void gelu_bwd(Tensor dx, const Tensor& dy, const Tensor& x) = 0;
+  // gate_up[N, 2F] = [gate | up]; out[N, F] = silu(gate) * up.
+  virtual void swiglu_fwd(Tensor out, const Tensor& gate_up) = 0;
+  virtual void swiglu_bwd(Tensor dgate_up, const Tensor& dout, const Tensor& gate_up) = 0;
+
+  // --- normalisation (rows of x) ----------------------------------------------
+  // Saves mean/rstd per row (f32 [rows]) for the backward.
+  virtual void layernorm_fwd(Tensor out, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& w,
+                             const Tensor& b, float eps) = 0;
+  virtual void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
+                             const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                             bool accumulate_dx) = 0;
+  virtual void rmsnorm_fwd(Tensor out, Tensor rstd, const Tensor& x, const Tensor& w, float eps) = 0;
+  virtual void rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                           const Tensor& rstd, bool accumulate_dx) = 0;
+
+  // --- positions and attention --------------------------------------------------
+  // Rotates, in place, the first `rotated_heads` heads of every row of x [rows, *] by the
+  // rotary angle of positions[row] (i32 [rows]); Hugging Face "rotate_half" pairing
+  // (i, i + head_dim/2). inverse=true applies the transpose (for the backward).
+  virtual void rope(Tensor x, const Tensor& positions, int rotated_heads, int head_dim,
+                    float theta, bool inverse) = 0;
+  // Causal attention over qkv [batch*seq, qkv_cols]; out [batch*seq, heads*head_dim];
+  // lse [batch, heads, seq] keeps the log-sum-exp so the backward never stores probabilities.
+  virtual void attention_fwd(Tensor out, Tensor lse, const Tensor& qkv, const AttentionShape& s) = 0;
+  virtual void attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                             const Tensor& lse, const AttentionShape& s) = 0;
+  // Attention of q [n_q, heads*head_dim] (query i sits at position start_pos + i) over a
+  // contiguous cache k, v [>= start_pos + n_q, kv_heads*head_dim]; causal. For generation.
+  virtual void attention_cached(Tensor out, const Tensor& q, const Tensor& k_cache,
+                                const Tensor& v_cache, int start_pos, int heads, int kv_heads,
+                                int head_dim) = 0;
+
+  // --- embedding and loss --------------------------------------------------------
+  // out[N, D] (+)= table[ids[n], :]
+  virtual void embedding_fwd(Tensor out, const Tensor& ids, const Tensor& table, bool accumulate) = 0;
+  virtual void embedding_bwd(Tensor dtable, const Tensor& dout, const Tensor& ids) = 0;
+  // losses[N] = -log softmax(logits)[target]; logits [N, V] is overwritten IN PLACE with
+  // grad_scale * (softmax - onehot(target)). Targets < 0 are ignored (loss 0, grad 0).
+  virtual void softmax_xent(Tensor losses, Tensor logits, const Tensor& targets, float grad_scale) = 0;
+
+  // --- optimizer and reductions -----------------------------------------------------
+  virtual void adamw(Tensor params, const Tensor& grads, Tensor m, Tensor v, const AdamWParams& hp) = 0;
+  virtual double sum_squares(const Tensor& x) = 0;
+  virtual double sum(const Tensor& x) = 0;
+  virtual float amax(const Tensor& x) = 0;
+
+  virtual void synchronize() {}
+};
+
+// threads <= 0: use every core the process may run on.
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+
+}  // namespace llmrun

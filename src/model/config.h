@@ -1,0 +1,36 @@
+// src/model owns the transformer: its configuration, the flat per-bucket parameter
+// layout (with Hugging Face names), and explicit forward/backward per layer.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace llmrun {
+
+enum class Arch { gpt2, llama };
+const char* arch_name(Arch a);
+
+struct ModelConfig {
+  Arch arch = Arch::gpt2;
+  int layers = 2;
+  int d_model = 64;
+  int heads = 4;
+  int kv_heads = 4;    // == heads for GPT-2
+  int ffn = 256;       // MLP hidden size
+  int vocab = 256;
+  int seq_len = 64;    // maximum context (GPT-2: size of the position table)
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  bool tie_embeddings = true;  // GPT-2 always ties; Llama usually does not
+
+  int head_dim() const { return d_model / heads; }
+  // Exact number of parameters (the sum of all tensor sizes).
+  int64_t param_count() const;
+  // Non-embedding parameters: the "N" of 6N FLOPs per token.
+  int64_t matmul_param_count() const;
+  // Training FLOPs per token (forward + backward) at sequence length `seq`:
+  // 6 * N_matmul + 6 * N_head + 12 * layers * d_model * seq (attention scores and values, causal
+  // counted as full, as Megatron and nanoGPT do).
+  double train_flops_per_token(int seq) const;
+};
+
+}  // namespace llmrun

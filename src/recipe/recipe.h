@@ -1,0 +1,73 @@
+// src/recipe owns the training recipe: its structs, strict YAML loading with file:line:col
+// errors, --set overrides and the resolved (derived) view printed by --dry-run.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace llmrun {
+
+struct DataSource {
+  std::string path;    // a text file, or a directory of text files (read recursively)
+  double weight = 1.0;
+};
+
+struct DataSection {
+  // "byte" (the built-in 256-token byte-level BPE) or a path to a Hugging Face tokenizer.json.
+  std::string tokenizer = "byte";
+  std::vector<DataSource> train;
+};
+
+struct TrainSection {
+  int64_t steps = 100;
+  int micro_batch = 4;
+  int global_batch = 4;  // sequences per optimizer step; multiple of micro_batch
+  double lr = 3e-4;
+  double min_lr = 3e-5;
+  int64_t warmup = 0;
+  std::string schedule = "cosine";  // cosine | linear | constant
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95;
+  double eps = 1e-8;
+  double clip = 1.0;  // global-norm clipping; 0 disables
+  uint64_t seed = 1;
+};
+
+struct PrecisionSection {
+  std::string compute = "fp32";
+};
+
+struct CheckpointSection {
+  std::string dir;  // final model dir is written here (empty: no save)
+};
+
+struct LoggingSection {
+  int every = 1;
+  std::string metrics;  // JSONL path, empty: none
+};
+
+struct Recipe {
+  std::string source;  // file the recipe came from, for messages
+  ModelConfig model;
+  DataSection data;
+  TrainSection train;
+  PrecisionSection precision;
+  CheckpointSection checkpoint;
+  LoggingSection logging;
+
+  int grad_accum_steps() const { return train.global_batch / train.micro_batch; }
+  int64_t tokens_per_step() const { return int64_t(train.global_batch) * model.seq_len; }
+};
+
+// Reads and validates a recipe. `overrides` are "a.b=value" strings applied on top of the
+// file with the same type and range checks. Relative paths in the recipe are resolved
+// against the recipe file's directory. Throws UserError("file:line:col: key.path: ...").
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The fully resolved recipe plus derived values, as YAML-looking text, for --dry-run.
+std::string describe_recipe(const Recipe& r);
+
+}  // namespace llmrun
