@@ -19,10 +19,11 @@ TEST(Tensor, ViewsAndSlices) {
 }
 
 TEST(Tensor, HalfConversionsRoundTrip) {
-  for (float f : {0.0f, 1.0f, -2.5f, 3.140625f, 65504.0f}) {
+  for (float f : {0.0f, 1.0f, -2.5f, 3.140625f}) {
     EXPECT_EQ(bf16_to_f32(f32_to_bf16(f)), f) << f;
     EXPECT_EQ(f16_to_f32(f32_to_f16(f)), f) << f;
   }
+  EXPECT_EQ(f16_to_f32(f32_to_f16(65504.0f)), 65504.0f);  // f16's largest finite value
   // Round to nearest even: 1 + 2^-8 lies halfway between two bf16 values, goes to 1.
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 1.0f / 256)), 1.0f);
 }
