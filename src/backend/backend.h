@@ -45,6 +45,9 @@ class Backend {
   virtual Buffer allocate(size_t bytes) = 0;  // zero-initialised
   virtual void copy(Tensor dst, const Tensor& src) = 0;  // same dtype and numel
   virtual void fill(Tensor x, float value) = 0;
+  // dst[r, :] = src[r, col_begin : col_begin + dst.cols()]: gathers a column range (e.g. the
+  // k or v part of a fused qkv activation) into a contiguous tensor with as many rows.
+  virtual void copy_cols(Tensor dst, const Tensor& src, int64_t col_begin) = 0;
   // Element conversion f32 <-> bf16/f16 (dst = src * scale).
   virtual void cast(Tensor dst, const Tensor& src, float scale = 1.0f) = 0;
 

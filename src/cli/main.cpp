@@ -1,19 +1,38 @@
 // src/cli owns the llmrun executable: argument parsing (CLI11) and one file per subcommand.
-#include <CLI/CLI.hpp>
+// Exit codes: 0 success, 2 user error (bad flag, recipe, path, file), 1 internal failure;
+// every failure prints one "error:" line.
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <exception>
+#include <vector>
 
+#include "cli/commands.h"
 #include "util/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"llmrun: train and serve GPT-2 and Llama models"};
+  spdlog::set_pattern("%^%l%$: %v");
+  CLI::App app{"llmrun: train and serve GPT-2 and Llama models with one binary"};
   app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION);
   app.require_subcommand(1);
+  std::vector<llmrun::cli::Command> commands = {llmrun::cli::add_train_command(app),
+                                                llmrun::cli::add_generate_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    return 2;
   }
-  return 0;
+  try {
+    for (auto& c : commands)
+      if (c.app->parsed()) return c.run();
+  } catch (const llmrun::UserError& e) {
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\nerror: internal failure: %s\n", e.what());
+    return 1;
+  }
+  return 1;
 }

@@ -1,0 +1,24 @@
+// src/ckpt owns what goes to disk: safetensors I/O and Hugging Face model directories.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "model/transformer.h"
+
+namespace llmrun {
+
+// Writes a Hugging Face model directory (config.json, generation_config.json,
+// model.safetensors in fp32 with Hugging Face names and layouts, tokenizer.json) atomically:
+// into a temporary sibling first, fsynced, then renamed over `dir`.
+void save_model_dir(const std::string& dir, Transformer& model, const Tokenizer& tokenizer);
+
+struct LoadedModel {
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+// Reads a Hugging Face model directory (GPT-2 or Llama config; F32/F16/BF16 weights).
+LoadedModel load_model_dir(const std::string& dir, Backend& backend);
+
+}  // namespace llmrun

@@ -1,0 +1,17 @@
+#pragma once
+// Each subcommand registers its flags on the root app and returns the action to run when
+// it is the one the user chose.
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace llmrun::cli {
+
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;  // returns the exit code
+};
+
+Command add_train_command(CLI::App& root);
+Command add_generate_command(CLI::App& root);
+
+}  // namespace llmrun::cli

@@ -1,0 +1,73 @@
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "ckpt/model_dir.h"
+#include "cli/commands.h"
+#include "serve/sampler.h"
+
+namespace llmrun::cli {
+
+namespace {
+struct GenerateArgs {
+  std::string model_dir;
+  std::string prompt;
+  int max_tokens = 64;
+  SamplingParams sampling{0.0f, 0, 1.0f, 0};
+  int threads = 0;
+};
+
+int generate(const GenerateArgs& a) {
+  auto backend = make_cpu_backend(a.threads);
+  LoadedModel m = load_model_dir(a.model_dir, *backend);
+  const ModelConfig& cfg = m.model->config();
+  std::vector<int32_t> prompt = m.tokenizer->encode(a.prompt);
+  if (prompt.empty()) throw UserError("--prompt: the prompt encodes to no tokens");
+  for (int32_t t : prompt)
+    if (t >= cfg.vocab) throw UserError("--prompt: token " + std::to_string(t) + " is outside the model's vocabulary");
+  int budget = static_cast<int>(prompt.size()) + a.max_tokens;
+  if (cfg.arch == Arch::gpt2 && budget > cfg.seq_len) {
+    if (static_cast<int>(prompt.size()) >= cfg.seq_len)
+      throw UserError("--prompt: " + std::to_string(prompt.size()) + " tokens do not fit the model's context of " +
+                      std::to_string(cfg.seq_len));
+    budget = cfg.seq_len;
+  }
+
+  KvCache cache = m.model->make_cache(budget);
+  Buffer logits_buf = backend->allocate(size_t(cfg.vocab) * 4);
+  Tensor logits = logits_buf.as(DType::f32, {cfg.vocab});
+  std::vector<float> host(cfg.vocab);
+  TokenSampler sampler(a.sampling);
+
+  std::fputs(a.prompt.c_str(), stdout);
+  m.model->forward_cached(prompt.data(), static_cast<int>(prompt.size()), cache, logits);
+  const int new_tokens = budget - static_cast<int>(prompt.size());
+  for (int i = 0; i < new_tokens; ++i) {
+    backend->copy(Tensor(host.data(), DType::f32, {cfg.vocab}), logits);
+    int32_t next = sampler.sample(host.data(), cfg.vocab);
+    if (next == m.tokenizer->eos_id()) break;
+    std::string piece = m.tokenizer->decode({next});
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    if (i + 1 < new_tokens) m.model->forward_cached(&next, 1, cache, logits);
+  }
+  std::fputs("\n", stdout);
+  return 0;
+}
+}  // namespace
+
+Command add_generate_command(CLI::App& root) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* app = root.add_subcommand("generate", "Generate text from a model directory");
+  app->add_option("model_dir", args->model_dir, "Hugging Face model directory (as written by train)")->required();
+  app->add_option("--prompt", args->prompt, "Text to continue")->required();
+  app->add_option("--max-tokens", args->max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 20));
+  app->add_option("--temperature", args->sampling.temperature, "0 for greedy")->check(CLI::Range(0.0, 100.0));
+  app->add_option("--top-k", args->sampling.top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
+  app->add_option("--top-p", args->sampling.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
+  app->add_option("--seed", args->sampling.seed, "Sampling seed");
+  app->add_option("--threads", args->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  return {app, [args]() { return generate(*args); }};
+}
+
+}  // namespace llmrun::cli

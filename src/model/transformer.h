@@ -1,0 +1,68 @@
+#pragma once
+// The whole model: embedding -> blocks -> final norm -> LM head (+ loss). It owns the
+// parameter and gradient stores and plans its activation buffers for a (batch, seq) shape.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/bucket_store.h"
+#include "model/transformer_block.h"
+
+namespace llmrun {
+
+// Per-layer key/value cache of one sequence for generation: k and v [max_tokens, kv_cols].
+struct KvCache {
+  int max_tokens = 0;
+  int length = 0;  // tokens already cached
+  std::vector<Buffer> k, v;
+};
+
+class Transformer {
+ public:
+  Transformer(Backend& backend, const ModelConfig& cfg);
+
+  const ModelConfig& config() const { return cfg_; }
+  const std::vector<BucketLayout>& layout() const { return layout_; }
+  BucketStore& params() { return params_; }
+  BucketStore& grads() { return grads_; }
+  Backend& backend() { return be_; }
+
+  // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2 layers)), norms 1,
+  // biases 0. Deterministic in `seed` whatever the thread count.
+  void init_weights(uint64_t seed);
+
+  // Training forward over tokens [batch, seq] (host memory); logits() holds the result.
+  void forward(const int32_t* tokens, int batch, int seq);
+  Tensor logits() const { return logits_; }
+  // Cross-entropy against targets [batch, seq] (host; < 0 ignored) and the full backward,
+  // accumulating grad_scale * dLoss_sum/dparam into grads(). Returns the summed loss.
+  // Consumes logits() (overwritten by their gradient).
+  double backward(const int32_t* targets, float grad_scale);
+
+  // Generation: runs `n` new tokens of one sequence through the model, appending their keys
+  // and values to `cache`, and writes the logits of the last one into last_logits [vocab].
+  KvCache make_cache(int max_tokens);
+  void forward_cached(const int32_t* tokens, int n, KvCache& cache, Tensor last_logits);
+
+  // Activation bytes planned for the current (batch, seq).
+  size_t activation_bytes() const { return activation_bytes_; }
+
+ private:
+  void plan_activations(int batch, int seq);
+  void upload_ids(Tensor dst, const int32_t* host, int64_t n);
+
+  Backend& be_;
+  ModelConfig cfg_;
+  std::vector<BucketLayout> layout_;
+  BucketStore params_, grads_;
+
+  int batch_ = 0, seq_ = 0;
+  size_t activation_bytes_ = 0;
+  std::vector<Buffer> arena_;
+  std::vector<BlockActivations> acts_;
+  BlockScratch scratch_;
+  Tensor ids_, targets_, positions_, final_norm_, final_mean_, final_rstd_, logits_, losses_, d_resid_;
+};
+
+}  // namespace llmrun

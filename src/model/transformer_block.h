@@ -1,0 +1,48 @@
+#pragma once
+// One transformer block, forward and backward written out explicitly:
+//   mid = x + out_proj(attention(rope(qkv_proj(norm1(x)))))
+//   y   = mid + down_proj(act(up_proj(norm2(mid))))
+// GPT-2: LayerNorm, biases, GELU(tanh). Llama: RMSNorm, RoPE, SwiGLU (act over [gate|up]).
+// Training and generation share this code; they differ only in the attention core.
+#include <functional>
+
+#include "backend/backend.h"
+#include "model/bucket_store.h"
+
+namespace llmrun {
+
+// What the forward keeps for the backward, for N = batch * seq tokens.
+struct BlockActivations {
+  Tensor input;                           // [N, d] residual stream into the block
+  Tensor norm1, norm1_mean, norm1_rstd;   // [N, d], [N], [N]
+  Tensor qkv;                             // [N, qkv_cols], after RoPE
+  Tensor attn, lse;                       // [N, heads*head_dim], [batch, heads, seq]
+  Tensor mid;                             // [N, d] residual after attention
+  Tensor norm2, norm2_mean, norm2_rstd;
+  Tensor up;                              // [N, ffn] (GPT-2) or [N, 2 ffn] (Llama)
+  Tensor act;                             // [N, ffn]
+  Tensor output;                          // [N, d] residual stream out of the block
+};
+
+// Backward temporaries, shared by all blocks.
+struct BlockScratch {
+  Tensor d_norm;  // [N, d]
+  Tensor d_attn;  // [N, heads*head_dim]
+  Tensor d_qkv;   // [N, qkv_cols]
+  Tensor d_act;   // [N, ffn]
+  Tensor d_up;    // [N, ffn] or [N, 2 ffn]
+};
+
+// Fills qkv-derived `attn` given `qkv` (after RoPE): training attention or a KV-cache lookup.
+using AttentionCore = std::function<void(const Tensor& qkv, Tensor attn)>;
+
+void block_forward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, BlockActivations& a,
+                   const Tensor& positions, const AttentionCore& core);
+
+// d_resid holds dL/d(output) on entry and dL/d(input) on return. Parameter gradients are
+// accumulated into g.
+void block_backward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, const BlockTensors& g,
+                    const BlockActivations& a, const BlockScratch& s, Tensor d_resid,
+                    const Tensor& positions, const AttentionShape& shape);
+
+}  // namespace llmrun

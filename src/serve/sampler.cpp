@@ -1,0 +1,43 @@
+#include "serve/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace llmrun {
+
+TokenSampler::TokenSampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
+
+int32_t TokenSampler::sample(const float* logits, int vocab) {
+  if (p_.temperature <= 0.0f) return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  // Highest logit first; ties broken by id so a seed always gives the same result.
+  auto higher = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  int keep = (p_.top_k > 0 && p_.top_k < vocab) ? p_.top_k : vocab;
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(), higher);
+  order.resize(keep);
+
+  std::vector<double> probs(keep);
+  const double top = logits[order[0]];
+  double total = 0;
+  for (int i = 0; i < keep; ++i) total += probs[i] = std::exp((logits[order[i]] - top) / p_.temperature);
+  if (p_.top_p < 1.0f) {
+    double mass = 0;
+    int cut = keep;
+    for (int i = 0; i < keep; ++i) {
+      mass += probs[i] / total;
+      if (mass >= p_.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    probs.resize(cut);
+  }
+  std::discrete_distribution<int> pick(probs.begin(), probs.end());
+  return order[pick(rng_)];
+}
+
+}  // namespace llmrun

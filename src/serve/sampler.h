@@ -1,0 +1,27 @@
+// src/serve owns turning logits into tokens for users: sampling now; the HTTP server,
+// scheduler and paged KV cache later.
+#pragma once
+#include <cstdint>
+#include <random>
+
+namespace llmrun {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy
+  int top_k = 0;             // 0: all tokens
+  float top_p = 1.0f;        // nucleus mass kept
+  uint64_t seed = 0;
+};
+
+class TokenSampler {
+ public:
+  explicit TokenSampler(const SamplingParams& p);
+  // Picks the next token from logits [vocab] (host memory).
+  int32_t sample(const float* logits, int vocab);
+
+ private:
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace llmrun

@@ -1,0 +1,72 @@
+#include "train/progress.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+
+namespace llmrun {
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  long s = std::lround(seconds);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else if (s >= 60)
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%lds", s);
+  return buf;
+}
+
+std::string format_progress(const StepReport& r) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "step %lld/%lld | loss %.4f | lr %.3e | grad-norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s",
+                static_cast<long long>(r.stats.step), static_cast<long long>(r.total_steps), r.stats.loss,
+                r.stats.lr, r.stats.grad_norm, r.tokens_per_s, 100.0 * r.mfu,
+                format_duration(r.eta_seconds).c_str());
+  return buf;
+}
+
+ProgressPrinter::ProgressPrinter() : tty_(isatty(STDERR_FILENO)) {}
+
+void ProgressPrinter::update(const StepReport& r, bool logged_step) {
+  if (tty_) {
+    std::fprintf(stderr, "\r\033[K%s", format_progress(r).c_str());
+    open_line_ = true;
+    if (r.stats.step == r.total_steps) finish();
+  } else if (logged_step) {
+    std::fprintf(stderr, "%s\n", format_progress(r).c_str());
+  }
+  std::fflush(stderr);
+}
+
+void ProgressPrinter::finish() {
+  if (open_line_) std::fprintf(stderr, "\n");
+  open_line_ = false;
+}
+
+MetricsWriter::MetricsWriter(const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  out_.open(path, std::ios::out | std::ios::trunc);
+  if (!out_) throw UserError("logging.metrics: cannot write " + path);
+}
+
+void MetricsWriter::write(const StepReport& r) {
+  if (!out_.is_open()) return;
+  nlohmann::json j{{"step", r.stats.step},           {"loss", r.stats.loss},
+                   {"lr", r.stats.lr},               {"grad_norm", r.stats.grad_norm},
+                   {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
+                   {"step_s", r.step_seconds}};
+  out_ << j.dump() << "\n";
+  out_.flush();
+}
+
+}  // namespace llmrun

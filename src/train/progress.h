@@ -1,0 +1,44 @@
+#pragma once
+// What a running training prints and records: the live progress line on rank 0 (redrawn
+// in place on a terminal, one line per logged step otherwise) and the metrics JSONL.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "train/train_step.h"
+
+namespace llmrun {
+
+struct StepReport {
+  StepStats stats;
+  int64_t total_steps = 0;
+  double step_seconds = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;            // fraction of the peak
+  double eta_seconds = 0;
+};
+
+std::string format_duration(double seconds);
+std::string format_progress(const StepReport& r);
+
+class ProgressPrinter {
+ public:
+  ProgressPrinter();
+  void update(const StepReport& r, bool logged_step);
+  void finish();  // ends the in-place line
+
+ private:
+  bool tty_;
+  bool open_line_ = false;
+};
+
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);  // empty path: writes nothing
+  void write(const StepReport& r);
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace llmrun
