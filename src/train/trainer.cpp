@@ -21,10 +21,11 @@ class BlendedWindows {
  public:
   BlendedWindows(const Recipe& r, const Tokenizer& tok) : window_(r.model.seq_len + 1), pick_rng_(r.train.seed) {
     std::vector<double> weights;
+    corpora_.reserve(r.data.train.size());  // samplers keep spans into these
     for (size_t i = 0; i < r.data.train.size(); ++i) {
       const DataSource& src = r.data.train[i];
       corpora_.push_back(load_token_corpus({src.path}, tok, window_));
-      samplers_.emplace_back(corpora_.back().size(), window_, r.train.seed + 7919 * i);
+      samplers_.emplace_back(corpora_.back(), window_, r.train.seed + 7919 * i);
       weights.push_back(src.weight);
       tokens_ += corpora_.back().size();
     }
@@ -34,7 +35,7 @@ class BlendedWindows {
   void fill(int32_t* dst, int windows) {
     for (int w = 0; w < windows; ++w) {
       const size_t i = corpora_.size() == 1 ? 0 : pick_(pick_rng_);
-      samplers_[i].next(corpora_[i].data(), dst + int64_t(w) * window_);
+      samplers_[i].next(dst + int64_t(w) * window_);
     }
   }
   size_t tokens() const { return tokens_; }

@@ -1,0 +1,50 @@
+#include "ckpt/model_dir.h"
+
+#include <fstream>
+
+#include "ckpt/hf_weights.h"
+#include "ckpt/safetensors.h"
+#include "model/hf_config.h"
+#include "util/atomic_dir.h"
+
+namespace llmrun {
+
+namespace {
+void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) throw UserError("cannot write " + path.string());
+}
+}  // namespace
+
+void save_model_dir(const std::string& dir, Transformer& model, const Tokenizer& tokenizer) {
+  const ModelConfig& cfg = model.config();
+  AtomicDir out(dir);
+  write_json(out.path() / "config.json", hf_config_json(cfg, tokenizer.eos_id()));
+  nlohmann::json gen{{"do_sample", false}, {"max_length", cfg.seq_len}};
+  if (tokenizer.eos_id() >= 0) gen["eos_token_id"] = tokenizer.eos_id();
+  write_json(out.path() / "generation_config.json", gen);
+
+  std::vector<HfTensor> tensors = export_hf_tensors(model.backend(), model.params());
+  SafetensorsWriter w;
+  for (const HfTensor& t : tensors) w.add(t.name, DType::f32, t.shape, t.data.data());
+  w.set_metadata({{"format", "pt"}});
+  w.write(out.path() / "model.safetensors");
+  tokenizer.save(out.path(), cfg.seq_len);
+  out.commit();
+}
+
+LoadedModel load_model_dir(const std::string& dir, Backend& backend) {
+  const std::filesystem::path root(dir);
+  if (!std::filesystem::is_directory(root)) throw UserError(dir + ": not a model directory");
+  ModelConfig cfg = load_model_config(root);
+  const auto weights = root / "model.safetensors";
+  if (!std::filesystem::exists(weights)) throw UserError(weights.string() + ": missing (the model's weights)");
+  LoadedModel m;
+  m.model = std::make_unique<Transformer>(backend, cfg);
+  import_hf_tensors(backend, m.model->params(), SafetensorsFile(weights));
+  m.tokenizer = load_tokenizer(root);
+  return m;
+}
+
+}  // namespace llmrun

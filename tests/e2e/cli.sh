@@ -1,0 +1,13 @@
+# The command line surface: version, help on every subcommand, dry-run.
+source "$(dirname "$0")/lib.sh"
+"$LLMRUN" --version | grep -qE '^llmrun [0-9]+\.[0-9]+' || fail "--version"
+for sub in train generate; do
+  "$LLMRUN" $sub --help | grep -qi usage || fail "$sub --help"
+done
+expect_exit 2 'subcommand' "$LLMRUN"
+out=$("$LLMRUN" train "$SRC/recipes/gpt2-124m.yaml" --dry-run)
+for key in parameters tokens_per_step grad_accum_steps flops_per_token; do
+  grep -q "$key" <<<"$out" || fail "--dry-run lacks $key"
+done
+grep -qE 'parameters: 12[0-9]{7}' <<<"$out" || fail "--dry-run: GPT-2 124M parameter count wrong: $(grep parameters <<<"$out")"
+echo "cli: ok"

@@ -1,0 +1,18 @@
+# Shared helpers for the end-to-end tests: each test gets the llmrun binary and the source
+# dir as $1 and $2, works in a private temp dir, and fails loudly.
+set -euo pipefail
+LLMRUN="$1"
+SRC="$2"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# expect_exit CODE PATTERN CMD... : runs CMD, checks its exit code and that stderr matches PATTERN.
+expect_exit() {
+  local want=$1 pattern=$2; shift 2
+  local rc=0
+  "$@" >"$WORK/out" 2>"$WORK/err" || rc=$?
+  [ "$rc" = "$want" ] || { cat "$WORK/err" >&2; fail "'$*' exited $rc, expected $want"; }
+  grep -qE -- "$pattern" "$WORK/err" || { cat "$WORK/err" >&2; fail "'$*': stderr lacks /$pattern/"; }
+}

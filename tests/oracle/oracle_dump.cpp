@@ -1,0 +1,123 @@
+// Writes what the PyTorch oracle (check_against_torch.py) compares against: a tiny model's
+// initial weights as a Hugging Face model dir, and llmrun's logits, loss, gradients and the
+// parameters after two optimizer steps, all under Hugging Face names. Everything goes
+// through the library code that `llmrun train` uses (Transformer, TrainStep, model export).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "ckpt/hf_weights.h"
+#include "ckpt/model_dir.h"
+#include "ckpt/safetensors.h"
+#include "data/tokenizer.h"
+#include "train/train_step.h"
+
+using namespace llmrun;
+
+namespace {
+
+ModelConfig tiny_config(const std::string& arch) {
+  ModelConfig c;
+  c.layers = 2;
+  c.d_model = 32;
+  c.heads = 4;
+  c.vocab = 256;
+  c.seq_len = 16;
+  if (arch == "gpt2") {
+    c.arch = Arch::gpt2;
+    c.kv_heads = 4;
+    c.ffn = 128;
+    c.tie_embeddings = true;
+  } else {
+    c.arch = Arch::llama;
+    c.kv_heads = 2;  // grouped-query attention
+    c.ffn = 88;
+    c.tie_embeddings = arch == "llama-tied";
+    c.rope_theta = 10000.0f;
+  }
+  return c;
+}
+
+// Norm weights and biases start at 1 and 0; jitter them so the check sees them used.
+void jitter_vectors(Backend& be, Transformer& m, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> noise(0.0f, 0.1f);
+  const auto& layout = m.layout();
+  for (int b = 0; b < m.params().num_buckets(); ++b)
+    for (int p = 0; p < static_cast<int>(layout[b].params.size()); ++p) {
+      if (layout[b].params[p].shape.size() != 1) continue;
+      Tensor t = m.params().tensor(b, p);
+      std::vector<float> host(size_t(t.numel()));
+      be.copy(Tensor(host.data(), DType::f32, {t.numel()}), t);
+      for (float& v : host) v += noise(rng);
+      be.copy(t, Tensor(host.data(), DType::f32, {t.numel()}));
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s gpt2|llama|llama-tied OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  const std::string arch = argv[1];
+  const std::filesystem::path out = argv[2];
+  std::filesystem::create_directories(out);
+
+  auto be = make_cpu_backend(2);
+  const ModelConfig cfg = tiny_config(arch);
+  Transformer model(*be, cfg);
+  model.init_weights(1234);
+  jitter_vectors(*be, model, 99);
+  save_model_dir((out / "model").string(), model, ByteLevelTokenizer());
+
+  const int B = 4, T = cfg.seq_len;
+  std::vector<int32_t> windows(size_t(B) * (T + 1)), inputs(size_t(B) * T), targets(size_t(B) * T);
+  std::mt19937_64 rng(7);
+  for (auto& t : windows) t = static_cast<int32_t>(rng() % cfg.vocab);
+  for (int i = 0; i < B; ++i)
+    for (int t = 0; t < T; ++t) {
+      inputs[size_t(i) * T + t] = windows[size_t(i) * (T + 1) + t];
+      targets[size_t(i) * T + t] = windows[size_t(i) * (T + 1) + t + 1];
+    }
+
+  // Forward and backward of the whole batch.
+  model.forward(inputs.data(), B, T);
+  std::vector<float> logits(size_t(model.logits().numel()));
+  be->copy(Tensor(logits.data(), DType::f32, {int64_t(logits.size())}), model.logits().view({int64_t(logits.size())}));
+  for (int b = 0; b < model.grads().num_buckets(); ++b) be->fill(model.grads().bucket(b), 0.0f);
+  const float loss = float(model.backward(targets.data(), 1.0f / float(B * T)) / double(B * T));
+  std::vector<HfTensor> grads = export_hf_tensors(*be, model.grads());
+  const double norm = grad_global_norm(*be, model.grads());
+
+  // Two optimizer steps through the training step, with two micro-batches of two
+  // sequences each (gradient accumulation) and clipping that really clips.
+  const float lr = 1e-2f, clip = float(0.5 * norm);
+  AdamWOptimizer opt(*be, model.layout(), {0.9f, 0.95f, 1e-8f, 0.1f});
+  TrainStep step(model, opt, LrSchedule{lr, lr, 0, 2, "constant"}, StepShape{2, T, 2, clip});
+  int micro = 0;
+  auto source = [&](int32_t* dst) {
+    std::copy_n(windows.begin() + (micro % 2) * 2 * (T + 1), 2 * (T + 1), dst);
+    ++micro;
+  };
+  step.run(source);
+  step.run(source);
+  std::vector<HfTensor> params = export_hf_tensors(*be, model.params());
+
+  SafetensorsWriter w;
+  w.add("tokens", DType::i32, {B, T + 1}, windows.data());
+  w.add("logits", DType::f32, {B, T, cfg.vocab}, logits.data());
+  w.add("loss", DType::f32, {1}, &loss);
+  for (auto& g : grads) g.name = "grad." + g.name;
+  for (auto& p : params) p.name = "step2." + p.name;
+  for (const auto* set : {&grads, &params})
+    for (const HfTensor& t : *set) w.add(t.name, DType::f32, t.shape, t.data.data());
+  w.set_metadata({{"lr", std::to_string(lr)}, {"beta1", "0.9"}, {"beta2", "0.95"}, {"eps", "1e-8"},
+                  {"weight_decay", "0.1"}, {"clip", std::to_string(clip)}, {"arch", arch}});
+  w.write(out / "reference.safetensors");
+  std::printf("wrote %s (loss %.6f, grad norm %.6f, clip %.6f)\n", out.c_str(), loss, norm, clip);
+  return 0;
+}
