@@ -11,7 +11,7 @@
 namespace llmrun {
 
 struct DataSource {
-  std::string path;    // a text file, or a directory of text files (read recursively)
+  std::string path;  // a text file, or a directory of text files (read recursively)
   double weight = 1.0;
 };
 
