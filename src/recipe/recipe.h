@@ -64,7 +64,8 @@ struct Recipe {
 
 // Reads and validates a recipe. `overrides` are "a.b=value" strings applied on top of the
 // file with the same type and range checks. Relative paths in the recipe are resolved
-// against the recipe file's directory. Throws UserError("file:line:col: key.path: ...").
+// against the recipe file's directory (in --set values, against the working directory).
+// Throws UserError("file:line:col: key.path: ...") or ("--set a.b=value: key.path: ...").
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // The fully resolved recipe plus derived values, as YAML-looking text, for --dry-run.

@@ -1,0 +1,134 @@
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "recipe/recipe.h"
+
+namespace llmrun {
+namespace {
+
+// 15 significant digits: exact for anything typed into a recipe, and a derived value
+// such as the default min_lr = lr/10 prints as 3e-05 rather than 2.9999999999999997e-05.
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+
+// Shortest text that reads back as the same float: 1e-05, not 9.99999974737875e-06.
+std::string num(float v) {
+  std::array<char, 32> buf{};
+  const auto res = std::to_chars(buf.data(), buf.data() + buf.size(), v);
+  return std::string(buf.data(), res.ptr);
+}
+
+// Quotes a string only when YAML would read it as something else, so that the
+// output (without `derived:`) loads back as the same recipe.
+std::string str(const std::string& s) {
+  static const char* const kReserved[] = {"true", "false", "yes", "no", "on",
+                                          "off",  "null",  "y",   "n",  "~"};
+  bool plain = !s.empty() && (std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '/' ||
+                              s[0] == '_' || s[0] == '.');
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '/' && c != '_' && c != '.' &&
+        c != '-' && c != '+') {
+      plain = false;
+    }
+  }
+  std::string lower;
+  for (char c : s) lower += char(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* r : kReserved) plain = plain && lower != r;
+  if (plain) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\x%02x", static_cast<unsigned char>(c));
+      out += esc;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// 124439808 -> "124.4M"; `units` are the suffixes for 1e3, 1e6, 1e9, ...
+std::string human(double v, const std::array<const char*, 5>& units) {
+  int i = -1;
+  while (i + 1 < int(units.size()) && std::fabs(v) >= 1000.0) {
+    v /= 1000.0;
+    ++i;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, i < 0 ? "%.0f" : "%.1f%s", v, i < 0 ? "" : units[size_t(i)]);
+  return buf;
+}
+
+const std::array<const char*, 5> kCount = {"K", "M", "B", "T", "Q"};
+const std::array<const char*, 5> kFlops = {" KFLOP", " MFLOP", " GFLOP", " TFLOP", " PFLOP"};
+
+}  // namespace
+
+std::string describe_recipe(const Recipe& r) {
+  const ModelConfig& m = r.model;
+  const TrainSection& t = r.train;
+  std::ostringstream o;
+  o << "# " << r.source << ", resolved (defaults filled in, paths absolute)\n";
+  o << "model:\n"
+    << "  arch: " << arch_name(m.arch) << "\n"
+    << "  layers: " << m.layers << "\n"
+    << "  d_model: " << m.d_model << "\n"
+    << "  heads: " << m.heads << "\n"
+    << "  kv_heads: " << m.kv_heads << "\n"
+    << "  ffn: " << m.ffn << "\n"
+    << "  vocab: " << m.vocab << "\n"
+    << "  seq_len: " << m.seq_len << "\n";
+  // GPT-2 has learned positions; printing a RoPE theta for it would be misleading.
+  if (m.arch == Arch::llama) o << "  rope_theta: " << num(m.rope_theta) << "\n";
+  o << "  norm_eps: " << num(m.norm_eps) << "\n"
+    << "  tie_embeddings: " << (m.tie_embeddings ? "true" : "false") << "\n";
+  o << "data:\n  tokenizer: " << str(r.data.tokenizer) << "\n  train:\n";
+  for (const DataSource& s : r.data.train) {
+    o << "    - {path: " << str(s.path) << ", weight: " << num(s.weight) << "}\n";
+  }
+  o << "train:\n"
+    << "  steps: " << t.steps << "\n"
+    << "  micro_batch: " << t.micro_batch << "\n"
+    << "  global_batch: " << t.global_batch << "\n"
+    << "  lr: " << num(t.lr) << "\n"
+    << "  min_lr: " << num(t.min_lr) << "\n"
+    << "  warmup: " << t.warmup << "\n"
+    << "  schedule: " << t.schedule << "\n"
+    << "  weight_decay: " << num(t.weight_decay) << "\n"
+    << "  betas: [" << num(t.beta1) << ", " << num(t.beta2) << "]\n"
+    << "  eps: " << num(t.eps) << "\n"
+    << "  clip: " << num(t.clip) << "\n"
+    << "  seed: " << t.seed << "\n";
+  o << "precision:\n  compute: " << r.precision.compute << "\n";
+  o << "checkpoint:\n  dir: " << str(r.checkpoint.dir) << "\n";
+  o << "logging:\n  every: " << r.logging.every << "\n  metrics: " << str(r.logging.metrics)
+    << "\n";
+
+  const double flops_token = m.train_flops_per_token(m.seq_len);
+  const double flops_step = flops_token * double(r.tokens_per_step());
+  o << "derived:\n"
+    << "  parameters: " << m.param_count() << "  # " << human(double(m.param_count()), kCount)
+    << "\n"
+    << "  matmul_parameters: " << m.matmul_param_count() << "  # "
+    << human(double(m.matmul_param_count()), kCount) << "\n"
+    << "  head_dim: " << m.head_dim() << "\n"
+    << "  grad_accum_steps: " << r.grad_accum_steps() << "\n"
+    << "  tokens_per_step: " << r.tokens_per_step() << "\n"
+    << "  total_tokens: " << num(double(r.tokens_per_step()) * double(t.steps)) << "\n"
+    << "  flops_per_token: " << num(flops_token) << "  # " << human(flops_token, kFlops) << "\n"
+    << "  flops_per_step: " << num(flops_step) << "  # " << human(flops_step, kFlops) << "\n";
+  return o.str();
+}
+
+}  // namespace llmrun

@@ -1,0 +1,279 @@
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <filesystem>
+#include <fstream>
+
+#include "recipe/recipe_internal.h"
+#include "util/error.h"
+
+namespace llmrun {
+namespace fs = std::filesystem;
+using recipe_detail::Locator;
+using recipe_detail::MapReader;
+
+namespace {
+
+// Upper bounds keep every derived product (ffn default, parameter counts) inside int64.
+constexpr int64_t kMaxWidth = int64_t(1) << 20;
+constexpr int64_t kMaxCount = int64_t(1) << 24;
+
+YAML::Node parse_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw UserError(path + ": is a directory, not a recipe file");
+  if (!std::ifstream(path)) throw UserError(path + ": cannot read recipe file");
+  try {
+    // A second document after "---" would otherwise be dropped without a word.
+    std::vector<YAML::Node> docs = YAML::LoadAllFromFile(path);
+    if (docs.size() > 1) {
+      throw UserError(path + ":" + std::to_string(docs[1].Mark().line + 1) +
+                      ": a recipe is one YAML document, this file holds " +
+                      std::to_string(docs.size()));
+    }
+    return docs.empty() ? YAML::Node() : docs[0];
+  } catch (const YAML::ParserException& e) {
+    throw UserError(path + ":" + std::to_string(e.mark.line + 1) + ":" +
+                    std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+}
+
+// Writes each "a.b=value" into the document before any check runs, so an override
+// passes through exactly the validation a value in the file would.
+void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides, Locator& loc) {
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  for (const std::string& o : overrides) {
+    const std::string flag = "--set " + o;
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw UserError(flag + ": expected KEY=VALUE, e.g. train.steps=100");
+    }
+    std::vector<std::string> parts;
+    for (size_t start = 0; start <= eq;) {
+      const size_t dot = std::min(o.find('.', start), eq);
+      parts.push_back(o.substr(start, dot - start));
+      start = dot + 1;
+    }
+    for (const std::string& p : parts) {
+      if (p.empty()) throw UserError(flag + ": empty name in key path '" + o.substr(0, eq) + "'");
+    }
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::ParserException& e) {
+      throw UserError(flag + ": cannot parse the value: " + e.msg);
+    }
+    if (!root.IsMap()) throw UserError(flag + ": the recipe is not a mapping");
+    YAML::Node cur;
+    cur.reset(root);  // reset() rebinds; operator= would overwrite the node cur refers to
+    std::string key;
+    bool created = false;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const std::string parent = key;
+      key += (key.empty() ? "" : ".") + parts[i];
+      YAML::Node next;
+      if (cur.IsSequence()) {
+        size_t idx = 0;
+        const auto [ptr, ec] =
+            std::from_chars(parts[i].data(), parts[i].data() + parts[i].size(), idx);
+        if (ec != std::errc() || ptr != parts[i].data() + parts[i].size() || idx >= cur.size()) {
+          throw UserError(flag + ": " + parent + ": a list of " + std::to_string(cur.size()) +
+                          " items has no item '" + parts[i] + "'");
+        }
+        next.reset(cur[idx]);
+      } else if (cur.IsMap() || cur.IsNull() || !cur.IsDefined()) {
+        // The first key this flag creates is where its errors (e.g. unknown key) belong.
+        if (!created && !static_cast<const YAML::Node&>(cur)[parts[i]]) {
+          created = true;
+          loc.add_override(key, flag);
+        }
+        next.reset(cur[parts[i]]);
+      } else {
+        throw UserError(flag + ": " + parent + ": holds the value " + recipe_detail::show(cur) +
+                        ", it has no key '" + parts[i] + "'");
+      }
+      if (i + 1 == parts.size()) {
+        next = value;
+      } else {
+        cur.reset(next);
+      }
+    }
+    loc.add_override(key, flag);
+  }
+}
+
+int to_int(std::optional<int64_t> v, int fallback) { return v ? int(*v) : fallback; }
+
+template <class T>
+T required(const MapReader& m, const std::string& k, std::optional<T> v, const Locator& loc) {
+  if (!v) loc.fail(m.key(k), "missing (required)");
+  return *v;
+}
+
+// Relative paths in the file are relative to the file; on the command line, to the cwd.
+std::string resolve(const std::string& raw, const std::string& key, const fs::path& base,
+                    const Locator& loc) {
+  if (raw.empty()) return raw;
+  fs::path p(raw);
+  if (p.is_relative()) p = loc.override_for(key) ? fs::absolute(p) : base / p;
+  p = p.lexically_normal();
+  // "dir/." normalises to "dir/"; messages and comparisons want "dir".
+  if (p.filename().empty() && p.has_relative_path()) p = p.parent_path();
+  return p.string();
+}
+
+void read_model(const YAML::Node& node, Locator& loc, ModelConfig& c,
+                std::optional<int64_t>& vocab) {
+  const MapReader m(node, "model", loc,
+                    {"arch", "layers", "d_model", "heads", "kv_heads", "ffn", "vocab", "seq_len",
+                     "rope_theta", "norm_eps", "tie_embeddings"},
+                    {{"from", "models start from random initialisation"}});
+  const std::string arch = required(m, "arch", m.string("arch"), loc);
+  if (arch != "gpt2" && arch != "llama")
+    loc.fail("model.arch", "expected gpt2 or llama, got '" + arch + "'");
+  c.arch = arch == "gpt2" ? Arch::gpt2 : Arch::llama;
+  c.layers = int(required(m, "layers", m.integer("layers", 1, kMaxCount), loc));
+  c.d_model = int(required(m, "d_model", m.integer("d_model", 1, kMaxWidth), loc));
+  c.heads = int(required(m, "heads", m.integer("heads", 1, kMaxWidth), loc));
+  c.seq_len = int(required(m, "seq_len", m.integer("seq_len", 2, kMaxCount), loc));
+  c.kv_heads = to_int(m.integer("kv_heads", 1, kMaxWidth), c.heads);
+  vocab = m.integer("vocab", 1, kMaxCount);
+  c.norm_eps = float(m.number("norm_eps").value_or(1e-5));
+  const std::optional<bool> tie = m.boolean("tie_embeddings");
+  if (c.arch == Arch::gpt2) {
+    if (c.kv_heads != c.heads) {
+      loc.fail(
+          "model.kv_heads",
+          "GPT-2 has no grouped-query attention: must equal model.heads=" + std::to_string(c.heads),
+          "model.heads");
+    }
+    if (m.has("rope_theta")) loc.fail("model.rope_theta", "GPT-2 uses learned positions, not RoPE");
+    if (tie == false) {
+      loc.fail("model.tie_embeddings", "GPT-2 always ties the LM head to the token embedding");
+    }
+    c.ffn = to_int(m.integer("ffn", 1, kMaxCount), 4 * c.d_model);
+    c.tie_embeddings = true;
+  } else {
+    // Llama's SwiGLU width: 2/3 of 4*d (same parameters as a 4*d GELU MLP), rounded up
+    // to a multiple of 256 as Meta's reference code does.
+    const int swiglu = (2 * 4 * c.d_model / 3 + 255) / 256 * 256;
+    c.ffn = to_int(m.integer("ffn", 1, kMaxCount), swiglu);
+    c.rope_theta = float(m.number("rope_theta").value_or(10000.0));
+    c.tie_embeddings = tie.value_or(false);
+  }
+}
+
+void read_data(const YAML::Node& node, Locator& loc, const fs::path& base, DataSection& d) {
+  const MapReader m(node, "data", loc, {"tokenizer", "train"},
+                    {{"valid", "no validation pass in single-rank CPU training"}});
+  d.tokenizer = m.string("tokenizer").value_or("byte");
+  if (d.tokenizer != "byte") d.tokenizer = resolve(d.tokenizer, "data.tokenizer", base, loc);
+  if (!m.has("train")) loc.fail("data.train", "missing (required): a file or directory of text");
+  const YAML::Node train = m.node("train");
+  std::vector<YAML::Node> items;
+  if (train.IsSequence()) {
+    for (const YAML::Node& it : train) items.push_back(it);
+    if (items.empty()) loc.fail("data.train", "needs at least one source");
+  } else if (train.IsScalar()) {
+    items.push_back(train);
+  } else {
+    loc.fail("data.train",
+             "expected a path or a list of {path, weight}, got " + recipe_detail::show(train));
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string prefix = "data.train." + std::to_string(i);
+    // Every source is named data.train.N.path in messages, whichever form it was written in.
+    const std::string path_key = prefix + ".path";
+    DataSource src;
+    if (items[i].IsScalar()) {
+      loc.note(path_key, items[i].Mark());
+      src.path = recipe_detail::read_string(items[i], path_key, loc);
+    } else {
+      loc.note(prefix, items[i].Mark());
+      const MapReader s(items[i], prefix, loc, {"path", "weight"});
+      src.path = required(s, "path", s.string("path"), loc);
+      src.weight = s.number("weight").value_or(1.0);
+    }
+    if (src.path.empty()) loc.fail(path_key, "empty path");
+    src.path = resolve(src.path, path_key, base, loc);
+    d.train.push_back(src);
+  }
+}
+
+void read_train(const YAML::Node& node, Locator& loc, TrainSection& t) {
+  const MapReader m(node, "train", loc,
+                    {"steps", "micro_batch", "global_batch", "lr", "min_lr", "warmup", "schedule",
+                     "weight_decay", "betas", "eps", "clip", "seed"});
+  t.steps = m.integer("steps", 1, INT64_MAX).value_or(t.steps);
+  t.micro_batch = to_int(m.integer("micro_batch", 1, kMaxCount), t.micro_batch);
+  t.global_batch = to_int(m.integer("global_batch", 1, kMaxCount), t.micro_batch);
+  t.lr = m.number("lr").value_or(t.lr);
+  // A tenth of the peak (Chinchilla's choice) keeps min_lr <= lr whatever lr is set to.
+  t.min_lr = m.number("min_lr").value_or(t.lr / 10);
+  t.warmup = m.integer("warmup", 0, INT64_MAX).value_or(t.warmup);
+  t.schedule = m.string("schedule").value_or(t.schedule);
+  t.weight_decay = m.number("weight_decay").value_or(t.weight_decay);
+  if (m.has("betas")) {
+    const YAML::Node b = m.node("betas");
+    if (!b.IsSequence() || b.size() != 2) {
+      loc.fail("train.betas",
+               "expected a list of two numbers [beta1, beta2], got " +
+                   (b.IsSequence() ? std::to_string(b.size()) + " items" : recipe_detail::show(b)));
+    }
+    loc.note("train.betas.0", b[0].Mark());
+    loc.note("train.betas.1", b[1].Mark());
+    t.beta1 = recipe_detail::read_number(b[0], "train.betas.0", loc);
+    t.beta2 = recipe_detail::read_number(b[1], "train.betas.1", loc);
+  }
+  t.eps = m.number("eps").value_or(t.eps);
+  t.clip = m.number("clip").value_or(t.clip);
+  t.seed = uint64_t(m.integer("seed", 0, INT64_MAX).value_or(int64_t(t.seed)));
+}
+
+void read_rest(const MapReader& top, Locator& loc, const fs::path& base, Recipe& r) {
+  const MapReader p(top.node("precision"), "precision", loc, {"compute"},
+                    {{"fp8", "the CPU backend computes in fp32"}});
+  r.precision.compute = p.string("compute").value_or("fp32");
+  if (r.precision.compute != "fp32") {
+    loc.fail("precision.compute",
+             "'" + r.precision.compute + "' is not supported: the CPU backend computes in fp32");
+  }
+  const MapReader c(top.node("checkpoint"), "checkpoint", loc, {"dir"},
+                    {{"every", "only the final model is saved"},
+                     {"keep", "only the final model is saved"},
+                     {"resume", "training always starts from step 0"}});
+  r.checkpoint.dir = resolve(c.string("dir", true).value_or(""), "checkpoint.dir", base, loc);
+  const MapReader l(top.node("logging"), "logging", loc, {"every", "metrics"});
+  r.logging.every = to_int(l.integer("every", 1, INT_MAX), r.logging.every);
+  r.logging.metrics = resolve(l.string("metrics", true).value_or(""), "logging.metrics", base, loc);
+}
+
+}  // namespace
+
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root = parse_file(path);
+  Locator loc(path);
+  apply_overrides(root, overrides, loc);
+  const MapReader top(root, "", loc,
+                      {"model", "data", "train", "precision", "checkpoint", "logging"},
+                      {{"parallel", "single-rank CPU training"},
+                       {"memory", "single-rank CPU training keeps everything in host memory"},
+                       {"launch", "single-rank CPU training"}});
+  if (!top.has("model")) loc.fail("model", "missing (required)");
+  if (!top.has("data")) loc.fail("data", "missing (required)");
+  Recipe r;
+  r.source = path;
+  const fs::path base = fs::absolute(path).parent_path();
+  std::optional<int64_t> vocab;
+  read_model(top.node("model"), loc, r.model, vocab);
+  read_data(top.node("data"), loc, base, r.data);
+  if (!vocab && r.data.tokenizer != "byte") {
+    loc.fail("model.vocab", "missing (required unless data.tokenizer is byte)");
+  }
+  r.model.vocab = int(vocab.value_or(256));
+  read_train(top.node("train"), loc, r.train);
+  read_rest(top, loc, base, r);
+  recipe_detail::validate_recipe(r, loc);
+  return r;
+}
+
+}  // namespace llmrun

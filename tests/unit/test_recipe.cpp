@@ -1,0 +1,462 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "recipe/recipe.h"
+#include "util/error.h"
+
+using namespace llmrun;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Each test gets its own fresh directory holding the recipe and its data.
+class RecipeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "llmrun-recipe-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir = tmpl;
+    write("data.txt", "hello world\n");
+  }
+  void TearDown() override { fs::remove_all(dir); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path p = dir / name;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+    return p.string();
+  }
+
+  // Writes r.yaml and loads it, returning the UserError message ("" when it loaded).
+  std::string error_of(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+    const std::string path = write("r.yaml", yaml);
+    try {
+      load_recipe(path, sets);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  std::string at(int line, int col) const {
+    return (dir / "r.yaml").string() + ":" + std::to_string(line) + ":" + std::to_string(col) +
+           ": ";
+  }
+
+  fs::path dir;
+};
+
+// Line numbers below are 1-based positions in this text.
+const std::string kGpt2 =
+    "model:\n"              // 1
+    "  arch: gpt2\n"        // 2
+    "  layers: 2\n"         // 3
+    "  d_model: 64\n"       // 4
+    "  heads: 4\n"          // 5
+    "  seq_len: 32\n"       // 6
+    "data:\n"               // 7
+    "  train: data.txt\n";  // 8
+
+#define EXPECT_HAS(haystack, needle)                    \
+  EXPECT_NE((haystack).find(needle), std::string::npos) \
+      << "message: " << (haystack) << "\nexpected to contain: " << (needle)
+
+TEST_F(RecipeTest, MinimalGpt2LoadsWithDefaults) {
+  const Recipe r = load_recipe(write("r.yaml", kGpt2));
+  EXPECT_EQ(r.model.arch, Arch::gpt2);
+  EXPECT_EQ(r.model.kv_heads, 4);
+  EXPECT_EQ(r.model.ffn, 256);
+  EXPECT_EQ(r.model.vocab, 256);
+  EXPECT_TRUE(r.model.tie_embeddings);
+  EXPECT_FLOAT_EQ(r.model.norm_eps, 1e-5f);
+  EXPECT_EQ(r.data.tokenizer, "byte");
+  ASSERT_EQ(r.data.train.size(), 1u);
+  EXPECT_EQ(r.data.train[0].path, (dir / "data.txt").string());
+  EXPECT_EQ(r.data.train[0].weight, 1.0);
+  EXPECT_EQ(r.train.global_batch, r.train.micro_batch);
+  EXPECT_DOUBLE_EQ(r.train.min_lr, r.train.lr / 10);
+  EXPECT_EQ(r.train.schedule, "cosine");
+  EXPECT_EQ(r.precision.compute, "fp32");
+  EXPECT_EQ(r.checkpoint.dir, "");
+  EXPECT_EQ(r.logging.every, 1);
+  EXPECT_EQ(r.grad_accum_steps(), 1);
+}
+
+TEST_F(RecipeTest, LlamaDefaults) {
+  const Recipe r = load_recipe(write("r.yaml",
+                                     "model: {arch: llama, layers: 2, d_model: 256, heads: 8, "
+                                     "seq_len: 64}\n"
+                                     "data: {train: [{path: data.txt, weight: 2}]}\n"));
+  EXPECT_EQ(r.model.arch, Arch::llama);
+  EXPECT_EQ(r.model.kv_heads, 8);
+  EXPECT_EQ(r.model.ffn, 768);  // 2/3 * 4 * 256 = 682, rounded up to 256
+  EXPECT_FALSE(r.model.tie_embeddings);
+  EXPECT_FLOAT_EQ(r.model.rope_theta, 10000.0f);
+  EXPECT_EQ(r.data.train[0].weight, 2.0);
+}
+
+TEST_F(RecipeTest, FullRecipeReadsEveryField) {
+  const Recipe r =
+      load_recipe(write("r.yaml", kGpt2 + "train: {steps: 50, micro_batch: 2, global_batch: 8, "
+                                          "lr: 1e-3, min_lr: 0, warmup: 5, schedule: linear, "
+                                          "weight_decay: 0, betas: [0.8, 0.99], eps: 1e-6, "
+                                          "clip: 0, seed: 7}\n"
+                                          "precision: {compute: fp32}\n"
+                                          "checkpoint: {dir: out}\n"
+                                          "logging: {every: 5, metrics: out/m.jsonl}\n"));
+  EXPECT_EQ(r.train.steps, 50);
+  EXPECT_EQ(r.grad_accum_steps(), 4);
+  EXPECT_EQ(r.tokens_per_step(), 8 * 32);
+  EXPECT_DOUBLE_EQ(r.train.lr, 1e-3);
+  EXPECT_EQ(r.train.min_lr, 0.0);
+  EXPECT_EQ(r.train.schedule, "linear");
+  EXPECT_DOUBLE_EQ(r.train.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(r.train.beta2, 0.99);
+  EXPECT_EQ(r.train.seed, 7u);
+  EXPECT_EQ(r.checkpoint.dir, (dir / "out").string());
+  EXPECT_EQ(r.logging.metrics, (dir / "out/m.jsonl").string());
+  EXPECT_EQ(r.logging.every, 5);
+}
+
+TEST_F(RecipeTest, RelativePathsResolveAgainstTheRecipeDirectory) {
+  write("corpus/a.txt", "a");
+  const std::string path =
+      write("sub/r.yaml",
+            "model: {arch: gpt2, layers: 1, d_model: 8, heads: 2, seq_len: 8}\n"
+            "data: {train: [../corpus, ../data.txt]}\n"
+            "checkpoint: {dir: ../runs/x}\n");
+  const Recipe r = load_recipe(path);
+  ASSERT_EQ(r.data.train.size(), 2u);
+  EXPECT_EQ(r.data.train[0].path, (dir / "corpus").string());
+  EXPECT_EQ(r.data.train[1].path, (dir / "data.txt").string());
+  EXPECT_EQ(r.checkpoint.dir, (dir / "runs/x").string());
+  EXPECT_FALSE(fs::exists(dir / "runs")) << "loading must not create anything";
+}
+
+TEST_F(RecipeTest, SetPathsResolveAgainstTheWorkingDirectory) {
+  const std::string path = write("sub/r.yaml", kGpt2);
+  const fs::path old = fs::current_path();
+  fs::current_path(dir);
+  Recipe r;
+  EXPECT_NO_THROW(r = load_recipe(path, {"data.train=data.txt"}));
+  fs::current_path(old);
+  ASSERT_EQ(r.data.train.size(), 1u);
+  EXPECT_EQ(r.data.train[0].path, (dir / "data.txt").string());
+}
+
+TEST_F(RecipeTest, MalformedYamlPointsAtTheLine) {
+  const std::string e = error_of("model:\n  arch: gpt2\n  layers: [1, 2\ndata: x\n");
+  EXPECT_HAS(e, (dir / "r.yaml").string() + ":4:");
+  EXPECT_HAS(e, "end of sequence");
+}
+
+TEST_F(RecipeTest, SecondDocumentIsRejected) {
+  EXPECT_HAS(error_of(kGpt2 + "---\ntrain: {steps: 5}\n"), "a recipe is one YAML document");
+}
+
+TEST_F(RecipeTest, UnreadableFile) {
+  try {
+    load_recipe((dir / "nope.yaml").string());
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_HAS(std::string(e.what()), "nope.yaml: cannot read recipe file");
+  }
+}
+
+TEST_F(RecipeTest, UnknownTopLevelKey) {
+  const std::string e = error_of(kGpt2 + "trian:\n  steps: 3\n");
+  EXPECT_HAS(e, at(9, 1) +
+                    "trian: unknown key (expected one of: model, data, train, precision, "
+                    "checkpoint, logging)");
+}
+
+TEST_F(RecipeTest, UnknownNestedKey) {
+  const std::string e = error_of(kGpt2 + "train:\n  steps: 3\n  lr_max: 1\n");
+  EXPECT_HAS(e, at(11, 3) + "train.lr_max: unknown key (expected one of: steps, micro_batch,");
+  const std::string e2 = error_of(
+      "model: {arch: gpt2, layers: 1, d_model: 8, heads: 2, seq_len: "
+      "8}\ndata: {train: [{path: data.txt, wieght: 1}]}\n");
+  EXPECT_HAS(e2, at(2, 33) + "data.train.0.wieght: unknown key (expected one of: path, weight)");
+}
+
+TEST_F(RecipeTest, DuplicateKey) {
+  EXPECT_HAS(error_of(kGpt2 + "train: {steps: 3, steps: 4}\n"),
+             at(9, 19) + "train.steps: duplicate key");
+}
+
+TEST_F(RecipeTest, WrongTypes) {
+  EXPECT_HAS(error_of(kGpt2 + "train:\n  steps: abc\n"),
+             at(10, 10) + "train.steps: expected an integer, got 'abc'");
+  EXPECT_HAS(error_of(kGpt2 + "train:\n  lr: fast\n"),
+             at(10, 7) + "train.lr: expected a number, got 'fast'");
+  EXPECT_HAS(error_of(kGpt2 + "train:\n  steps: 1.5\n"),
+             "train.steps: expected an integer, got '1.5'");
+  EXPECT_HAS(error_of(kGpt2 + "train:\n  lr: nan\n"), "train.lr: expected a finite number");
+  EXPECT_HAS(error_of(kGpt2 + "train:\n  steps: [1]\n"),
+             "train.steps: expected an integer, got a list");
+  EXPECT_HAS(error_of(kGpt2 + "train: 5\n"), at(9, 8) + "train: expected a mapping, got '5'");
+  EXPECT_HAS(error_of(kGpt2 + "train:\n  betas: [0.9]\n"),
+             "train.betas: expected a list of two numbers [beta1, beta2], got 1 items");
+  EXPECT_HAS(
+      error_of("model:\n  arch: gpt2\n  layers: 2\n  d_model: 64\n  heads: 4\n  seq_len: 32\n"
+               "  tie_embeddings: maybe\ndata: {train: data.txt}\n"),
+      at(7, 19) + "model.tie_embeddings: expected true or false, got 'maybe'");
+  EXPECT_HAS(error_of("- a\n- b\n"), at(1, 1) + "expected a mapping, got a list");
+}
+
+TEST_F(RecipeTest, MissingRequiredParts) {
+  EXPECT_HAS(error_of("data: {train: data.txt}\n"), "model: missing (required)");
+  EXPECT_HAS(error_of(""), "model: missing (required)");
+  EXPECT_HAS(
+      error_of("model: {arch: gpt2, layers: 1, d_model: 8, heads: 2, seq_len: 8}\ndata: {}\n"),
+      at(2, 7) + "data.train: missing (required)");
+  EXPECT_HAS(
+      error_of("model: {arch: gpt2, layers: 1, heads: 2, seq_len: 8}\ndata: {train: data.txt}\n"),
+      at(1, 8) + "model.d_model: missing (required)");
+  EXPECT_HAS(error_of("model: {arch: gpt3, layers: 1, d_model: 8, heads: 2, seq_len: 8}\n"
+                      "data: {train: data.txt}\n"),
+             at(1, 15) + "model.arch: expected gpt2 or llama, got 'gpt3'");
+}
+
+TEST_F(RecipeTest, ModelShapeChecks) {
+  const std::string shape = "  arch: gpt2\n  layers: 2\n  seq_len: 32\n";
+  EXPECT_HAS(
+      error_of("model:\n" + shape + "  d_model: 100\n  heads: 12\ndata: {train: data.txt}\n"),
+      at(6, 10) + "model.heads: 12 does not divide model.d_model=100");
+  EXPECT_HAS(error_of("model:\n" + shape + "  d_model: 64\n  heads: 0\ndata: {train: data.txt}\n"),
+             at(6, 10) + "model.heads: must be >= 1, got 0");
+  EXPECT_HAS(
+      error_of("model: {arch: llama, layers: 2, seq_len: 32, d_model: 64, heads: 8, kv_heads: 3}\n"
+               "data: {train: data.txt}\n"),
+      "model.kv_heads: 3 does not divide model.heads=8");
+  EXPECT_HAS(error_of("model: {arch: llama, layers: 2, seq_len: 32, d_model: 60, heads: 4}\n"
+                      "data: {train: data.txt}\n"),
+             "model.heads: head dimension d_model/heads=15 must be even");
+  EXPECT_HAS(
+      error_of("model: {arch: gpt2, layers: 2, seq_len: 32, d_model: 64, heads: 4, kv_heads: 2}\n"
+               "data: {train: data.txt}\n"),
+      "model.kv_heads: GPT-2 has no grouped-query attention");
+  EXPECT_HAS(error_of("model: {arch: gpt2, layers: 2, seq_len: 32, d_model: 64, heads: 4, "
+                      "tie_embeddings: false}\ndata: {train: data.txt}\n"),
+             "model.tie_embeddings: GPT-2 always ties");
+  EXPECT_HAS(error_of("model: {arch: gpt2, layers: 2, seq_len: 1, d_model: 64, heads: 4}\n"
+                      "data: {train: data.txt}\n"),
+             "model.seq_len: must be >= 2, got 1");
+  EXPECT_HAS(
+      error_of("model: {arch: gpt2, layers: 2, seq_len: 8, d_model: 64, heads: 4, vocab: 100}\n"
+               "data: {train: data.txt}\n"),
+      "model.vocab: 100 is too small for the byte tokenizer (256 tokens)");
+}
+
+TEST_F(RecipeTest, LargeVocabWithByteTokenizerIsAllowed) {
+  EXPECT_EQ(
+      error_of("model: {arch: gpt2, layers: 1, seq_len: 8, d_model: 8, heads: 2, vocab: 50257}\n"
+               "data: {train: data.txt}\n"),
+      "");
+}
+
+TEST_F(RecipeTest, TrainRangeChecks) {
+  EXPECT_HAS(error_of(kGpt2 + "train: {micro_batch: 3, global_batch: 8}\n"),
+             "train.global_batch: 8 is not a multiple of train.micro_batch=3");
+  EXPECT_HAS(error_of(kGpt2 + "train: {lr: 0}\n"), "train.lr: must be > 0, got 0");
+  EXPECT_HAS(error_of(kGpt2 + "train: {lr: 1e-3, min_lr: 1e-2}\n"),
+             "train.min_lr: 0.01 is above the peak train.lr=0.001");
+  EXPECT_HAS(error_of(kGpt2 + "train: {steps: 10, warmup: 11}\n"),
+             "train.warmup: 11 is more than train.steps=10");
+  EXPECT_HAS(error_of(kGpt2 + "train: {schedule: step}\n"),
+             "train.schedule: expected cosine, linear or constant, got 'step'");
+  EXPECT_HAS(error_of(kGpt2 + "train: {weight_decay: -1}\n"), "train.weight_decay: must be >= 0");
+  EXPECT_HAS(error_of(kGpt2 + "train:\n  betas: [0.9, 1.0]\n"),
+             at(10, 16) + "train.betas.1: must be in [0, 1), got 1");
+  EXPECT_HAS(error_of(kGpt2 + "train: {eps: 0}\n"), "train.eps: must be > 0");
+  EXPECT_HAS(error_of(kGpt2 + "train: {clip: -1}\n"), "train.clip: must be >= 0");
+  EXPECT_HAS(error_of(kGpt2 + "train: {seed: -1}\n"), "train.seed: must be >= 0, got -1");
+  EXPECT_HAS(error_of(kGpt2 + "logging: {every: 0}\n"), "logging.every: must be >= 1, got 0");
+  EXPECT_HAS(error_of(kGpt2 + "train: {steps: 99999999999999999999}\n"),
+             "train.steps: '99999999999999999999' is out of range");
+}
+
+TEST_F(RecipeTest, MissingDataFileNamesPathAndKey) {
+  EXPECT_HAS(
+      error_of("model: {arch: gpt2, layers: 1, d_model: 8, heads: 2, seq_len: 8}\n"
+               "data:\n  train:\n    - data.txt\n    - {path: missing.txt}\n"),
+      at(5, 14) + "data.train.1.path: " + (dir / "missing.txt").string() + " does not exist");
+  EXPECT_HAS(
+      error_of("model: {arch: gpt2, layers: 1, d_model: 8, heads: 2, seq_len: 8}\n"
+               "data:\n  train: nothing-here\n"),
+      at(3, 10) + "data.train.0.path: " + (dir / "nothing-here").string() + " does not exist");
+  EXPECT_HAS(
+      error_of("model: {arch: gpt2, layers: 1, d_model: 8, heads: 2, seq_len: 8, vocab: 300}\n"
+               "data: {tokenizer: tok.json, train: data.txt}\n"),
+      "data.tokenizer: " + (dir / "tok.json").string() + " is not a file");
+  EXPECT_HAS(error_of(kGpt2 + "train: {}\n", {"data.train=[{path: data.txt, weight: 0}]"}),
+             "--set data.train=[{path: data.txt, weight: 0}]: data.train.0.weight: must be > 0");
+}
+
+TEST_F(RecipeTest, TokenizerFileNeedsAnExplicitVocab) {
+  write("tok.json", "{}");
+  EXPECT_HAS(error_of("model: {arch: gpt2, layers: 1, d_model: 8, heads: 2, seq_len: 8}\n"
+                      "data: {tokenizer: tok.json, train: data.txt}\n"),
+             at(1, 8) + "model.vocab: missing (required unless data.tokenizer is byte)");
+}
+
+TEST_F(RecipeTest, UnwritableOutputs) {
+  EXPECT_HAS(error_of(kGpt2 + "checkpoint:\n  dir: /proc/llmrun-x\n"),
+             at(10, 8) + "checkpoint.dir: /proc/llmrun-x is not writable");
+  write("file", "x");
+  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {dir: file/sub}\n"),
+             "checkpoint.dir: " + (dir / "file/sub").string() + " cannot be created");
+  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {dir: file}\n"),
+             "checkpoint.dir: " + (dir / "file").string() + " is not a directory");
+  EXPECT_HAS(
+      error_of(kGpt2 + "logging: {metrics: /proc/llmrun-x/m.jsonl}\n"),
+      "logging.metrics: cannot write /proc/llmrun-x/m.jsonl: /proc/llmrun-x is not writable");
+  EXPECT_HAS(error_of(kGpt2 + "logging: {metrics: .}\n"),
+             "logging.metrics: " + dir.string() + " is a directory");
+  EXPECT_EQ(error_of(kGpt2 + "checkpoint: {dir: a/b/c}\nlogging: {metrics: a/b/m.jsonl}\n"), "");
+  EXPECT_FALSE(fs::exists(dir / "a")) << "loading must not create anything";
+}
+
+TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
+  EXPECT_HAS(error_of(kGpt2 + "parallel:\n  tp: 2\n"),
+             at(9, 1) + "parallel: not supported by this build (single-rank CPU training)");
+  EXPECT_HAS(error_of(kGpt2 + "memory: {recompute: full}\n"),
+             "memory: not supported by this build");
+  EXPECT_HAS(error_of(kGpt2 + "launch: {nproc: 8}\n"), "launch: not supported by this build");
+  EXPECT_HAS(error_of(kGpt2 + "checkpoint:\n  dir: out\n  every: 100\n"),
+             at(11, 3) + "checkpoint.every: not supported by this build");
+  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {keep: 3}\n"),
+             "checkpoint.keep: not supported by this build");
+  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {resume: auto}\n"), "checkpoint.resume: not supported");
+  EXPECT_HAS(error_of(kGpt2 + "precision: {fp8: {enabled: false}}\n"),
+             "precision.fp8: not supported");
+  EXPECT_HAS(
+      error_of(kGpt2 + "precision:\n  compute: bf16\n"),
+      at(10, 12) + "precision.compute: 'bf16' is not supported: the CPU backend computes in fp32");
+  EXPECT_HAS(error_of("model: {from: hf/gpt2}\ndata: {train: data.txt}\n"),
+             "model.from: not supported");
+  EXPECT_HAS(error_of("model: {arch: gpt2, layers: 1, d_model: 8, heads: 2, seq_len: 8}\n"
+                      "data: {train: data.txt, valid: data.txt}\n"),
+             "data.valid: not supported by this build");
+}
+
+TEST_F(RecipeTest, SetOverridesApplyWithTheSameChecks) {
+  const std::string path = write("r.yaml", kGpt2);
+  const Recipe r = load_recipe(path, {"train.steps=7", "model.layers=3", "train.betas=[0.5, 0.6]",
+                                      "logging.every=2", "train.steps=9"});
+  EXPECT_EQ(r.train.steps, 9);  // the last --set of a key wins
+  EXPECT_EQ(r.model.layers, 3);
+  EXPECT_DOUBLE_EQ(r.train.beta2, 0.6);
+  EXPECT_EQ(r.logging.every, 2);
+
+  EXPECT_HAS(error_of(kGpt2, {"train.steps=0"}),
+             "--set train.steps=0: train.steps: must be >= 1, got 0");
+  EXPECT_HAS(error_of(kGpt2, {"train.steps=abc"}),
+             "--set train.steps=abc: train.steps: expected an integer, got 'abc'");
+  EXPECT_HAS(error_of(kGpt2, {"model.heads=12"}),
+             "--set model.heads=12: model.heads: 12 does not divide model.d_model=64");
+  // The check is reported on model.heads, but the value at fault came from the flag.
+  EXPECT_HAS(error_of(kGpt2, {"model.d_model=90"}),
+             "--set model.d_model=90: model.heads: 4 does not divide model.d_model=90");
+  EXPECT_HAS(error_of(kGpt2, {"train.warmup=1000"}),
+             "--set train.warmup=1000: train.warmup: 1000 is more than train.steps=100");
+  EXPECT_HAS(error_of(kGpt2, {"precision.compute=bf16"}),
+             "--set precision.compute=bf16: precision.compute: 'bf16' is not supported");
+  EXPECT_HAS(error_of(kGpt2, {"checkpoint.dir=/proc/llmrun-x"}),
+             "--set checkpoint.dir=/proc/llmrun-x: checkpoint.dir: /proc/llmrun-x is not writable");
+}
+
+TEST_F(RecipeTest, BadSetIsRejected) {
+  EXPECT_HAS(error_of(kGpt2, {"train.steps"}), "--set train.steps: expected KEY=VALUE");
+  EXPECT_HAS(error_of(kGpt2, {"=3"}), "--set =3: expected KEY=VALUE");
+  EXPECT_HAS(error_of(kGpt2, {"train..steps=3"}), "--set train..steps=3: empty name");
+  EXPECT_HAS(error_of(kGpt2, {"model.foo=1"}), "--set model.foo=1: model.foo: unknown key");
+  EXPECT_HAS(error_of(kGpt2, {"modle.layers=1"}), "--set modle.layers=1: modle: unknown key");
+  EXPECT_HAS(error_of(kGpt2, {"parallel.tp=2"}),
+             "--set parallel.tp=2: parallel: not supported by this build");
+  EXPECT_HAS(error_of(kGpt2, {"model.layers.x=1"}),
+             "--set model.layers.x=1: model.layers: holds the value '2', it has no key 'x'");
+  EXPECT_HAS(error_of(kGpt2, {"train.lr=[1"}), "--set train.lr=[1: cannot parse the value");
+  EXPECT_HAS(error_of(kGpt2 + "train: {betas: [0.9, 0.95]}\n", {"train.betas.2=0.5"}),
+             "--set train.betas.2=0.5: train.betas: a list of 2 items has no item '2'");
+}
+
+TEST_F(RecipeTest, NothingIsWrittenOnBadInput) {
+  error_of(kGpt2 + "checkpoint: {dir: out}\nlogging: {metrics: out/m.jsonl}\ntrain: {lr: -1}\n");
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+TEST_F(RecipeTest, DescribeShowsResolvedAndDerivedValues) {
+  const Recipe r =
+      load_recipe(write("r.yaml", kGpt2 + "train: {micro_batch: 2, global_batch: 8}\n"));
+  const std::string d = describe_recipe(r);
+  EXPECT_HAS(d, "  ffn: 256\n");
+  EXPECT_HAS(d, "  kv_heads: 4\n");
+  EXPECT_HAS(d, "  tie_embeddings: true\n");
+  EXPECT_HAS(d, "  lr: 0.0003\n");
+  EXPECT_HAS(d, "  min_lr: 3e-05\n");
+  EXPECT_HAS(d, "  norm_eps: 1e-05\n");
+  EXPECT_HAS(d, "  betas: [0.9, 0.95]\n");
+  EXPECT_HAS(d, "    - {path: " + (dir / "data.txt").string() + ", weight: 1}\n");
+  EXPECT_HAS(d, "derived:\n");
+  EXPECT_HAS(d, "  parameters: " + std::to_string(r.model.param_count()) + "  # ");
+  EXPECT_HAS(d, "  matmul_parameters: " + std::to_string(r.model.matmul_param_count()));
+  EXPECT_HAS(d, "  grad_accum_steps: 4\n");
+  EXPECT_HAS(d, "  tokens_per_step: 256\n");
+  const auto flops = int64_t(r.model.train_flops_per_token(32));
+  EXPECT_HAS(d, "  flops_per_token: " + std::to_string(flops) + "  # ");
+  EXPECT_HAS(d, "  flops_per_step: " + std::to_string(flops * 256) + "  # ");
+}
+
+TEST_F(RecipeTest, DescribeOutputLoadsBackAsTheSameRecipe) {
+  const Recipe a = load_recipe(
+      write("r.yaml",
+            "model: {arch: llama, layers: 2, d_model: 64, heads: 4, kv_heads: 2, seq_len: 16}\n"
+            "data: {train: [{path: data.txt, weight: 0.5}]}\n"
+            "train: {lr: 3e-4, betas: [0.9, 0.999], seed: 42}\n"
+            "checkpoint: {dir: 'odd: name'}\n"));
+  std::string text = describe_recipe(a);
+  text = text.substr(0, text.find("derived:"));
+  const Recipe b = load_recipe(write("again.yaml", text));
+  EXPECT_EQ(describe_recipe(b).substr(describe_recipe(b).find('\n')),
+            describe_recipe(a).substr(describe_recipe(a).find('\n')));
+  EXPECT_EQ(b.checkpoint.dir, (dir / "odd: name").string());
+}
+
+TEST_F(RecipeTest, Gpt2SmallReadsAs124M) {
+  const fs::path repo = fs::path(__FILE__).parent_path().parent_path().parent_path();
+  const Recipe r = load_recipe((repo / "recipes/gpt2-124m.yaml").string(), {"model.seq_len=1024"});
+  EXPECT_EQ(r.model.param_count(), 124439808);  // Hugging Face's gpt2 checkpoint
+  EXPECT_HAS(describe_recipe(r), "# 124.4M\n");
+}
+
+TEST(RepoRecipes, AllLoad) {
+  const fs::path repo = fs::path(__FILE__).parent_path().parent_path().parent_path();
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(repo / "recipes")) {
+    if (e.path().extension() != ".yaml") continue;
+    ++n;
+    SCOPED_TRACE(e.path().string());
+    Recipe r;
+    ASSERT_NO_THROW(r = load_recipe(e.path().string()));
+    EXPECT_FALSE(describe_recipe(r).empty());
+    EXPECT_EQ(r.checkpoint.dir, (repo / "runs" / e.path().stem()).string());
+  }
+  EXPECT_GE(n, 3);
+  const Recipe demo = load_recipe((repo / "recipes/demo.yaml").string());
+  EXPECT_EQ(demo.model.layers, 4);
+  EXPECT_EQ(demo.data.train[0].path, "/usr/share/common-licenses");
+  EXPECT_EQ(demo.logging.metrics, (repo / "runs/demo/metrics.jsonl").string());
+  const Recipe llama = load_recipe((repo / "recipes/llama-small.yaml").string());
+  EXPECT_EQ(llama.model.arch, Arch::llama);
+  EXPECT_EQ(llama.model.kv_heads, 4);
+  EXPECT_EQ(llama.model.ffn, 688);
+}
+
+}  // namespace
