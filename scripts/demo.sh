@@ -6,5 +6,5 @@ LLMRUN=${1:-build/llmrun}
 cd "$(dirname "$0")/.."
 "$LLMRUN" train recipes/demo.yaml
 echo
-echo "== llmrun generate runs/demo --prompt 'The GNU General Public License' --max-tokens 200"
-"$LLMRUN" generate runs/demo --prompt "The GNU General Public License" --max-tokens 200 --temperature 0
+echo "== llmrun generate runs/demo/model --prompt 'The GNU General Public License' --max-tokens 200"
+"$LLMRUN" generate runs/demo/model --prompt "The GNU General Public License" --max-tokens 200 --temperature 0

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <filesystem>
 #include <random>
 
 #include "ckpt/model_dir.h"
@@ -97,8 +98,11 @@ void run_training(const Recipe& r) {
   progress.finish();
 
   if (!r.checkpoint.dir.empty()) {
-    save_model_dir(r.checkpoint.dir, model, *tokenizer);
-    spdlog::info("saved model to {}", r.checkpoint.dir);
+    // The model goes to its own subdirectory: checkpoint.dir also holds what else a run keeps
+    // (metrics, and training checkpoints step-N/ once resume exists).
+    const std::string model_dir = (std::filesystem::path(r.checkpoint.dir) / "model").string();
+    save_model_dir(model_dir, model, *tokenizer);
+    spdlog::info("saved model to {}", model_dir);
   }
 }
 

@@ -17,9 +17,9 @@ YAML
   last_loss=$(tail -n 1 "$WORK/out-$arch-metrics.jsonl" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["loss"])')
   /usr/bin/python3 -c "import sys; sys.exit(0 if $last_loss < 0.3 else 1)" || fail "$arch final loss $last_loss not below 0.3"
   for f in config.json model.safetensors tokenizer.json; do
-    [ -f "$WORK/out-$arch/$f" ] || fail "$arch model dir lacks $f"
+    [ -f "$WORK/out-$arch/model/$f" ] || fail "$arch model dir lacks $f"
   done
-  out=$("$LLMRUN" generate "$WORK/out-$arch" --prompt "the quick brown" --max-tokens 30 --temperature 0)
+  out=$("$LLMRUN" generate "$WORK/out-$arch/model" --prompt "the quick brown" --max-tokens 30 --temperature 0)
   case "$out" in
     "the quick brown fox jumps over the lazy dog. llmrun"*) ;;
     *) fail "$arch generated '$out'" ;;
