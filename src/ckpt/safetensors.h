@@ -36,8 +36,9 @@ class SafetensorsWriter {
     metadata_ = std::move(metadata);
   }
 
-  // Stream the file to `path` (fsynced). Write into an AtomicDir or a temp name for
-  // crash safety: this call alone is not atomic.
+  // Stream the file to `path` (fsynced). Data goes in add order within each element
+  // width, widest first, so every tensor is aligned to its element size. Write into
+  // an AtomicDir or a temp name for crash safety: this call alone is not atomic.
   void write(const std::filesystem::path& path) const;
 
  private:

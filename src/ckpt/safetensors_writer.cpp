@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <bit>
 #include <nlohmann/json.hpp>
 
@@ -58,19 +59,27 @@ static void write_converted(FileWriter& out, const float* src, size_t n, DType t
 }
 
 void SafetensorsWriter::write(const std::filesystem::path& path) const {
+  // Wider element types first (stable, so add order holds within a width), as the
+  // reference writer does: with the 8-byte-aligned data section every tensor then
+  // starts at a multiple of its element size, and readers may use it in place.
+  std::vector<const Entry*> order;
+  for (const Entry& e : entries_) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
+    return dtype_size(a->dtype) > dtype_size(b->dtype);
+  });
+
   // ordered_json keeps the tensors in data order, which makes headers easy to read.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   uint64_t offset = 0;
-  for (const Entry& e : entries_) {
-    header[e.name] = {{"dtype", safetensors_dtype_name(e.dtype)},
-                      {"shape", e.shape},
-                      {"data_offsets", {offset, offset + e.bytes}}};
-    offset += e.bytes;
+  for (const Entry* e : order) {
+    header[e->name] = {{"dtype", safetensors_dtype_name(e->dtype)},
+                       {"shape", e->shape},
+                       {"data_offsets", {offset, offset + e->bytes}}};
+    offset += e->bytes;
   }
   std::string text = header.dump();
-  // Padding with spaces (valid JSON whitespace) aligns the data section to 8 bytes,
-  // as the reference implementation does, so readers can map tensors in place.
+  // Padding with spaces (valid JSON whitespace) aligns the data section to 8 bytes.
   text.append((8 - text.size() % 8) % 8, ' ');
 
   FileWriter out(path);
@@ -78,11 +87,11 @@ void SafetensorsWriter::write(const std::filesystem::path& path) const {
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
   out.write(len, sizeof len);
   out.write(text);
-  for (const Entry& e : entries_) {
-    if (e.src_dtype == e.dtype)
-      out.write(e.data, e.bytes);
+  for (const Entry* e : order) {
+    if (e->src_dtype == e->dtype)
+      out.write(e->data, e->bytes);
     else
-      write_converted(out, static_cast<const float*>(e.data), e.bytes / 2, e.dtype);
+      write_converted(out, static_cast<const float*>(e->data), e->bytes / 2, e->dtype);
   }
   out.sync();
   out.close();

@@ -17,7 +17,9 @@ static std::vector<fs::path> list_documents(const std::vector<std::string>& path
   for (const std::string& p : paths) {
     std::error_code ec;
     const fs::file_status st = fs::status(p, ec);
-    if (!fs::exists(st)) throw UserError(what + ": " + p + ": no such file or directory");
+    if (!fs::exists(st))
+      throw UserError(what + ": " + p + ": " +
+                      (ec ? ec.message() : std::string("no such file or directory")));
     if (!fs::is_directory(st)) {
       docs.emplace_back(p);
       continue;

@@ -66,6 +66,10 @@ TEST(Safetensors, RoundTripAllDtypes) {
   EXPECT_EQ(header["w.bf16"]["dtype"], "BF16");
   EXPECT_EQ(header["w.e4m3"]["dtype"], "F8_E4M3");
   EXPECT_EQ(header["w.f32"]["data_offsets"], nlohmann::json({0, 24}));
+  // Widest types first, so every tensor starts at a multiple of its element size.
+  EXPECT_EQ(header["w.i32"]["data_offsets"], nlohmann::json({24, 40}));
+  EXPECT_EQ(header["w.bf16"]["data_offsets"], nlohmann::json({40, 46}));
+  EXPECT_EQ(header["w.e5m2"]["data_offsets"], nlohmann::json({53, 55}));
 
   SafetensorsFile f(path);
   EXPECT_EQ(f.names(), (std::vector<std::string>{"empty", "w.bf16", "w.e4m3", "w.e5m2", "w.f16",
