@@ -1,0 +1,69 @@
+#include <optional>
+
+#include "data/tokenizer.h"
+#include "util/error.h"
+#include "util/json_file.h"
+
+namespace llmrun {
+
+namespace {
+
+using json = nlohmann::json;
+
+bool is_type(const json& doc, const char* key, const char* type) {
+  auto it = doc.find(key);
+  return it != doc.end() && it->is_object() && it->value("type", "") == type;
+}
+
+bool null_or_absent(const json& doc, const char* key) {
+  auto it = doc.find(key);
+  return it == doc.end() || it->is_null();
+}
+
+// Why `doc` is not exactly the byte-level tokenizer ByteLevelTokenizer implements,
+// or nothing when it is. Anything that would change which ids a text gets
+// (normalizer, prefix space, merges, extra tokens) disqualifies it.
+std::optional<std::string> byte_level_mismatch(const json& doc) {
+  if (!doc.is_object() || !is_type(doc, "model", "BPE")) return "its model is not BPE";
+  const json& model = doc["model"];
+  const json vocab = model.value("vocab", json());
+  const json merges = model.value("merges", json::array());
+  if (!vocab.is_object()) return "its model has no vocab";
+  if (!merges.is_array() || !merges.empty() || vocab.size() != 256)
+    return "it has " + std::to_string(vocab.size()) + " vocab entries and " +
+           std::to_string(merges.size()) + " merges";
+  if (doc.contains("added_tokens") && !doc["added_tokens"].empty()) return "it has added tokens";
+  if (!null_or_absent(doc, "normalizer")) return "it has a normalizer";
+  if (!is_type(doc, "pre_tokenizer", "ByteLevel") ||
+      doc["pre_tokenizer"].value("add_prefix_space", false))
+    return "its pre-tokenizer is not ByteLevel without add_prefix_space";
+  if (!is_type(doc, "decoder", "ByteLevel")) return "its decoder is not ByteLevel";
+  for (int b = 0; b < 256; ++b) {
+    const std::string key = byte_to_unicode(static_cast<uint8_t>(b));
+    auto it = vocab.find(key);
+    if (it == vocab.end() || !it->is_number_integer() || it->get<int64_t>() != b)
+      return "its vocab does not map \"" + key + "\" to byte id " + std::to_string(b);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_file) {
+  std::filesystem::path path = dir_or_file;
+  if (std::filesystem::is_directory(path)) path /= "tokenizer.json";
+  const json doc = read_json_file(path);
+  std::optional<std::string> why;
+  try {
+    why = byte_level_mismatch(doc);
+  } catch (const json::exception&) {  // a field of an unexpected JSON type
+    why = "it is not a well-formed byte-level BPE tokenizer.json";
+  }
+  if (why)
+    throw UserError(path.string() +
+                    ": only the 256-token byte-level tokenizer is supported by this build (" +
+                    *why + ")");
+  return std::make_unique<ByteLevelTokenizer>();
+}
+
+}  // namespace llmrun

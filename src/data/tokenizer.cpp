@@ -1,0 +1,19 @@
+#include "data/tokenizer.h"
+
+#include "util/atomic_dir.h"
+
+namespace llmrun {
+
+void Tokenizer::save(const std::filesystem::path& dir, int64_t model_max_length) const {
+  write_file_atomic(dir / "tokenizer.json", tokenizer_json().dump(2) + "\n");
+  nlohmann::ordered_json config = {
+      {"tokenizer_class", "PreTrainedTokenizerFast"},
+      // transformers would otherwise "clean up" spaces before punctuation when
+      // decoding, and decode(encode(s)) would no longer give back s.
+      {"clean_up_tokenization_spaces", false},
+  };
+  if (model_max_length > 0) config["model_max_length"] = model_max_length;
+  write_file_atomic(dir / "tokenizer_config.json", config.dump(2) + "\n");
+}
+
+}  // namespace llmrun

@@ -1,0 +1,51 @@
+// src/data owns the training data path: tokenizers (Hugging Face tokenizer.json),
+// text corpora, indexed datasets, samplers and dataset blending.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace llmrun {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // UserError for an id outside the vocabulary (ids can come from API requests).
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t eos_id() const = 0;  // -1 when the tokenizer has none
+  // The Hugging Face tokenizer.json document describing this tokenizer (ordered, so
+  // the saved file keeps the usual field order and the vocabulary in id order).
+  virtual nlohmann::ordered_json tokenizer_json() const = 0;
+
+  // Write tokenizer.json and tokenizer_config.json into `dir` (which must exist), so
+  // that transformers' AutoTokenizer loads the directory. model_max_length <= 0
+  // leaves that field out.
+  void save(const std::filesystem::path& dir, int64_t model_max_length = 0) const;
+};
+
+// GPT-2's byte-level BPE with no merges: token id b is byte b, 256 tokens, no
+// special tokens. Any byte string encodes, and decoding is the exact inverse.
+class ByteLevelTokenizer final : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int32_t vocab_size() const override { return 256; }
+  int32_t eos_id() const override { return -1; }
+  nlohmann::ordered_json tokenizer_json() const override;
+};
+
+// GPT-2's bytes_to_unicode: the UTF-8 text of the character that stands for byte b
+// in byte-level BPE vocabularies (printable bytes stand for themselves, the others
+// for U+0100 + n, e.g. ' ' -> "Ġ").
+std::string byte_to_unicode(uint8_t b);
+
+// Load a tokenizer from a tokenizer.json file or a directory holding one.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_file);
+
+}  // namespace llmrun

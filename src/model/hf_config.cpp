@@ -1,0 +1,197 @@
+#include "model/hf_config.h"
+
+#include <charconv>
+#include <cstdlib>
+
+#include "util/error.h"
+#include "util/json_file.h"
+
+namespace llmrun {
+
+using json = nlohmann::json;
+
+namespace {
+
+// A float printed as the shortest decimal that reads back as it (1e-05, not
+// 9.999999747378752e-06), so config.json holds the value the user wrote.
+double decimal(float f) {
+  char buf[32];
+  auto res = std::to_chars(buf, buf + sizeof buf, f);
+  *res.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+// Field access that turns every problem into "FILE: key \"k\" ..." for the user.
+class HfReader {
+ public:
+  HfReader(const json& j, const std::string& path) : j_(j), path_(path) {}
+
+  [[noreturn]] void fail(const std::string& what) const { throw UserError(path_ + ": " + what); }
+
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+
+  int positive_int(const char* key) const {
+    if (!has(key)) fail("missing key \"" + std::string(key) + "\"");
+    const json& v = j_[key];
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > INT32_MAX)
+      fail("key \"" + std::string(key) + "\" must be a positive integer, got " + v.dump());
+    return static_cast<int>(v.get<int64_t>());
+  }
+  int positive_int(const char* key, int fallback) const {
+    return has(key) ? positive_int(key) : fallback;
+  }
+
+  float positive_float(const char* key, float fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = j_[key];
+    if (!v.is_number() || v.get<double>() <= 0)
+      fail("key \"" + std::string(key) + "\" must be a positive number, got " + v.dump());
+    return static_cast<float>(v.get<double>());
+  }
+
+  bool boolean(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_[key].is_boolean()) fail("key \"" + std::string(key) + "\" must be true or false");
+    return j_[key].get<bool>();
+  }
+
+  std::string string(const char* key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_[key].is_string()) fail("key \"" + std::string(key) + "\" must be a string");
+    return j_[key].get<std::string>();
+  }
+
+  // Keys whose non-default values change the math in ways llmrun does not implement.
+  void require(bool ok, const char* key) const {
+    if (!ok)
+      fail("\"" + std::string(key) + "\": " + j_.value(key, json()).dump() +
+           " is not supported by llmrun");
+  }
+
+ private:
+  const json& j_;
+  const std::string& path_;
+};
+
+ModelConfig gpt2_from_hf(const HfReader& r) {
+  ModelConfig c;
+  c.arch = Arch::gpt2;
+  c.layers = r.positive_int("n_layer");
+  c.d_model = r.positive_int("n_embd");
+  c.heads = r.positive_int("n_head");
+  c.kv_heads = c.heads;
+  c.ffn = r.positive_int("n_inner", 4 * c.d_model);  // transformers: null means 4 * n_embd
+  c.vocab = r.positive_int("vocab_size");
+  c.seq_len = r.positive_int("n_positions", 1024);
+  c.norm_eps = r.positive_float("layer_norm_epsilon", 1e-5f);
+  c.tie_embeddings = true;
+  r.require(r.boolean("tie_word_embeddings", true), "tie_word_embeddings");
+  // gelu_pytorch_tanh is the same tanh approximation as gelu_new, computed faster.
+  const std::string act = r.string("activation_function", "gelu_new");
+  r.require(act == "gelu_new" || act == "gelu_pytorch_tanh", "activation_function");
+  r.require(r.boolean("scale_attn_weights", true), "scale_attn_weights");
+  r.require(!r.boolean("scale_attn_by_inverse_layer_idx", false),
+            "scale_attn_by_inverse_layer_idx");
+  return c;
+}
+
+ModelConfig llama_from_hf(const HfReader& r) {
+  ModelConfig c;
+  c.arch = Arch::llama;
+  c.layers = r.positive_int("num_hidden_layers");
+  c.d_model = r.positive_int("hidden_size");
+  c.heads = r.positive_int("num_attention_heads");
+  c.kv_heads = r.positive_int("num_key_value_heads", c.heads);
+  c.ffn = r.positive_int("intermediate_size");
+  c.vocab = r.positive_int("vocab_size");
+  c.seq_len = r.positive_int("max_position_embeddings", 2048);
+  c.norm_eps = r.positive_float("rms_norm_eps", 1e-6f);
+  c.rope_theta = r.positive_float("rope_theta", 10000.0f);
+  c.tie_embeddings = r.boolean("tie_word_embeddings", false);
+  r.require(r.string("hidden_act", "silu") == "silu", "hidden_act");
+  r.require(!r.boolean("attention_bias", false), "attention_bias");
+  r.require(!r.boolean("mlp_bias", false), "mlp_bias");
+  r.require(!r.has("rope_scaling"), "rope_scaling");
+  if (r.has("head_dim"))
+    r.require(c.d_model % c.heads == 0 && r.positive_int("head_dim") == c.d_model / c.heads,
+              "head_dim");
+  if (c.heads % c.kv_heads != 0)
+    r.fail("num_attention_heads " + std::to_string(c.heads) +
+           " is not a multiple of num_key_value_heads " + std::to_string(c.kv_heads));
+  return c;
+}
+
+}  // namespace
+
+json hf_config_json(const ModelConfig& c, int eos_token_id) {
+  const json eos = eos_token_id >= 0 ? json(eos_token_id) : json(nullptr);
+  if (c.arch == Arch::gpt2) {
+    return {
+        {"architectures", {"GPT2LMHeadModel"}},
+        {"model_type", "gpt2"},
+        {"n_layer", c.layers},
+        {"n_embd", c.d_model},
+        {"n_head", c.heads},
+        {"n_inner", c.ffn},
+        {"n_positions", c.seq_len},
+        {"n_ctx", c.seq_len},
+        {"vocab_size", c.vocab},
+        {"layer_norm_epsilon", decimal(c.norm_eps)},
+        {"activation_function", "gelu_new"},
+        {"tie_word_embeddings", true},
+        {"resid_pdrop", 0.0},
+        {"embd_pdrop", 0.0},
+        {"attn_pdrop", 0.0},
+        {"bos_token_id", eos},  // GPT-2 uses its end token as the start token too
+        {"eos_token_id", eos},
+        {"torch_dtype", "float32"},
+    };
+  }
+  return {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"num_hidden_layers", c.layers},
+      {"hidden_size", c.d_model},
+      {"num_attention_heads", c.heads},
+      {"num_key_value_heads", c.kv_heads},
+      {"intermediate_size", c.ffn},
+      {"max_position_embeddings", c.seq_len},
+      {"vocab_size", c.vocab},
+      {"rms_norm_eps", decimal(c.norm_eps)},
+      {"rope_theta", decimal(c.rope_theta)},
+      {"hidden_act", "silu"},
+      {"tie_word_embeddings", c.tie_embeddings},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+      {"bos_token_id", nullptr},  // byte-level vocabularies have no start token
+      {"eos_token_id", eos},
+      {"torch_dtype", "float32"},
+  };
+}
+
+ModelConfig model_config_from_hf(const json& j, const std::string& source_path) {
+  if (!j.is_object()) throw UserError(source_path + ": config.json is not a JSON object");
+  HfReader r(j, source_path);
+  const std::string type = r.string("model_type", "");
+  ModelConfig c;
+  if (type == "gpt2")
+    c = gpt2_from_hf(r);
+  else if (type == "llama")
+    c = llama_from_hf(r);
+  else if (type.empty())
+    r.fail("missing key \"model_type\"");
+  else
+    r.fail("model_type \"" + type + "\" is not supported (llmrun reads gpt2 and llama)");
+  if (c.d_model % c.heads != 0)
+    r.fail("hidden size " + std::to_string(c.d_model) + " is not a multiple of the " +
+           std::to_string(c.heads) + " attention heads");
+  return c;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& dir) {
+  std::filesystem::path path = dir;
+  if (std::filesystem::is_directory(path)) path /= "config.json";
+  return model_config_from_hf(read_json_file(path), path.string());
+}
+
+}  // namespace llmrun

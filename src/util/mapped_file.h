@@ -1,0 +1,26 @@
+// A read-only memory map of a whole file. Readers of large files (safetensors,
+// indexed datasets) take views into the map instead of copying the bytes.
+#pragma once
+#include <cstddef>
+#include <filesystem>
+
+namespace llmrun {
+
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path);  // UserError if it cannot open/map
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  const std::byte* data_ = nullptr;  // null for an empty file: mmap cannot map 0 bytes
+  size_t size_ = 0;
+};
+
+}  // namespace llmrun
