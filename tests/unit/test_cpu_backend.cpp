@@ -480,10 +480,10 @@ class AttentionTest : public CpuBackendTest {
 
 // Shapes straddle the 64-row tiles: partial blocks, exact multiples, GQA, and batch/head
 // counts that take both backward schedules (per kv head, and split dk/dv + dq tasks).
-TEST_F(AttentionTest, SingleTileGqa) { run({2, 37, 4, 2, 16}, 300); }
-TEST_F(AttentionTest, PartialTilesGqaSplitSchedule) { run({1, 150, 4, 2, 32}, 200); }
-TEST_F(AttentionTest, ExactTilesGqaFusedSchedule) { run({4, 128, 4, 2, 16}, 100); }
-TEST_F(AttentionTest, MultiHeadFusedSchedule) { run({5, 70, 2, 2, 8}, 150); }
+TEST_F(AttentionTest, SingleTileGqa) { run({2, 37, 4, 2, 16}, 100); }
+TEST_F(AttentionTest, PartialTilesGqaSplitSchedule) { run({1, 150, 4, 2, 32}, 80); }
+TEST_F(AttentionTest, ExactTilesGqaFusedSchedule) { run({4, 128, 4, 2, 16}, 60); }
+TEST_F(AttentionTest, MultiHeadFusedSchedule) { run({5, 70, 2, 2, 8}, 60); }
 
 TEST_F(CpuBackendTest, AttentionCachedMatchesFullAttention) {
   const AttentionShape s{1, 100, 4, 2, 16};
