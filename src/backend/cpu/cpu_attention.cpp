@@ -19,6 +19,8 @@ namespace llmrun {
 
 namespace {
 
+// 64 x 64 measured fastest for head_dim 64 (32..128 tried): the tile and its operands stay
+// in L1/L2 and OpenBLAS's small-matrix kernels handle it without packing.
 constexpr int kBq = 64;  // query rows per tile
 constexpr int kBk = 64;  // key rows per tile
 

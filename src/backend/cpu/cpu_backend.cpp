@@ -217,26 +217,4 @@ float CpuBackend::amax(const Tensor& x) {
   return nan ? std::nanf("") : m;
 }
 
-void CpuBackend::add(Tensor out, const Tensor& a, const Tensor& b) {
-  check_f32(out, "add out");
-  check_f32(a, "add a");
-  check_f32(b, "add b");
-  check_same_numel(out, a, "add");
-  check_same_numel(out, b, "add");
-  const int64_t n = out.numel();
-  float* o = out.f32();
-  const float* x = a.f32();
-  const float* y = b.f32();
-#pragma omp parallel for simd num_threads(threads_) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
-}
-
-void CpuBackend::scale(Tensor x, float a) {
-  check_f32(x, "scale x");
-  const int64_t n = x.numel();
-  float* p = x.f32();
-#pragma omp parallel for simd num_threads(threads_) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) p[i] *= a;
-}
-
 }  // namespace llmrun

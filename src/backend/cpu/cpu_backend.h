@@ -1,8 +1,8 @@
 // The reference backend: fp32 on the host, OpenBLAS for GEMMs, OpenMP for everything else.
 // Both share one OpenMP pool (OpenBLAS's OpenMP build), sized by the constructor. The op
-// families live in separate files: cpu_backend.cpp (memory, dense, reductions),
-// cpu_elementwise.cpp, cpu_norms.cpp, cpu_rope.cpp, cpu_attention.cpp, cpu_loss.cpp,
-// cpu_adamw.cpp.
+// families live in separate files: cpu_backend.cpp (memory, casts, GEMM, reductions),
+// cpu_elementwise.cpp, cpu_norms.cpp, cpu_rope.cpp, cpu_attention.cpp, cpu_embedding.cpp,
+// cpu_loss.cpp (softmax cross-entropy) and cpu_adamw.cpp.
 #pragma once
 #include "backend/backend.h"
 

@@ -1,4 +1,4 @@
-// Activation functions: GELU (tanh approximation) and SwiGLU, forward and backward.
+// Elementwise ops: add, scale, and the activations GELU (tanh approximation) and SwiGLU.
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -16,6 +16,28 @@ namespace {
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluC = 0.044715f;
 }  // namespace
+
+void CpuBackend::add(Tensor out, const Tensor& a, const Tensor& b) {
+  check_f32(out, "add out");
+  check_f32(a, "add a");
+  check_f32(b, "add b");
+  check_same_numel(out, a, "add");
+  check_same_numel(out, b, "add");
+  const int64_t n = out.numel();
+  float* o = out.f32();
+  const float* x = a.f32();
+  const float* y = b.f32();
+#pragma omp parallel for simd num_threads(threads_) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+}
+
+void CpuBackend::scale(Tensor x, float a) {
+  check_f32(x, "scale x");
+  const int64_t n = x.numel();
+  float* p = x.f32();
+#pragma omp parallel for simd num_threads(threads_) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) p[i] *= a;
+}
 
 void CpuBackend::gelu_fwd(Tensor out, const Tensor& x) {
   check_f32(out, "gelu out");
