@@ -1,5 +1,5 @@
 # Each user mistake exits 2 with one error line naming the problem, and writes nothing.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/common.bash"
 cd "$WORK"
 printf 'some text for training, long enough to cut windows from. %.0s' $(seq 50) > text.txt
 good='model: {arch: gpt2, layers: 1, d_model: 32, heads: 4, seq_len: 16}
@@ -10,7 +10,7 @@ checkpoint: {dir: out}'
 check() {  # check NAME PATTERN YAML
   printf '%s\n' "$3" > "$1.yaml"
   expect_exit 2 "$2" "$LLMRUN" train "$1.yaml"
-  [ "$(grep -c '^error:' "$WORK/err")" = 1 ] || fail "$1: expected exactly one error line"
+  [ "$(grep -c '^error:' "$WORK/cmd.stderr")" = 1 ] || fail "$1: expected exactly one error line"
   [ ! -e out ] || fail "$1: left output behind"
 }
 

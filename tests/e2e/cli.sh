@@ -1,5 +1,5 @@
 # The command line surface: version, help on every subcommand, dry-run.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/common.bash"
 "$LLMRUN" --version | grep -qE '^llmrun [0-9]+\.[0-9]+' || fail "--version"
 for sub in train generate; do
   "$LLMRUN" $sub --help | grep -qi usage || fail "$sub --help"

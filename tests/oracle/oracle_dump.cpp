@@ -115,8 +115,13 @@ int main(int argc, char** argv) {
   for (auto& p : params) p.name = "step2." + p.name;
   for (const auto* set : {&grads, &params})
     for (const HfTensor& t : *set) w.add(t.name, DType::f32, t.shape, t.data.data());
-  w.set_metadata({{"lr", std::to_string(lr)}, {"beta1", "0.9"}, {"beta2", "0.95"}, {"eps", "1e-8"},
-                  {"weight_decay", "0.1"}, {"clip", std::to_string(clip)}, {"arch", arch}});
+  auto exact = [](float v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return std::string(buf);
+  };
+  w.set_metadata({{"lr", exact(lr)}, {"beta1", "0.9"}, {"beta2", "0.95"}, {"eps", "1e-8"},
+                  {"weight_decay", "0.1"}, {"clip", exact(clip)}, {"arch", arch_name(cfg.arch)}});
   w.write(out / "reference.safetensors");
   std::printf("wrote %s (loss %.6f, grad norm %.6f, clip %.6f)\n", out.c_str(), loss, norm, clip);
   return 0;

@@ -37,6 +37,16 @@ void CpuBackend::copy(Tensor dst, const Tensor& src) {
   std::memmove(dst.data, src.data, dst.bytes());
 }
 
+void CpuBackend::copy_cols(Tensor dst, const Tensor& src, int64_t col_begin) {
+  LLMRUN_CHECK(dst.dtype == src.dtype && dst.rows() == src.rows(), "copy_cols: shapes differ");
+  LLMRUN_CHECK(col_begin >= 0 && col_begin + dst.cols() <= src.cols(), "copy_cols: columns out of range");
+  const int64_t rows = dst.rows(), width = dst.cols() * int64_t(dtype_size(dst.dtype));
+  const int64_t src_stride = src.cols() * int64_t(dtype_size(src.dtype));
+  const char* from = static_cast<const char*>(src.data) + col_begin * int64_t(dtype_size(src.dtype));
+  char* to = static_cast<char*>(dst.data);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(to + r * width, from + r * src_stride, size_t(width));
+}
+
 void CpuBackend::fill(Tensor x, float value) {
   const int64_t n = x.numel();
   switch (x.dtype) {

@@ -19,6 +19,7 @@ class CpuBackend final : public Backend {
   Buffer allocate(size_t bytes) override;
   void copy(Tensor dst, const Tensor& src) override;
   void fill(Tensor x, float value) override;
+  void copy_cols(Tensor dst, const Tensor& src, int64_t col_begin) override;
   void cast(Tensor dst, const Tensor& src, float scale = 1.0f) override;
 
   void matmul(Tensor out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,

@@ -12,7 +12,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 expect_exit() {
   local want=$1 pattern=$2; shift 2
   local rc=0
-  "$@" >"$WORK/out" 2>"$WORK/err" || rc=$?
-  [ "$rc" = "$want" ] || { cat "$WORK/err" >&2; fail "'$*' exited $rc, expected $want"; }
-  grep -qE -- "$pattern" "$WORK/err" || { cat "$WORK/err" >&2; fail "'$*': stderr lacks /$pattern/"; }
+  "$@" >"$WORK/cmd.stdout" 2>"$WORK/cmd.stderr" || rc=$?
+  [ "$rc" = "$want" ] || { cat "$WORK/cmd.stderr" >&2; fail "'$*' exited $rc, expected $want"; }
+  grep -qE -- "$pattern" "$WORK/cmd.stderr" || { cat "$WORK/cmd.stderr" >&2; fail "'$*': stderr lacks /$pattern/"; }
 }
