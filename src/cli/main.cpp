@@ -1,6 +1,7 @@
 // src/cli owns the llmrun executable: argument parsing (CLI11) and one file per subcommand.
 // Exit codes: 0 success, 2 user error (bad flag, recipe, path, file), 1 internal failure;
 // every failure prints one "error:" line.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -11,6 +12,9 @@
 #include "util/error.h"
 
 int main(int argc, char** argv) {
+  // Logs and progress go to stderr; stdout carries only what a command outputs (generated
+  // text, --dry-run), so it can be piped.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("llmrun"));
   spdlog::set_pattern("%^%l%$: %v");
   CLI::App app{"llmrun: train and serve GPT-2 and Llama models with one binary"};
   app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION);
