@@ -4,53 +4,15 @@
 
 #include <chrono>
 #include <filesystem>
-#include <random>
 
 #include "ckpt/model_dir.h"
-#include "data/text_corpus.h"
+#include "data/training_data.h"
 #include "data/tokenizer.h"
 #include "train/peak_flops.h"
 #include "train/progress.h"
 #include "train/train_step.h"
 
 namespace llmrun {
-
-namespace {
-
-// Draws windows from the recipe's datasets, picking the dataset of each window by weight.
-class BlendedWindows {
- public:
-  BlendedWindows(const Recipe& r, const Tokenizer& tok) : window_(r.model.seq_len + 1), pick_rng_(r.train.seed) {
-    std::vector<double> weights;
-    corpora_.reserve(r.data.train.size());  // samplers keep spans into these
-    for (size_t i = 0; i < r.data.train.size(); ++i) {
-      const DataSource& src = r.data.train[i];
-      corpora_.push_back(load_token_corpus({src.path}, tok, window_));
-      samplers_.emplace_back(corpora_.back(), window_, r.train.seed + 7919 * i);
-      weights.push_back(src.weight);
-      tokens_ += corpora_.back().size();
-    }
-    pick_ = std::discrete_distribution<size_t>(weights.begin(), weights.end());
-  }
-
-  void fill(int32_t* dst, int windows) {
-    for (int w = 0; w < windows; ++w) {
-      const size_t i = corpora_.size() == 1 ? 0 : pick_(pick_rng_);
-      samplers_[i].next(dst + int64_t(w) * window_);
-    }
-  }
-  size_t tokens() const { return tokens_; }
-
- private:
-  int window_;
-  std::vector<std::vector<int32_t>> corpora_;
-  std::vector<WindowSampler> samplers_;
-  std::mt19937_64 pick_rng_;
-  std::discrete_distribution<size_t> pick_;
-  size_t tokens_ = 0;
-};
-
-}  // namespace
 
 void run_training(const Recipe& r) {
   auto backend = make_cpu_backend(0);
@@ -59,7 +21,7 @@ void run_training(const Recipe& r) {
   if (tokenizer->vocab_size() > r.model.vocab)
     throw UserError(r.source + ": model.vocab=" + std::to_string(r.model.vocab) + " is smaller than the tokenizer's " +
                     std::to_string(tokenizer->vocab_size()) + " tokens");
-  BlendedWindows data(r, *tokenizer);
+  TrainingData data(r, *tokenizer);
   MetricsWriter metrics(r.logging.metrics);
 
   Transformer model(*backend, r.model);
