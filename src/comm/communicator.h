@@ -33,7 +33,8 @@ class Communicator {
 
   // In place over `buf`.
   virtual std::unique_ptr<CommRequest> iall_reduce(Tensor buf, ReduceOp op) = 0;
-  // in [size * n] -> out [n]: rank r receives the sum of every rank's r-th chunk.
+  // in [size * n] -> out [n]: rank r receives the sum of every rank's r-th chunk. When `out`
+  // starts where `in` does, it works in place and the result is the first chunk of `in`.
   virtual std::unique_ptr<CommRequest> ireduce_scatter(const Tensor& in, Tensor out) = 0;
   // in [n] -> out [size * n], chunk r from rank r. `in` may alias chunk rank() of `out`.
   virtual std::unique_ptr<CommRequest> iall_gather(const Tensor& in, Tensor out) = 0;

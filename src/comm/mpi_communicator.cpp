@@ -109,7 +109,8 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<CommRequest> ireduce_scatter(const Tensor& in, Tensor out) override {
     LLMRUN_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: input must be size x output");
     MPI_Request r;
-    check(MPI_Ireduce_scatter_block(in.data, out.data, mpi_count(out), mpi_type(out.dtype), MPI_SUM, comm_, &r),
+    const void* send = in.data == out.data ? MPI_IN_PLACE : in.data;
+    check(MPI_Ireduce_scatter_block(send, out.data, mpi_count(out), mpi_type(out.dtype), MPI_SUM, comm_, &r),
           "reduce_scatter");
     return request(r, "reduce_scatter");
   }

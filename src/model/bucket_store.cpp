@@ -8,18 +8,19 @@ BucketStore::BucketStore(Backend& backend, const std::vector<BucketLayout>& layo
   for (const auto& b : layout) {
     const int64_t padded = (b.numel + pad_multiple - 1) / pad_multiple * pad_multiple;
     padded_.push_back(padded);
-    if (allocate) {
-      owned_.push_back(backend.allocate(static_cast<size_t>(padded) * 4));
-      base_.push_back(owned_.back().as(DType::f32, {padded}));
-    } else {
-      base_.emplace_back();
-    }
+    owned_.push_back(allocate ? backend.allocate(static_cast<size_t>(padded) * 4) : Buffer());
+    base_.push_back(allocate ? owned_.back().as(DType::f32, {padded}) : Tensor());
   }
 }
 
 void BucketStore::attach(int b, Tensor storage) {
   LLMRUN_CHECK(storage.dtype == DType::f32 && storage.numel() == padded_[b], "attach: wrong bucket size");
   base_[b] = storage.view({padded_[b]});
+}
+
+void BucketStore::drop(int b) {
+  owned_[b] = Buffer();
+  base_[b] = Tensor();
 }
 
 Tensor BucketStore::bucket(int b) const {

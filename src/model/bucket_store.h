@@ -24,6 +24,8 @@ class BucketStore {
   // Points bucket b at `storage` (f32, padded_numel(b) elements), or at nothing.
   void attach(int b, Tensor storage);
   void detach(int b) { base_[b] = Tensor(); }
+  // Frees bucket b's own memory (ZeRO-3 keeps only a shard once the weights are in place).
+  void drop(int b);
 
   Tensor bucket(int b) const;         // the whole (padded) bucket, 1-D
   Tensor tensor(int b, int p) const;  // parameter p of bucket b, shaped as in the layout

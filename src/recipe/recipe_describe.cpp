@@ -114,6 +114,12 @@ std::string describe_recipe(const Recipe& r) {
   o << "checkpoint:\n  dir: " << str(r.checkpoint.dir) << "\n";
   o << "logging:\n  every: " << r.logging.every << "\n  metrics: " << str(r.logging.metrics)
     << "\n";
+  o << "parallel:\n  tp: " << r.parallel.tp << "\n  pp: " << r.parallel.pp << "\n  dp: " << r.parallel.dp
+    << "\n  zero: " << r.parallel.zero << "\n";
+  o << "launch:\n  nproc: " << r.launch.nproc << "\n  timeout_s: " << num(r.launch.timeout_s)
+    << "\n  mpirun_args: [";
+  for (size_t i = 0; i < r.launch.mpirun_args.size(); ++i) o << (i ? ", " : "") << str(r.launch.mpirun_args[i]);
+  o << "]\n";
 
   const double flops_token = m.train_flops_per_token(m.seq_len);
   const double flops_step = flops_token * double(r.tokens_per_step());
