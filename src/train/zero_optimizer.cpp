@@ -65,7 +65,8 @@ Tensor ZeroOptimizer::take_slot() {
   return t;
 }
 
-void ZeroOptimizer::free_slot(Tensor slot) { free_slots_.push_back(slot); }
+// Slots come back as bucket-sized views; the pool keeps them at full size.
+void ZeroOptimizer::free_slot(Tensor slot) { free_slots_.push_back(Tensor(slot.data, DType::f32, {slot_numel_})); }
 
 // ZeRO-3: brings bucket b's full parameters into a slot (or starts doing so, for a prefetch).
 void ZeroOptimizer::gather_params(int b, bool blocking) {
