@@ -223,6 +223,26 @@ void ZeroOptimizer::release_full_params() {
   for (int b = 0; b < model_.params().num_buckets(); ++b) release(b, Phase::forward);
 }
 
+void ZeroOptimizer::gather_moments(BucketStore& m_full, BucketStore& v_full) {
+  for (int b = 0; b < model_.params().num_buckets(); ++b) {
+    if (stage_ == 0) {
+      be_.copy(m_full.bucket(b), moment_m(b));
+      be_.copy(v_full.bucket(b), moment_v(b));
+    } else {
+      wait(*dp_.iall_gather(moment_m(b), m_full.bucket(b)));
+      wait(*dp_.iall_gather(moment_v(b), v_full.bucket(b)));
+    }
+  }
+}
+
+void ZeroOptimizer::load_moments(const BucketStore& m_full, const BucketStore& v_full, int64_t steps_taken) {
+  for (int b = 0; b < model_.params().num_buckets(); ++b) {
+    be_.copy(moment_m(b), shard_of(m_full.bucket(b), b));
+    be_.copy(moment_v(b), shard_of(v_full.bucket(b), b));
+  }
+  steps_ = steps_taken;
+}
+
 TrainingMemory ZeroOptimizer::memory() const {
   size_t full = 0, shards = 0;
   for (int b = 0; b < model_.params().num_buckets(); ++b) {

@@ -47,6 +47,11 @@ class ZeroOptimizer final : public BucketHooks {
   void acquire_full_params();
   void release_full_params();
 
+  // Checkpoints hold the moments unsharded (so they load under any layout): the full
+  // stores use the model's layout padded like the model's buckets.
+  void gather_moments(BucketStore& m_full, BucketStore& v_full);  // a collective
+  void load_moments(const BucketStore& m_full, const BucketStore& v_full, int64_t steps_taken);
+
   TrainingMemory memory() const;
   int stage() const { return stage_; }
   int64_t steps_taken() const { return steps_; }
