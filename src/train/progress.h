@@ -20,6 +20,7 @@ struct StepReport {
   double comm_share = 0;     // fraction of the step spent waiting for communication
   TrainingMemory memory;     // persistent bytes per rank
   size_t activation_bytes = 0;
+  bool multi_rank = false;   // adds communication share and memory per rank to the line
 };
 
 std::string format_duration(double seconds);

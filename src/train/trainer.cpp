@@ -105,6 +105,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
     rep.comm_share = (opt.comm_wait_seconds() - comm0) / rep.step_seconds;
     rep.memory = opt.memory();
     rep.activation_bytes = model.activation_bytes();
+    rep.multi_rank = world > 1;
     const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
     rep.eta_seconds = elapsed / double(s) * double(r.train.steps - s);
     const bool logged = s % r.logging.every == 0 || s == r.train.steps || s == 1;
