@@ -17,6 +17,10 @@ class AdamWOptimizer {
   // One update with learning rate `lr` from the gradients in `grads`.
   void step(BucketStore& params, const BucketStore& grads, float lr);
   int64_t steps_taken() const { return step_; }
+  // The moments (exp_avg, exp_avg_sq) and step count, for checkpoints and resume.
+  BucketStore& exp_avg() { return m_; }
+  BucketStore& exp_avg_sq() { return v_; }
+  void set_steps_taken(int64_t step) { step_ = step; }
   size_t state_bytes() const { return static_cast<size_t>(m_.numel() + v_.numel()) * 4; }
 
  private:

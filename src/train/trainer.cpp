@@ -5,12 +5,15 @@
 #include <chrono>
 #include <filesystem>
 
+#include "ckpt/hf_weights.h"
 #include "ckpt/model_dir.h"
 #include "data/training_data.h"
 #include "data/tokenizer.h"
 #include "train/peak_flops.h"
 #include "train/progress.h"
+#include "train/run_checkpoints.h"
 #include "train/train_step.h"
+#include "util/stop_signal.h"
 
 namespace llmrun {
 
@@ -22,12 +25,18 @@ void run_training(const Recipe& r) {
     throw UserError(r.source + ": model.vocab=" + std::to_string(r.model.vocab) + " is smaller than the tokenizer's " +
                     std::to_string(tokenizer->vocab_size()) + " tokens");
   TrainingData data(r, *tokenizer);
-  MetricsWriter metrics(r.logging.metrics);
 
   Transformer model(*backend, r.model);
   model.init_weights(r.train.seed);
+  if (!r.model_from.empty()) {
+    import_hf_tensors(*backend, model.params(), HfWeightFiles(r.model_from));
+    spdlog::info("initialised from {}", r.model_from);
+  }
   AdamWOptimizer opt(*backend, model.layout(),
                      {float(r.train.beta1), float(r.train.beta2), float(r.train.eps), float(r.train.weight_decay)});
+  RunCheckpoints checkpoints(r, model, opt, data, *tokenizer);
+  const int64_t first_step = checkpoints.resume() + 1;
+  MetricsWriter metrics(r.logging.metrics, first_step - 1);
   LrSchedule lr{r.train.lr, r.train.min_lr, r.train.warmup, r.train.steps, r.train.schedule};
   StepShape shape{r.train.micro_batch, r.model.seq_len, r.grad_accum_steps(), float(r.train.clip)};
   TrainStep step(model, opt, lr, shape);
@@ -41,8 +50,9 @@ void run_training(const Recipe& r) {
                peak.flops / 1e9, peak.source);
 
   ProgressPrinter progress;
+  StopSignals stop;
   const auto t_start = std::chrono::steady_clock::now();
-  for (int64_t s = 1; s <= r.train.steps; ++s) {
+  for (int64_t s = first_step; s <= r.train.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     StepReport rep;
     rep.stats = step.run([&](int32_t* windows) { data.fill(windows, r.train.micro_batch); });
@@ -52,12 +62,26 @@ void run_training(const Recipe& r) {
     rep.tokens_per_s = double(r.tokens_per_step()) / rep.step_seconds;
     rep.mfu = flops_per_token * rep.tokens_per_s / peak.flops;
     const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
-    rep.eta_seconds = elapsed / double(s) * double(r.train.steps - s);
+    rep.eta_seconds = elapsed / double(s - first_step + 1) * double(r.train.steps - s);
     const bool logged = s % r.logging.every == 0 || s == r.train.steps || s == 1;
     progress.update(rep, logged);
     if (logged) metrics.write(rep);
+    if (checkpoints.enabled() && (checkpoints.due(s) || s == r.train.steps || stop.requested())) {
+      progress.finish();
+      checkpoints.save(s);
+    }
+    if (stop.requested()) {
+      progress.finish();
+      if (checkpoints.enabled())
+        spdlog::info("stopped by signal {} after step {}; resume with checkpoint.resume: auto", stop.signal(), s);
+      else
+        spdlog::warn("stopped by signal {} after step {}; no checkpoint.dir, so nothing was saved", stop.signal(), s);
+      return;
+    }
   }
   progress.finish();
+  if (first_step > r.train.steps)
+    spdlog::info("the checkpoint is at step {}, train.steps is {}: nothing to train", first_step - 1, r.train.steps);
 
   if (!r.checkpoint.dir.empty()) {
     // The model goes to its own subdirectory: checkpoint.dir also holds what else a run keeps
