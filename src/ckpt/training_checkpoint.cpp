@@ -50,34 +50,20 @@ uint64_t file_checksum(const fs::path& path) {
   return xxh64(f.data(), f.size());
 }
 
-// Writes one tensor group; returns the index entries (tensors) and the file record.
-void write_group(Backend& be, const fs::path& dir, const std::string& group, const BucketStore* store,
+// Writes one tensor group as one safetensors file; appends its index entries and file record.
+void write_group(const fs::path& dir, const std::string& group, const TensorSource& source,
                  const std::vector<BucketLayout>& layout, json& tensors, json& files) {
   const std::string file = group_file(group);
   SafetensorsWriter w;
   std::vector<float> zeros;  // a fresh optimizer's moments: one tensor of zeros, reused
-  std::vector<float> staging;
   for (int b = 0; b < int(layout.size()); ++b) {
     for (int p = 0; p < int(layout[b].params.size()); ++p) {
       const ParamSpec& spec = layout[b].params[p];
-      if (!store) {
-        w.add_produced(spec.hf_name, DType::f32, spec.shape, DType::f32, [&zeros, n = spec.numel()] {
-          if (zeros.size() < size_t(n)) zeros.assign(size_t(n), 0.0f);
-          return static_cast<const void*>(zeros.data());
-        });
-        continue;
-      }
-      const Tensor t = store->tensor(b, p);
-      if (t.device == Device::cpu) {
-        w.add(spec.hf_name, DType::f32, spec.shape, t.data);  // straight from the bucket: no copy
-      } else {
-        // Device memory goes through one host tensor at a time.
-        w.add_produced(spec.hf_name, DType::f32, spec.shape, DType::f32, [&staging, &be, t, n = spec.numel()] {
-          staging.resize(size_t(n));
-          be.copy(Tensor(staging.data(), DType::f32, {n}), t.view({n}));
-          return static_cast<const void*>(staging.data());
-        });
-      }
+      w.add_produced(spec.hf_name, DType::f32, spec.shape, DType::f32, [&, b, p]() -> const void* {
+        if (source) return source(b, p, spec);
+        if (zeros.size() < size_t(spec.numel())) zeros.assign(size_t(spec.numel()), 0.0f);
+        return zeros.data();
+      });
     }
   }
   w.set_metadata({{"format", "pt"}, {"llmrun_group", group}});
@@ -127,6 +113,17 @@ void prune(const fs::path& dir, int keep, int64_t newest) {
 
 }  // namespace
 
+TensorSource bucket_source(Backend& be, const BucketStore& store) {
+  auto staging = std::make_shared<std::vector<float>>();
+  return [&be, &store, staging](int b, int p, const ParamSpec& spec) -> const float* {
+    const Tensor t = store.tensor(b, p);
+    if (t.device == Device::cpu) return t.f32();  // straight from the bucket: no copy
+    staging->resize(size_t(spec.numel()));
+    be.copy(Tensor(staging->data(), DType::f32, {spec.numel()}), t.view({spec.numel()}));
+    return staging->data();
+  };
+}
+
 std::string step_dir_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step-%07lld", static_cast<long long>(step));
@@ -136,16 +133,14 @@ std::string step_dir_name(int64_t step) {
 fs::path save_training_checkpoint(const fs::path& dir, int keep, const CheckpointState& state,
                                   const CheckpointTensors& tensors, const Tokenizer& tokenizer,
                                   const ModelConfig& cfg) {
-  LLMRUN_CHECK(tensors.params != nullptr, "a checkpoint needs parameters");
-  const auto& layout = tensors.params->layout();
+  LLMRUN_CHECK(tensors.layout && tensors.params, "a checkpoint needs parameters");
+  const auto& layout = *tensors.layout;
   const fs::path final_dir = dir / step_dir_name(state.step);
   AtomicDir out(final_dir);
   json tensor_list = json::array(), files = json::object();
-  LLMRUN_CHECK(tensors.backend != nullptr, "a checkpoint needs the tensors' backend");
-  Backend& be = *tensors.backend;
-  write_group(be, out.path(), kParamsGroup, tensors.params, layout, tensor_list, files);
-  write_group(be, out.path(), kExpAvgGroup, tensors.exp_avg, layout, tensor_list, files);
-  write_group(be, out.path(), kExpAvgSqGroup, tensors.exp_avg_sq, layout, tensor_list, files);
+  write_group(out.path(), kParamsGroup, tensors.params, layout, tensor_list, files);
+  write_group(out.path(), kExpAvgGroup, tensors.exp_avg, layout, tensor_list, files);
+  write_group(out.path(), kExpAvgSqGroup, tensors.exp_avg_sq, layout, tensor_list, files);
   tokenizer.save(out.path(), cfg.seq_len);
   for (const auto& e : fs::directory_iterator(out.path())) {
     const std::string name = e.path().filename().string();

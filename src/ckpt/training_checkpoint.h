@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -32,11 +33,19 @@ struct CheckpointState {
   uint64_t seed = 0;             // train.seed: initialisation and the data sampler streams
 };
 
+// Where a group's tensors come from at write time: the f32 data of layout tensor (b, p) in
+// llmrun's layout, valid until the next call. Lets a conversion stream tensor by tensor.
+using TensorSource = std::function<const float*(int bucket, int param, const ParamSpec& spec)>;
+
+// Reads tensors straight out of a BucketStore (staged through host memory when the store
+// lives on a device).
+TensorSource bucket_source(Backend& be, const BucketStore& store);
+
 struct CheckpointTensors {
-  Backend* backend = nullptr;  // where the stores live
-  const BucketStore* params = nullptr;
-  const BucketStore* exp_avg = nullptr;  // null with exp_avg_sq: written as zeros (fresh optimizer)
-  const BucketStore* exp_avg_sq = nullptr;
+  const std::vector<BucketLayout>* layout = nullptr;
+  TensorSource params;
+  TensorSource exp_avg;     // empty: zeros (a fresh optimizer)
+  TensorSource exp_avg_sq;  // empty: zeros
 };
 
 // "step-0000042"

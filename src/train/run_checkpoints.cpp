@@ -57,7 +57,9 @@ void RunCheckpoints::save(int64_t step) {
   st.recipe = recipe_json(r_);
   st.data = data_.state();
   st.seed = r_.train.seed;
-  CheckpointTensors t{&model_.backend(), &model_.params(), &opt_.exp_avg(), &opt_.exp_avg_sq()};
+  Backend& be = model_.backend();
+  CheckpointTensors t{&model_.layout(), bucket_source(be, model_.params()), bucket_source(be, opt_.exp_avg()),
+                      bucket_source(be, opt_.exp_avg_sq())};
   const fs::path dir = save_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, st, t, tok_, model_.config());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("checkpoint {} ({:.2f} s)", dir.string(), s);
