@@ -111,6 +111,21 @@ void prune(const fs::path& dir, int keep, int64_t newest) {
   }
 }
 
+// Leftovers of a writer that was killed: AtomicDir temporaries (step-N.tmp-PID), a latest
+// being replaced (latest.tmp-PID), prunes cut short (step-N.deleting). None is ever read.
+void remove_stale_temporaries(const fs::path& dir) {
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool ours = name.rfind(kStepPrefix, 0) == 0 || name.rfind(kLatest, 0) == 0;
+    if (ours && (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos ||
+                 (name.size() > 9 && name.substr(name.size() - 9) == ".deleting")))
+      stale.push_back(e.path());
+  }
+  for (const fs::path& p : stale) fs::remove_all(p, ec);
+}
+
 }  // namespace
 
 TensorSource bucket_source(Backend& be, const BucketStore& store) {
@@ -136,6 +151,8 @@ fs::path save_training_checkpoint(const fs::path& dir, int keep, const Checkpoin
   LLMRUN_CHECK(tensors.layout && tensors.params, "a checkpoint needs parameters");
   const auto& layout = *tensors.layout;
   const fs::path final_dir = dir / step_dir_name(state.step);
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) remove_stale_temporaries(dir);
   AtomicDir out(final_dir);
   json tensor_list = json::array(), files = json::object();
   write_group(out.path(), kParamsGroup, tensors.params, layout, tensor_list, files);
