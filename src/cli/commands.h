@@ -14,5 +14,6 @@ struct Command {
 Command add_train_command(CLI::App& root);
 Command add_generate_command(CLI::App& root);
 Command add_convert_command(CLI::App& root);
+Command add_eval_command(CLI::App& root);
 
 }  // namespace llmrun::cli
