@@ -57,7 +57,9 @@ class SafetensorsWriter {
   // Stream the file to `path` (fsynced). Data goes in add order within each element
   // width, widest first, so every tensor is aligned to its element size. Write into
   // an AtomicDir or a temp name for crash safety: this call alone is not atomic.
-  WrittenSafetensors write(const std::filesystem::path& path) const;
+  // `sync` false leaves the fsync to the caller (AtomicDir::commit fsyncs every file), so
+  // several files' writeback overlaps instead of waiting file by file.
+  WrittenSafetensors write(const std::filesystem::path& path, bool sync = true) const;
   // Bytes write() will produce (header included), to plan shards before writing.
   uint64_t file_bytes() const;
   bool empty() const { return entries_.empty(); }

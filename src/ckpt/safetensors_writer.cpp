@@ -125,7 +125,7 @@ uint64_t SafetensorsWriter::file_bytes() const {
   return n;
 }
 
-WrittenSafetensors SafetensorsWriter::write(const std::filesystem::path& path) const {
+WrittenSafetensors SafetensorsWriter::write(const std::filesystem::path& path, bool sync) const {
   std::vector<const Entry*> order;
   const std::string text = header_text(order);
   WrittenSafetensors info;
@@ -141,8 +141,9 @@ WrittenSafetensors SafetensorsWriter::write(const std::filesystem::path& path) c
       out.write(src, e->bytes);
     else
       write_converted(out, static_cast<const float*>(src), e->bytes / 2, e->dtype);
+    if (e->bytes >= (8u << 20)) out.file().start_writeback();
   }
-  out.file().sync();
+  if (sync) out.file().sync();
   out.file().close();
   info.bytes = out.written();
   info.checksum = out.digest();

@@ -67,7 +67,7 @@ void write_group(const fs::path& dir, const std::string& group, const TensorSour
     }
   }
   w.set_metadata({{"format", "pt"}, {"llmrun_group", group}});
-  const WrittenSafetensors info = w.write(dir / file);
+  const WrittenSafetensors info = w.write(dir / file, /*sync=*/false);  // AtomicDir::commit fsyncs
   files[file] = {{"bytes", info.bytes}, {"xxh64", checksum_hex(info.checksum)}};
   for (const BucketLayout& bucket : layout) {
     for (const ParamSpec& spec : bucket.params) {
