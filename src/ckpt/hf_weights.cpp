@@ -40,7 +40,21 @@ std::vector<HfTensor> export_hf_tensors(Backend& be, const BucketStore& store) {
   return out;
 }
 
-void import_hf_tensors(Backend& be, BucketStore& store, const SafetensorsFile& file) {
+std::vector<int64_t> hf_shape(const ParamSpec& spec) {
+  if (spec.hf_transposed) return {spec.shape[1], spec.shape[0]};
+  return spec.shape;
+}
+
+const float* to_hf_layout(const ParamSpec& spec, const float* src, std::vector<float>& scratch) {
+  if (!spec.hf_transposed) return src;
+  const int64_t rows = spec.shape[0], cols = spec.shape[1];
+  scratch.resize(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) scratch[size_t(c * rows + r)] = src[size_t(r * cols + c)];
+  return scratch.data();
+}
+
+void import_hf_tensors(Backend& be, BucketStore& store, const HfWeightFiles& files) {
   const auto& layout = store.layout();
   std::vector<float> host;
   for (int b = 0; b < store.num_buckets(); ++b) {
@@ -48,8 +62,9 @@ void import_hf_tensors(Backend& be, BucketStore& store, const SafetensorsFile& f
       const ParamSpec& spec = layout[b].params[p];
       std::vector<int64_t> hf_shape = spec.shape;
       if (spec.hf_transposed) hf_shape = {spec.shape[1], spec.shape[0]};
-      if (!file.has(spec.hf_name))
-        throw UserError(file.path().string() + ": tensor " + spec.hf_name + " is missing");
+      const SafetensorsFile* found = files.find(spec.hf_name);
+      if (!found) throw UserError(files.source() + ": tensor " + spec.hf_name + " is missing");
+      const SafetensorsFile& file = *found;
       const SafetensorsTensor& info = file.info(spec.hf_name);
       if (info.shape != hf_shape)
         throw UserError(file.path().string() + ": tensor " + spec.hf_name + " has shape " + info.shape_str() +

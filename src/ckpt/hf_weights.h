@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "ckpt/hf_weight_files.h"
 #include "ckpt/safetensors.h"
 #include "model/bucket_store.h"
 
@@ -21,8 +22,15 @@ struct HfTensor {
 // name and layout (GPT-2 Conv1D weights transposed to [in, out]).
 std::vector<HfTensor> export_hf_tensors(Backend& be, const BucketStore& store);
 
-// Fills `store` from a safetensors file by Hugging Face names. Every tensor of the layout
-// must be present with the Hugging Face shape; extra tensors in the file are ignored.
-void import_hf_tensors(Backend& be, BucketStore& store, const SafetensorsFile& file);
+// Fills `store` from safetensors weights by Hugging Face names. Every tensor of the layout
+// must be present with the Hugging Face shape; extra tensors in the files are ignored.
+void import_hf_tensors(Backend& be, BucketStore& store, const HfWeightFiles& files);
+
+// Hugging Face shape of a layout tensor (GPT-2 Conv1D weights are [in, out]).
+std::vector<int64_t> hf_shape(const ParamSpec& spec);
+
+// Converts one tensor between llmrun's [out, in] layout and Hugging Face's, when they differ
+// (GPT-2 Conv1D weights); otherwise returns `src` untouched. `scratch` holds the result.
+const float* to_hf_layout(const ParamSpec& spec, const float* src, std::vector<float>& scratch);
 
 }  // namespace llmrun

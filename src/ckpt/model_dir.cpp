@@ -38,11 +38,10 @@ LoadedModel load_model_dir(const std::string& dir, Backend& backend) {
   const std::filesystem::path root(dir);
   if (!std::filesystem::is_directory(root)) throw UserError(dir + ": not a model directory");
   ModelConfig cfg = load_model_config(root);
-  const auto weights = root / "model.safetensors";
-  if (!std::filesystem::exists(weights)) throw UserError(weights.string() + ": missing (the model's weights)");
+  const HfWeightFiles weights(root);
   LoadedModel m;
   m.model = std::make_unique<Transformer>(backend, cfg);
-  import_hf_tensors(backend, m.model->params(), SafetensorsFile(weights));
+  import_hf_tensors(backend, m.model->params(), weights);
   m.tokenizer = load_tokenizer(root);
   return m;
 }

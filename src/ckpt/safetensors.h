@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,21 @@ class MappedFile;
 // "F32", "BF16", ... as safetensors spells llmrun's dtypes.
 const char* safetensors_dtype_name(DType t);
 
+// What write() put on disk: the file's size, its XXH64 checksum and where each tensor's
+// bytes start (absolute file offsets), for checkpoint indexes.
+struct WrittenSafetensors {
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;
+  std::map<std::string, uint64_t> offsets;
+};
+
 class SafetensorsWriter {
  public:
+  // Produces a tensor's source bytes (dtype `src_dtype`) just before they are written and
+  // returns a pointer valid until the next call; lets conversions stream one tensor at a
+  // time (a transposed copy, a view into a mapped file) instead of holding the model twice.
+  using Producer = std::function<const void*()>;
+
   // Record a tensor to write; `data` is not copied and must stay valid until write().
   void add(std::string name, DType dtype, std::vector<int64_t> shape, const void* data);
   // A host tensor stored as it is.
@@ -32,6 +46,10 @@ class SafetensorsWriter {
   // A host f32 tensor converted to bf16 or f16 while writing (export with --dtype),
   // so no converted copy of the whole model is ever held in memory.
   void add(std::string name, const Tensor& src_f32, DType target);
+  // A tensor whose f32 (or `dtype`) data comes from `produce` at write time, stored as `dtype`
+  // (converted from f32 when dtype is bf16/f16 and src_dtype is f32).
+  void add_produced(std::string name, DType dtype, std::vector<int64_t> shape, DType src_dtype,
+                    Producer produce);
   void set_metadata(std::map<std::string, std::string> metadata) {
     metadata_ = std::move(metadata);
   }
@@ -39,7 +57,12 @@ class SafetensorsWriter {
   // Stream the file to `path` (fsynced). Data goes in add order within each element
   // width, widest first, so every tensor is aligned to its element size. Write into
   // an AtomicDir or a temp name for crash safety: this call alone is not atomic.
-  void write(const std::filesystem::path& path) const;
+  // `sync` false leaves the fsync to the caller (AtomicDir::commit fsyncs every file), so
+  // several files' writeback overlaps instead of waiting file by file.
+  WrittenSafetensors write(const std::filesystem::path& path, bool sync = true) const;
+  // Bytes write() will produce (header included), to plan shards before writing.
+  uint64_t file_bytes() const;
+  bool empty() const { return entries_.empty(); }
 
  private:
   struct Entry {
@@ -49,7 +72,9 @@ class SafetensorsWriter {
     std::vector<int64_t> shape;
     const void* data;
     size_t bytes;  // in the file
+    Producer produce;  // when set, replaces data
   };
+  std::string header_text(std::vector<const Entry*>& order) const;
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };

@@ -2,6 +2,7 @@
 #include <bit>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/checksum.h"
 #include "ckpt/safetensors.h"
 #include "util/file_io.h"
 
@@ -29,7 +30,7 @@ void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> 
   for (const Entry& e : entries_) LLMRUN_CHECK(e.name != name, "duplicate tensor " + name);
   const size_t bytes = shape_numel(shape) * dtype_size(dtype);
   LLMRUN_CHECK(data != nullptr || bytes == 0, "tensor " + name + " has no data");
-  entries_.push_back({std::move(name), dtype, dtype, std::move(shape), data, bytes});
+  entries_.push_back({std::move(name), dtype, dtype, std::move(shape), data, bytes, {}});
 }
 
 void SafetensorsWriter::add(std::string name, const Tensor& t) {
@@ -46,8 +47,39 @@ void SafetensorsWriter::add(std::string name, const Tensor& src, DType target) {
   entries_.back().src_dtype = DType::f32;
 }
 
+void SafetensorsWriter::add_produced(std::string name, DType dtype, std::vector<int64_t> shape,
+                                     DType src_dtype, Producer produce) {
+  LLMRUN_CHECK(src_dtype == dtype || (src_dtype == DType::f32 && (dtype == DType::bf16 || dtype == DType::f16)),
+               "on-the-fly conversion is f32 to bf16 or f16");
+  LLMRUN_CHECK(name != "__metadata__", "reserved safetensors name");
+  for (const Entry& e : entries_) LLMRUN_CHECK(e.name != name, "duplicate tensor " + name);
+  const size_t bytes = shape_numel(shape) * dtype_size(dtype);
+  entries_.push_back({std::move(name), dtype, src_dtype, std::move(shape), nullptr, bytes, std::move(produce)});
+}
+
+namespace {
+
+// Every byte goes through here so the checksum covers exactly what is on disk.
+class HashingWriter {
+ public:
+  explicit HashingWriter(const std::filesystem::path& path) : out_(path) {}
+  void write(const void* data, size_t bytes) {
+    hash_.update(data, bytes);
+    out_.write(data, bytes);
+    written_ += bytes;
+  }
+  FileWriter& file() { return out_; }
+  uint64_t written() const { return written_; }
+  uint64_t digest() const { return hash_.digest(); }
+
+ private:
+  FileWriter out_;
+  Xxh64 hash_;
+  uint64_t written_ = 0;
+};
+
 // Converts in fixed-size chunks so the extra memory stays small for any tensor size.
-static void write_converted(FileWriter& out, const float* src, size_t n, DType target) {
+void write_converted(HashingWriter& out, const float* src, size_t n, DType target) {
   constexpr size_t kChunk = 1 << 16;
   std::vector<uint16_t> buf(std::min(n, kChunk));
   for (size_t begin = 0; begin < n; begin += kChunk) {
@@ -58,11 +90,13 @@ static void write_converted(FileWriter& out, const float* src, size_t n, DType t
   }
 }
 
-void SafetensorsWriter::write(const std::filesystem::path& path) const {
+}  // namespace
+
+std::string SafetensorsWriter::header_text(std::vector<const Entry*>& order) const {
   // Wider element types first (stable, so add order holds within a width), as the
   // reference writer does: with the 8-byte-aligned data section every tensor then
   // starts at a multiple of its element size, and readers may use it in place.
-  std::vector<const Entry*> order;
+  order.clear();
   for (const Entry& e : entries_) order.push_back(&e);
   std::stable_sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
     return dtype_size(a->dtype) > dtype_size(b->dtype);
@@ -81,20 +115,39 @@ void SafetensorsWriter::write(const std::filesystem::path& path) const {
   std::string text = header.dump();
   // Padding with spaces (valid JSON whitespace) aligns the data section to 8 bytes.
   text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
 
-  FileWriter out(path);
+uint64_t SafetensorsWriter::file_bytes() const {
+  std::vector<const Entry*> order;
+  uint64_t n = 8 + header_text(order).size();
+  for (const Entry& e : entries_) n += e.bytes;
+  return n;
+}
+
+WrittenSafetensors SafetensorsWriter::write(const std::filesystem::path& path, bool sync) const {
+  std::vector<const Entry*> order;
+  const std::string text = header_text(order);
+  WrittenSafetensors info;
+  HashingWriter out(path);
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
   out.write(len, sizeof len);
-  out.write(text);
+  out.write(text.data(), text.size());
   for (const Entry* e : order) {
+    info.offsets[e->name] = out.written();
+    const void* src = e->produce ? e->produce() : e->data;
     if (e->src_dtype == e->dtype)
-      out.write(e->data, e->bytes);
+      out.write(src, e->bytes);
     else
-      write_converted(out, static_cast<const float*>(e->data), e->bytes / 2, e->dtype);
+      write_converted(out, static_cast<const float*>(src), e->bytes / 2, e->dtype);
+    if (e->bytes >= (8u << 20)) out.file().start_writeback();
   }
-  out.sync();
-  out.close();
+  if (sync) out.file().sync();
+  out.file().close();
+  info.bytes = out.written();
+  info.checksum = out.digest();
+  return info;
 }
 
 }  // namespace llmrun

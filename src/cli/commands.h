@@ -16,5 +16,7 @@ struct Command {
 // `args` is the process's full command line, for re-executing under mpirun.
 Command add_train_command(CLI::App& root, const std::vector<std::string>& args);
 Command add_generate_command(CLI::App& root);
+Command add_convert_command(CLI::App& root);
+Command add_eval_command(CLI::App& root);
 
 }  // namespace llmrun::cli

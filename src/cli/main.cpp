@@ -21,7 +21,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<std::string> args(argv, argv + argc);
   std::vector<llmrun::cli::Command> commands = {llmrun::cli::add_train_command(app, args),
-                                                llmrun::cli::add_generate_command(app)};
+                                                llmrun::cli::add_generate_command(app),
+                                                llmrun::cli::add_convert_command(app),
+                                                llmrun::cli::add_eval_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -41,7 +41,12 @@ struct PrecisionSection {
 };
 
 struct CheckpointSection {
-  std::string dir;  // final model dir is written here (empty: no save)
+  // Training checkpoints go to DIR/step-NNNNNNN/ (+ DIR/latest), the final model to
+  // DIR/model (empty: nothing is saved).
+  std::string dir;
+  int64_t every = 0;  // steps between checkpoints; 0: only at the end and on SIGTERM/SIGINT
+  int keep = 3;       // newest step dirs kept; 0 keeps all
+  std::string resume = "never";  // auto | never | a step dir or checkpoint dir (absolute)
 };
 
 struct LoggingSection {
@@ -64,6 +69,7 @@ struct LaunchSection {
 struct Recipe {
   std::string source;  // file the recipe came from, for messages
   ModelConfig model;
+  std::string model_from;  // model.from: Hugging Face model dir whose weights start training
   DataSection data;
   TrainSection train;
   PrecisionSection precision;

@@ -94,6 +94,7 @@ std::string describe_recipe(const Recipe& r) {
   if (m.arch == Arch::llama) o << "  rope_theta: " << num(m.rope_theta) << "\n";
   o << "  norm_eps: " << num(m.norm_eps) << "\n"
     << "  tie_embeddings: " << (m.tie_embeddings ? "true" : "false") << "\n";
+  if (!r.model_from.empty()) o << "  from: " << str(r.model_from) << "\n";
   o << "data:\n  tokenizer: " << str(r.data.tokenizer) << "\n  train:\n";
   for (const DataSource& s : r.data.train) {
     o << "    - {path: " << str(s.path) << ", weight: " << num(s.weight) << "}\n";
@@ -112,7 +113,8 @@ std::string describe_recipe(const Recipe& r) {
     << "  clip: " << num(t.clip) << "\n"
     << "  seed: " << t.seed << "\n";
   o << "precision:\n  compute: " << r.precision.compute << "\n";
-  o << "checkpoint:\n  dir: " << str(r.checkpoint.dir) << "\n";
+  o << "checkpoint:\n  dir: " << str(r.checkpoint.dir) << "\n  every: " << r.checkpoint.every
+    << "\n  keep: " << r.checkpoint.keep << "\n  resume: " << str(r.checkpoint.resume) << "\n";
   o << "logging:\n  every: " << r.logging.every << "\n  metrics: " << str(r.logging.metrics)
     << "\n";
   o << "parallel:\n  tp: " << r.parallel.tp << "\n  pp: " << r.parallel.pp << "\n  dp: " << r.parallel.dp

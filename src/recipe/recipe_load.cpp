@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "model/hf_config.h"
 #include "recipe/recipe_internal.h"
 #include "util/error.h"
 
@@ -121,12 +122,47 @@ std::string resolve(const std::string& raw, const std::string& key, const fs::pa
   return p.string();
 }
 
-void read_model(const YAML::Node& node, Locator& loc, ModelConfig& c,
+// model.from: the shape comes from the Hugging Face config.json; a field also written in
+// the recipe must agree with it (a silent override would not match the weights).
+void read_model_from(const MapReader& m, const Locator& loc, const fs::path& base, Recipe& r,
+                     std::optional<int64_t>& vocab) {
+  r.model_from = resolve(*m.string("from"), "model.from", base, loc);
+  std::error_code ec;
+  if (!fs::is_directory(r.model_from, ec))
+    loc.fail("model.from", r.model_from + " is not a directory (expected a Hugging Face model dir)");
+  ModelConfig c;
+  try {
+    c = load_model_config(r.model_from);
+  } catch (const UserError& e) {
+    loc.fail("model.from", e.what());
+  }
+  const std::string cfg = fs::path(r.model_from) / "config.json";
+  auto agree = [&](const char* key, const std::string& recipe_value, const std::string& config_value) {
+    if (recipe_value != config_value)
+      loc.fail(std::string("model.") + key,
+               recipe_value + " conflicts with " + config_value + " in " + cfg + " (model.from); drop the key");
+  };
+  if (m.has("arch")) agree("arch", *m.string("arch"), arch_name(c.arch));
+  const std::pair<const char*, int> ints[] = {{"layers", c.layers}, {"d_model", c.d_model}, {"heads", c.heads},
+                                              {"kv_heads", c.kv_heads}, {"ffn", c.ffn}, {"vocab", c.vocab},
+                                              {"seq_len", c.seq_len}};
+  for (const auto& [key, v] : ints)
+    if (m.has(key)) agree(key, std::to_string(*m.integer(key, 1, INT64_MAX)), std::to_string(v));
+  if (m.has("rope_theta")) agree("rope_theta", std::to_string(float(*m.number("rope_theta"))), std::to_string(c.rope_theta));
+  if (m.has("norm_eps")) agree("norm_eps", std::to_string(float(*m.number("norm_eps"))), std::to_string(c.norm_eps));
+  if (m.has("tie_embeddings"))
+    agree("tie_embeddings", *m.boolean("tie_embeddings") ? "true" : "false", c.tie_embeddings ? "true" : "false");
+  r.model = c;
+  vocab = c.vocab;
+}
+
+void read_model(const YAML::Node& node, Locator& loc, const fs::path& base, Recipe& r,
                 std::optional<int64_t>& vocab) {
   const MapReader m(node, "model", loc,
                     {"arch", "layers", "d_model", "heads", "kv_heads", "ffn", "vocab", "seq_len",
-                     "rope_theta", "norm_eps", "tie_embeddings"},
-                    {{"from", "models start from random initialisation"}});
+                     "rope_theta", "norm_eps", "tie_embeddings", "from"});
+  if (m.has("from")) return read_model_from(m, loc, base, r, vocab);
+  ModelConfig& c = r.model;
   const std::string arch = required(m, "arch", m.string("arch"), loc);
   if (arch != "gpt2" && arch != "llama")
     loc.fail("model.arch", "expected gpt2 or llama, got '" + arch + "'");
@@ -165,8 +201,8 @@ void read_model(const YAML::Node& node, Locator& loc, ModelConfig& c,
 void read_data(const YAML::Node& node, Locator& loc, const fs::path& base, DataSection& d) {
   const MapReader m(node, "data", loc, {"tokenizer", "train"},
                     {{"valid", "no validation pass in single-rank CPU training"}});
-  d.tokenizer = m.string("tokenizer").value_or("byte");
-  if (d.tokenizer != "byte") d.tokenizer = resolve(d.tokenizer, "data.tokenizer", base, loc);
+  d.tokenizer = m.string("tokenizer").value_or(d.tokenizer);
+  if (d.tokenizer != "byte" && m.has("tokenizer")) d.tokenizer = resolve(d.tokenizer, "data.tokenizer", base, loc);
   if (!m.has("train")) loc.fail("data.train", "missing (required): a file or directory of text");
   const YAML::Node train = m.node("train");
   std::vector<YAML::Node> items;
@@ -237,11 +273,17 @@ void read_rest(const MapReader& top, Locator& loc, const fs::path& base, Recipe&
     loc.fail("precision.compute",
              "'" + r.precision.compute + "' is not supported: the CPU backend computes in fp32");
   }
-  const MapReader c(top.node("checkpoint"), "checkpoint", loc, {"dir"},
-                    {{"every", "only the final model is saved"},
-                     {"keep", "only the final model is saved"},
-                     {"resume", "training always starts from step 0"}});
+  const MapReader c(top.node("checkpoint"), "checkpoint", loc, {"dir", "every", "keep", "resume"});
   r.checkpoint.dir = resolve(c.string("dir", true).value_or(""), "checkpoint.dir", base, loc);
+  r.checkpoint.every = c.integer("every", 0, INT64_MAX).value_or(r.checkpoint.every);
+  r.checkpoint.keep = to_int(c.integer("keep", 0, INT_MAX), r.checkpoint.keep);
+  r.checkpoint.resume = c.string("resume").value_or(r.checkpoint.resume);
+  if (r.checkpoint.resume != "auto" && r.checkpoint.resume != "never")
+    r.checkpoint.resume = resolve(r.checkpoint.resume, "checkpoint.resume", base, loc);
+  for (const char* key : {"every", "resume"}) {
+    if (c.has(key) && r.checkpoint.dir.empty() && (std::string(key) != "resume" || r.checkpoint.resume == "auto"))
+      loc.fail(std::string("checkpoint.") + key, "needs checkpoint.dir (where checkpoints are written)");
+  }
   const MapReader l(top.node("logging"), "logging", loc, {"every", "metrics"});
   r.logging.every = to_int(l.integer("every", 1, INT_MAX), r.logging.every);
   r.logging.metrics = resolve(l.string("metrics", true).value_or(""), "logging.metrics", base, loc);
@@ -263,7 +305,10 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   r.source = path;
   const fs::path base = fs::absolute(path).parent_path();
   std::optional<int64_t> vocab;
-  read_model(top.node("model"), loc, r.model, vocab);
+  read_model(top.node("model"), loc, base, r, vocab);
+  // A model dir brings its tokenizer; the byte default would not match its vocabulary.
+  if (!r.model_from.empty() && fs::exists(fs::path(r.model_from) / "tokenizer.json"))
+    r.data.tokenizer = (fs::path(r.model_from) / "tokenizer.json").string();
   read_data(top.node("data"), loc, base, r.data);
   if (!vocab && r.data.tokenizer != "byte") {
     loc.fail("model.vocab", "missing (required unless data.tokenizer is byte)");

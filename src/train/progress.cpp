@@ -58,11 +58,20 @@ void ProgressPrinter::finish() {
   open_line_ = false;
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) {
+MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_step) {
   if (path.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  std::string kept;
+  if (resumed_step > 0) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.is_object() && j.value("step", int64_t(0)) <= resumed_step) kept += line + "\n";
+    }
+  }
   out_.open(path, std::ios::out | std::ios::trunc);
+  out_ << kept;
   if (!out_) throw UserError("logging.metrics: cannot write " + path);
 }
 

@@ -39,7 +39,10 @@ class ProgressPrinter {
 
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::string& path);  // empty path: writes nothing
+  // Empty path: writes nothing. A resumed run (resumed_step > 0) keeps the lines of steps up
+  // to resumed_step and drops later ones (written after that checkpoint by the run that
+  // stopped), so the file reads as one uninterrupted run.
+  explicit MetricsWriter(const std::string& path, int64_t resumed_step = 0);
   void write(const StepReport& r);
 
  private:

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "ckpt/hf_weights.h"
 #include "ckpt/model_dir.h"
 #include "comm/mpi_communicator.h"
 #include "comm/topology.h"
@@ -13,7 +14,9 @@
 #include "data/training_data.h"
 #include "train/peak_flops.h"
 #include "train/progress.h"
+#include "train/run_checkpoints.h"
 #include "train/train_step.h"
+#include "util/stop_signal.h"
 
 namespace llmrun {
 
@@ -64,13 +67,19 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
                     std::to_string(tokenizer->vocab_size()) + " tokens");
   TrainingData data(r, *tokenizer);
   RankBatches batches(data, r, topo.dp().rank());
-  std::optional<MetricsWriter> metrics;
-  if (topo.is_logger()) metrics.emplace(r.logging.metrics);
 
   Transformer model(*backend, r.model, ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp));
   model.init_weights(r.train.seed);
+  if (!r.model_from.empty()) {
+    import_hf_tensors(*backend, model.params(), HfWeightFiles(r.model_from));
+    spdlog::info("initialised from {}", r.model_from);
+  }
   ZeroOptimizer opt(model, topo.dp(), r.parallel.zero,
                     {float(r.train.beta1), float(r.train.beta2), float(r.train.eps), float(r.train.weight_decay)});
+  RunCheckpoints checkpoints(r, model, opt, data, *tokenizer, topo);
+  const int64_t first_step = checkpoints.resume() + 1;
+  std::optional<MetricsWriter> metrics;
+  if (topo.is_logger()) metrics.emplace(r.logging.metrics, first_step - 1);
   LrSchedule lr{r.train.lr, r.train.min_lr, r.train.warmup, r.train.steps, r.train.schedule};
   StepShape shape{r.train.micro_batch, r.model.seq_len, r.grad_accum_steps(), float(r.train.clip)};
   TrainStep step(model, opt, topo.dp(), lr, shape);
@@ -90,8 +99,9 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
   }
 
   ProgressPrinter progress;
+  StopSignals stop;
   const auto t_start = std::chrono::steady_clock::now();
-  for (int64_t s = 1; s <= r.train.steps; ++s) {
+  for (int64_t s = first_step; s <= r.train.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     const double comm0 = opt.comm_wait_seconds();
     StepReport rep;
@@ -107,14 +117,32 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
     rep.activation_bytes = model.activation_bytes();
     rep.multi_rank = world > 1;
     const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
-    rep.eta_seconds = elapsed / double(s) * double(r.train.steps - s);
+    rep.eta_seconds = elapsed / double(s - first_step + 1) * double(r.train.steps - s);
     const bool logged = s % r.logging.every == 0 || s == r.train.steps || s == 1;
     if (topo.is_logger()) {
       progress.update(rep, logged);
       if (logged) metrics->write(rep);
     }
+    // Every rank must stop after the same step: a signal may reach them at different moments.
+    const bool stopping = topo.world().all_reduce_scalar(stop.requested() ? 1.0 : 0.0, ReduceOp::max) > 0;
+    if (checkpoints.enabled() && (checkpoints.due(s) || s == r.train.steps || stopping)) {
+      progress.finish();
+      checkpoints.save(s);
+    }
+    if (stopping) {
+      progress.finish();
+      const std::string cause = stop.signal() ? "signal " + std::to_string(stop.signal()) : "a signal to another rank";
+      if (checkpoints.enabled())
+        spdlog::info("stopped by {} after step {}; resume with checkpoint.resume: auto", cause, s);
+      else
+        spdlog::warn("stopped by {} after step {}; no checkpoint.dir, so nothing was saved", cause, s);
+      topo.world().barrier();
+      return;
+    }
   }
   progress.finish();
+  if (first_step > r.train.steps)
+    spdlog::info("the checkpoint is at step {}, train.steps is {}: nothing to train", first_step - 1, r.train.steps);
 
   if (!r.checkpoint.dir.empty()) {
     // The model goes to its own subdirectory: checkpoint.dir also holds what else a run keeps

@@ -223,22 +223,31 @@ void ZeroOptimizer::release_full_params() {
   for (int b = 0; b < model_.params().num_buckets(); ++b) release(b, Phase::forward);
 }
 
-void ZeroOptimizer::gather_moments(BucketStore& m_full, BucketStore& v_full) {
+void ZeroOptimizer::gather_state(BucketStore& params, BucketStore& m, BucketStore& v) {
   for (int b = 0; b < model_.params().num_buckets(); ++b) {
+    if (stage_ == 3)
+      wait(*dp_.iall_gather(param_shard_[b].as(DType::f32, {shard_numel_[b]}), params.bucket(b)));
+    else
+      be_.copy(params.bucket(b), model_.params().bucket(b));
     if (stage_ == 0) {
-      be_.copy(m_full.bucket(b), moment_m(b));
-      be_.copy(v_full.bucket(b), moment_v(b));
+      be_.copy(m.bucket(b), moment_m(b));
+      be_.copy(v.bucket(b), moment_v(b));
     } else {
-      wait(*dp_.iall_gather(moment_m(b), m_full.bucket(b)));
-      wait(*dp_.iall_gather(moment_v(b), v_full.bucket(b)));
+      wait(*dp_.iall_gather(moment_m(b), m.bucket(b)));
+      wait(*dp_.iall_gather(moment_v(b), v.bucket(b)));
     }
   }
 }
 
-void ZeroOptimizer::load_moments(const BucketStore& m_full, const BucketStore& v_full, int64_t steps_taken) {
+void ZeroOptimizer::load_state(const BucketStore& params, const BucketStore& m, const BucketStore& v,
+                               int64_t steps_taken) {
   for (int b = 0; b < model_.params().num_buckets(); ++b) {
-    be_.copy(moment_m(b), shard_of(m_full.bucket(b), b));
-    be_.copy(moment_v(b), shard_of(v_full.bucket(b), b));
+    if (stage_ == 3)
+      be_.copy(param_shard_[b].as(DType::f32, {shard_numel_[b]}), shard_of(params.bucket(b), b));
+    else
+      be_.copy(model_.params().bucket(b), params.bucket(b));
+    be_.copy(moment_m(b), shard_of(m.bucket(b), b));
+    be_.copy(moment_v(b), shard_of(v.bucket(b), b));
   }
   steps_ = steps_taken;
 }

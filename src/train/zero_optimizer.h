@@ -47,10 +47,10 @@ class ZeroOptimizer final : public BucketHooks {
   void acquire_full_params();
   void release_full_params();
 
-  // Checkpoints hold the moments unsharded (so they load under any layout): the full
-  // stores use the model's layout padded like the model's buckets.
-  void gather_moments(BucketStore& m_full, BucketStore& v_full);  // a collective
-  void load_moments(const BucketStore& m_full, const BucketStore& v_full, int64_t steps_taken);
+  // Checkpoints hold parameters and moments unsharded, so they load under any data-parallel
+  // layout and ZeRO stage. The full stores use the model's layout and padding.
+  void gather_state(BucketStore& params, BucketStore& m, BucketStore& v);  // a collective
+  void load_state(const BucketStore& params, const BucketStore& m, const BucketStore& v, int64_t steps_taken);
 
   TrainingMemory memory() const;
   int stage() const { return stage_; }

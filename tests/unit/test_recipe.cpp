@@ -330,21 +330,29 @@ TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
              "memory: not supported by this build");
   EXPECT_HAS(error_of(kGpt2 + "parallel: {sequence_parallel: true}\n"),
              "parallel.sequence_parallel: not supported by this build");
-  EXPECT_HAS(error_of(kGpt2 + "checkpoint:\n  dir: out\n  every: 100\n"),
-             at(11, 3) + "checkpoint.every: not supported by this build");
-  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {keep: 3}\n"),
-             "checkpoint.keep: not supported by this build");
-  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {resume: auto}\n"), "checkpoint.resume: not supported");
   EXPECT_HAS(error_of(kGpt2 + "precision: {fp8: {enabled: false}}\n"),
              "precision.fp8: not supported");
   EXPECT_HAS(
       error_of(kGpt2 + "precision:\n  compute: bf16\n"),
       at(10, 12) + "precision.compute: 'bf16' is not supported: the CPU backend computes in fp32");
   EXPECT_HAS(error_of("model: {from: hf/gpt2}\ndata: {train: data.txt}\n"),
-             "model.from: not supported");
+             "model.from: " + (dir / "hf/gpt2").string() + " is not a directory");
   EXPECT_HAS(error_of("model: {arch: gpt2, layers: 1, d_model: 8, heads: 2, seq_len: 8}\n"
                       "data: {train: data.txt, valid: data.txt}\n"),
              "data.valid: not supported by this build");
+}
+
+TEST_F(RecipeTest, CheckpointCadenceAndResume) {
+  const Recipe r = load_recipe(write("r.yaml", kGpt2 + "checkpoint: {dir: out, every: 50, keep: 2, resume: auto}\n"));
+  EXPECT_EQ(r.checkpoint.every, 50);
+  EXPECT_EQ(r.checkpoint.keep, 2);
+  EXPECT_EQ(r.checkpoint.resume, "auto");
+  const Recipe p = load_recipe(write("p.yaml", kGpt2 + "checkpoint: {resume: old/step-0000100}\n"));
+  EXPECT_EQ(p.checkpoint.resume, (dir / "old/step-0000100").string());
+  EXPECT_HAS(error_of(kGpt2 + "checkpoint:\n  every: 100\n"),
+             at(10, 10) + "checkpoint.every: needs checkpoint.dir");
+  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {resume: auto}\n"), "checkpoint.resume: needs checkpoint.dir");
+  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {dir: out, keep: -1}\n"), "checkpoint.keep");
 }
 
 TEST_F(RecipeTest, SetOverridesApplyWithTheSameChecks) {

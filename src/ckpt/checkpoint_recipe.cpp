@@ -1,0 +1,102 @@
+#include "ckpt/checkpoint_recipe.h"
+
+#include <spdlog/spdlog.h>
+
+#include "util/error.h"
+
+namespace llmrun {
+
+using json = nlohmann::json;
+
+json model_config_json(const ModelConfig& c) {
+  return {{"arch", arch_name(c.arch)}, {"layers", c.layers},         {"d_model", c.d_model},
+          {"heads", c.heads},          {"kv_heads", c.kv_heads},     {"ffn", c.ffn},
+          {"vocab", c.vocab},          {"seq_len", c.seq_len},       {"rope_theta", c.rope_theta},
+          {"norm_eps", c.norm_eps},    {"tie_embeddings", c.tie_embeddings}};
+}
+
+ModelConfig model_config_from_json(const json& j, const std::string& where) {
+  auto need = [&](const char* key) -> const json& {
+    if (!j.is_object() || !j.contains(key)) throw UserError(where + ": model." + key + " is missing");
+    return j[key];
+  };
+  auto integer = [&](const char* key) {
+    const json& v = need(key);
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > INT32_MAX)
+      throw UserError(where + ": model." + key + " must be a positive integer, got " + v.dump());
+    return int(v.get<int64_t>());
+  };
+  auto number = [&](const char* key) {
+    const json& v = need(key);
+    if (!v.is_number()) throw UserError(where + ": model." + key + " must be a number, got " + v.dump());
+    return v.get<float>();
+  };
+  ModelConfig c;
+  const json& arch = need("arch");
+  if (arch == "gpt2")
+    c.arch = Arch::gpt2;
+  else if (arch == "llama")
+    c.arch = Arch::llama;
+  else
+    throw UserError(where + ": model.arch " + arch.dump() + " is not gpt2 or llama");
+  c.layers = integer("layers");
+  c.d_model = integer("d_model");
+  c.heads = integer("heads");
+  c.kv_heads = integer("kv_heads");
+  c.ffn = integer("ffn");
+  c.vocab = integer("vocab");
+  c.seq_len = integer("seq_len");
+  c.rope_theta = number("rope_theta");
+  c.norm_eps = number("norm_eps");
+  const json& tie = need("tie_embeddings");
+  if (!tie.is_boolean()) throw UserError(where + ": model.tie_embeddings must be true or false");
+  c.tie_embeddings = tie.get<bool>();
+  if (c.d_model % c.heads != 0 || c.heads % c.kv_heads != 0)
+    throw UserError(where + ": model heads/kv_heads/d_model do not divide");
+  return c;
+}
+
+json recipe_json(const Recipe& r) {
+  json sources = json::array();
+  for (const DataSource& s : r.data.train) sources.push_back({{"path", s.path}, {"weight", s.weight}});
+  const TrainSection& t = r.train;
+  return {
+      {"model", model_config_json(r.model)},
+      {"data", {{"tokenizer", r.data.tokenizer}, {"train", sources}}},
+      {"train",
+       {{"steps", t.steps}, {"micro_batch", t.micro_batch}, {"global_batch", t.global_batch}, {"lr", t.lr},
+        {"min_lr", t.min_lr}, {"warmup", t.warmup}, {"schedule", t.schedule}, {"weight_decay", t.weight_decay},
+        {"betas", {t.beta1, t.beta2}}, {"eps", t.eps}, {"clip", t.clip}, {"seed", t.seed}}},
+      {"precision", {{"compute", r.precision.compute}}},
+      {"checkpoint",
+       {{"dir", r.checkpoint.dir}, {"every", r.checkpoint.every}, {"keep", r.checkpoint.keep},
+        {"resume", r.checkpoint.resume}}},
+      {"logging", {{"every", r.logging.every}, {"metrics", r.logging.metrics}}},
+  };
+}
+
+void check_resume_compatible(const json& saved_recipe, const Recipe& now, const std::string& checkpoint) {
+  const json saved = saved_recipe.flatten();
+  const json current = recipe_json(now).flatten();
+  std::string refused;
+  for (const auto& [key, was] : saved.items()) {
+    const json is = current.contains(key) ? current[key] : json();
+    if (is == was || key == "/checkpoint/resume") continue;
+    // Model shape and tokenizer decide what the tensors mean; the token ids of a new
+    // tokenizer would index the wrong embedding rows.
+    const bool fatal = key.rfind("/model/", 0) == 0 || key == "/data/tokenizer";
+    std::string name = key.substr(1);
+    for (char& c : name)
+      if (c == '/') c = '.';
+    const std::string line = name + " was " + was.dump() + " in the checkpoint, the recipe has " + is.dump();
+    if (fatal)
+      refused += (refused.empty() ? "" : "; ") + line;
+    else
+      spdlog::info("resuming with a changed recipe: {}", line);
+  }
+  if (!refused.empty())
+    throw UserError(checkpoint + ": cannot resume, the checkpoint was trained with another model: " + refused +
+                    " (use checkpoint.resume: never, or another checkpoint.dir)");
+}
+
+}  // namespace llmrun

@@ -1,0 +1,77 @@
+#include "train/run_checkpoints.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "ckpt/checkpoint_recipe.h"
+#include "ckpt/training_checkpoint.h"
+
+namespace llmrun {
+
+namespace fs = std::filesystem;
+
+RunCheckpoints::RunCheckpoints(const Recipe& r, Transformer& model, ZeroOptimizer& opt, TrainingData& data,
+                               const Tokenizer& tok, const Topology& topo)
+    : r_(r), model_(model), opt_(opt), data_(data), tok_(tok), topo_(topo) {}
+
+int64_t RunCheckpoints::resume() {
+  const std::string& mode = r_.checkpoint.resume;
+  if (mode == "never") return 0;
+  fs::path step_dir;
+  if (mode == "auto") {
+    step_dir = latest_checkpoint(r_.checkpoint.dir);
+    if (step_dir.empty()) {
+      spdlog::info("no checkpoint in {} yet: starting from step 0", r_.checkpoint.dir);
+      return 0;
+    }
+  } else {
+    step_dir = resolve_checkpoint_path(mode);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  CheckpointReader ckpt(step_dir);
+  check_resume_compatible(ckpt.state().recipe, r_, step_dir.string());
+  Backend& be = model_.backend();
+  const int pad = r_.parallel.dp;
+  BucketStore params(be, model_.layout(), pad), m(be, model_.layout(), pad), v(be, model_.layout(), pad);
+  ckpt.read_group(kParamsGroup, params, be);
+  ckpt.read_group(kExpAvgGroup, m, be);
+  ckpt.read_group(kExpAvgSqGroup, v, be);
+  opt_.load_state(params, m, v, ckpt.state().step);
+  if (ckpt.state().data.is_null())
+    spdlog::info("{} holds no data position (converted from a model): data starts from the beginning",
+                 step_dir.string());
+  else
+    data_.restore(ckpt.state().data);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("resumed from {} at step {} ({:.2f} s)", step_dir.string(), ckpt.state().step, s);
+  return ckpt.state().step;
+}
+
+bool RunCheckpoints::due(int64_t step) const {
+  return enabled() && r_.checkpoint.every > 0 && step % r_.checkpoint.every == 0;
+}
+
+void RunCheckpoints::save(int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CheckpointState st;
+  st.step = step;
+  st.recipe = recipe_json(r_);
+  st.data = data_.state();
+  st.seed = r_.train.seed;
+  st.layout = {{"tp", r_.parallel.tp}, {"pp", r_.parallel.pp}, {"dp", r_.parallel.dp}, {"zero", r_.parallel.zero}};
+  Backend& be = model_.backend();
+  const int pad = r_.parallel.dp;
+  BucketStore params(be, model_.layout(), pad), m(be, model_.layout(), pad), v(be, model_.layout(), pad);
+  opt_.gather_state(params, m, v);
+  if (topo_.is_logger()) {
+    CheckpointTensors t{&model_.layout(), bucket_source(be, params), bucket_source(be, m), bucket_source(be, v)};
+    const fs::path dir = save_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, st, t, tok_, model_.config());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    spdlog::info("checkpoint {} ({:.2f} s)", dir.string(), s);
+  }
+  // No rank runs ahead while rank 0 may still fail to write.
+  topo_.world().barrier();
+}
+
+}  // namespace llmrun
