@@ -228,9 +228,17 @@ void Engine::step(const std::vector<ScheduledChunk>& chunks) {
   for (int r = 0; r < R; ++r) sample_and_report(*samplers[r], host.data() + size_t(r) * mc.vocab);
 }
 
-void Engine::sample_and_report(Sequence& s, const float* raw) {
+void Engine::sample_and_report(Sequence& s, const float* logits) {
   const int V = model_.config().vocab;
   const GenerationParams& p = s.params;
+  // Rows past the tokenizer's vocabulary (a padded embedding table) can never be emitted.
+  std::vector<float> masked;
+  const float* raw = logits;
+  if (tok_.vocab_size() < V) {
+    masked.assign(logits, logits + V);
+    std::fill(masked.begin() + tok_.vocab_size(), masked.end(), -INFINITY);
+    raw = masked.data();
+  }
   const float* use = raw;
   std::vector<float> work;
   const bool penalties = p.presence_penalty != 0 || p.frequency_penalty != 0 || p.repetition_penalty != 1;
