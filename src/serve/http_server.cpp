@@ -100,7 +100,7 @@ struct HttpServer::Impl {
     gauge("llmrun:kv_cache_usage_perc", "Fraction of KV blocks referenced by sequences (1 = full).",
           st.kv_blocks ? double(st.kv_blocks_used) / st.kv_blocks : 0.0);
     gauge("llmrun:kv_cache_blocks_used", "KV blocks referenced by sequences.", st.kv_blocks_used);
-    gauge("llmrun:kv_cache_blocks_total", "KV blocks in the pool.", st.kv_blocks);
+    gauge("llmrun:kv_cache_num_blocks", "KV blocks in the pool.", st.kv_blocks);
     gauge("llmrun:kv_cache_blocks_cached", "Full blocks registered for prefix reuse.", st.kv_blocks_cached);
     counter("llmrun:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", double(st.prefix_queries));
     counter("llmrun:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", double(st.prefix_hits));
