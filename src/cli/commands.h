@@ -14,5 +14,6 @@ struct Command {
 Command add_train_command(CLI::App& root);
 Command add_generate_command(CLI::App& root);
 Command add_serve_command(CLI::App& root);
+Command add_bench_command(CLI::App& root);
 
 }  // namespace llmrun::cli

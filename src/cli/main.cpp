@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<llmrun::cli::Command> commands = {llmrun::cli::add_train_command(app),
                                                 llmrun::cli::add_generate_command(app),
-                                                llmrun::cli::add_serve_command(app)};
+                                                llmrun::cli::add_serve_command(app),
+                                                llmrun::cli::add_bench_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

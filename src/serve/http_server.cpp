@@ -373,8 +373,17 @@ struct HttpServer::Impl {
         co_await t.async_wait(net::redirect_error(use_awaitable, ec));
         continue;
       }
+      // Stream chunks are small and latency is the point: no Nagle delay.
+      sock.set_option(tcp::no_delay(true), ec);
       net::co_spawn(strand, session(std::move(sock)), net::detached);
     }
+  }
+
+  void begin_drain() {
+    if (draining.exchange(true)) return;
+    beast::error_code ignored;
+    acceptor.close(ignored);
+    net::co_spawn(ioc, drain(), net::detached);
   }
 
   awaitable<void> drain() {
@@ -394,8 +403,9 @@ HttpServer::HttpServer(Engine& engine, const Tokenizer& tok, const ChatTemplate&
 
 HttpServer::~HttpServer() = default;
 
-void HttpServer::run() {
+int HttpServer::listen() {
   Impl& s = *impl_;
+  if (s.acceptor.is_open()) return s.acceptor.local_endpoint().port();
   beast::error_code ec;
   const auto address = net::ip::make_address(s.opts.host, ec);
   if (ec) throw UserError("--host '" + s.opts.host + "' is not an IP address");
@@ -408,15 +418,22 @@ void HttpServer::run() {
   const auto bound = s.acceptor.local_endpoint();
   spdlog::info("listening on http://{}:{} (model '{}', chat template {})", bound.address().to_string(), bound.port(),
                s.opts.model_name, s.tmpl.name());
+  return bound.port();
+}
 
+void HttpServer::shutdown() {
+  Impl& s = *impl_;
+  net::post(s.ioc, [&s] { s.begin_drain(); });
+}
+
+void HttpServer::run() {
+  Impl& s = *impl_;
+  listen();
   net::signal_set signals(s.ioc, SIGTERM, SIGINT);
   signals.async_wait([&s](const beast::error_code& e, int sig) {
     if (e) return;
     spdlog::info("signal {}: no new requests; finishing {} in flight", sig, s.active_requests.load());
-    s.draining = true;
-    beast::error_code ignored;
-    s.acceptor.close(ignored);
-    net::co_spawn(s.ioc, s.drain(), net::detached);
+    s.begin_drain();
   });
   net::co_spawn(s.ioc, s.accept_loop(), net::detached);
   std::vector<std::thread> threads;

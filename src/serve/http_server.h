@@ -28,9 +28,12 @@ class HttpServer {
  public:
   HttpServer(Engine& engine, const Tokenizer& tok, const ChatTemplate& tmpl, const ServerOptions& opts);
   ~HttpServer();
-  // Binds, prints "listening on http://HOST:PORT" to stderr, serves until SIGTERM/SIGINT
-  // and drains.
+  // Binds (once) and returns the bound port; prints "listening on http://HOST:PORT".
+  int listen();
+  // Binds if needed and serves until SIGTERM/SIGINT or shutdown(), then drains.
   void run();
+  // Thread-safe: stop accepting, finish what is in flight, return from run().
+  void shutdown();
 
   struct Impl;
 
