@@ -25,7 +25,6 @@ struct Sequence {
   std::unique_ptr<TokenSampler> sampler;
   std::unique_ptr<TextStream> text;
   EventSink sink;
-  std::vector<int32_t> generated_counts_tokens;  // generated token ids (for penalties)
   std::chrono::steady_clock::time_point arrival, last_token;
   bool got_first_token = false;
 
