@@ -97,6 +97,23 @@ class Backend {
                                 const Tensor& v_cache, int start_pos, int heads, int kv_heads,
                                 int head_dim) = 0;
 
+  // Paged attention for serving: a flattened batch of sequences whose keys and values live
+  // in fixed-size blocks of one shared pool. q [T, heads*head_dim] holds the new tokens of
+  // every sequence back to back; sequence s owns rows query_starts[s] .. query_starts[s+1]
+  // (i32 [S+1]) and has context_lens[s] (i32 [S]) tokens in the cache *including* its new
+  // ones, so its query i sits at position context_lens[s] - n_new + i and attends causally to
+  // positions 0 .. that one (chunked prefill and decode alike). block_tables i32
+  // [S, max_blocks]: pool block of each block_size-token slice of the sequence. k_pool and
+  // v_pool [num_blocks * block_size, kv_heads*head_dim] are one layer's pool; the new tokens'
+  // k/v must already be in it (see scatter_rows). out [T, heads*head_dim].
+  virtual void paged_attention(Tensor out, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                               const Tensor& block_tables, const Tensor& query_starts,
+                               const Tensor& context_lens, int block_size, int heads, int kv_heads,
+                               int head_dim) = 0;
+  // dst[slots[r], :] = src[r, col_begin : col_begin + dst.cols()] for every row r of src
+  // (slots i32 [src.rows()]); a slot < 0 skips its row. Writes new k/v rows into pool slots.
+  virtual void scatter_rows(Tensor dst, const Tensor& src, const Tensor& slots, int64_t col_begin) = 0;
+
   // --- embedding and loss --------------------------------------------------------
   // out[N, D] (+)= table[ids[n], :]
   virtual void embedding_fwd(Tensor out, const Tensor& ids, const Tensor& table, bool accumulate) = 0;

@@ -18,5 +18,7 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& args);
 Command add_generate_command(CLI::App& root);
 Command add_convert_command(CLI::App& root);
 Command add_eval_command(CLI::App& root);
+Command add_serve_command(CLI::App& root);
+Command add_bench_command(CLI::App& root);
 
 }  // namespace llmrun::cli

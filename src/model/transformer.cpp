@@ -93,9 +93,9 @@ void Transformer::upload_ids(Tensor dst, const int32_t* host, int64_t n) {
   be_.copy(dst, Tensor(const_cast<int32_t*>(host), DType::i32, {n}));
 }
 
-void Transformer::embed(Tensor x0) {
-  be_.embedding_fwd(x0, ids_, params_.tensor(0, 0), false);
-  if (cfg_.arch == Arch::gpt2) be_.embedding_fwd(x0, positions_, params_.tensor(0, 1), true);
+void Transformer::embed(Tensor x0, const Tensor& ids, const Tensor& positions) {
+  be_.embedding_fwd(x0, ids, params_.tensor(0, 0), false);
+  if (cfg_.arch == Arch::gpt2) be_.embedding_fwd(x0, positions, params_.tensor(0, 1), true);
 }
 
 void Transformer::head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits) {
@@ -118,7 +118,7 @@ void Transformer::forward(const int32_t* tokens, int batch, int seq) {
 
   using P = BucketHooks::Phase;
   acquire(0, P::forward);
-  embed(acts_[0].input);
+  embed(acts_[0].input, ids_, positions_);
   if (!cfg_.tie_embeddings) release(0, P::forward);  // a tied head reads it again at the end
 
   const AttentionShape shape{batch, seq, cfg_.heads, cfg_.kv_heads, cfg_.head_dim()};
@@ -195,7 +195,7 @@ void Transformer::forward_cached(const int32_t* tokens, int n, KvCache& cache, T
   for (int i = 0; i < n; ++i) pos[i] = cache.length + i;
   upload_ids(positions_, pos.data(), n);
 
-  embed(acts_[0].input);
+  embed(acts_[0].input, ids_, positions_);
 
   const int hd = cfg_.head_dim();
   const int64_t kv_cols = int64_t(cfg_.kv_heads) * hd;

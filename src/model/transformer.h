@@ -2,6 +2,7 @@
 // The whole model: embedding -> blocks -> final norm -> LM head (+ loss). It owns the
 // parameter and gradient stores and plans its activation buffers for a (batch, seq) shape.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -65,6 +66,17 @@ class Transformer {
   KvCache make_cache(int max_tokens);
   void forward_cached(const int32_t* tokens, int n, KvCache& cache, Tensor last_logits);
 
+  // Serving: one step over a flattened batch of n tokens from many sequences (chunked
+  // prefills and decodes mixed), each with its own position. attention(layer, qkv, attn) is
+  // the attention core of every layer: the caller owns the KV cache (a paged pool). Only the
+  // rows logit_rows[0 .. n_logits) go through the final norm and head, into logits
+  // [n_logits, vocab]. The same block_forward as training runs; the buffers are one inference
+  // set (no backward state) sized by reserve_batch and shared by all layers.
+  using LayerAttention = std::function<void(int layer, const Tensor& qkv, Tensor attn)>;
+  void reserve_batch(int max_tokens, int max_logit_rows);
+  void forward_batch(const int32_t* tokens, const int32_t* positions, int n, const LayerAttention& attention,
+                     const int32_t* logit_rows, int n_logits, Tensor logits);
+
   // Activation bytes planned for the current (batch, seq).
   size_t activation_bytes() const { return activation_bytes_; }
 
@@ -78,7 +90,7 @@ class Transformer {
   }
   int head_bucket() const { return cfg_.layers + 1; }
   void upload_ids(Tensor dst, const int32_t* host, int64_t n);
-  void embed(Tensor x0);  // token (+ position) embedding of ids_ at positions_
+  void embed(Tensor x0, const Tensor& ids, const Tensor& positions);  // token (+ position) embedding
   // Final norm of rows x, then logits = norm @ head^T.
   void head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits);
 
@@ -94,6 +106,15 @@ class Transformer {
   std::vector<BlockActivations> acts_;
   BlockScratch scratch_;
   Tensor ids_, targets_, positions_, final_norm_, final_mean_, final_rstd_, logits_, losses_, d_resid_;
+
+  // Inference buffers for forward_batch (see transformer_batch.cpp).
+  struct BatchPlan {
+    int max_tokens = 0, max_logit_rows = 0;
+    std::vector<Buffer> arena;
+    Tensor resid[2];  // ping-pong residual stream [max_tokens, d]
+    BlockActivations layer;  // intermediates shared by every layer
+    Tensor ids, positions, logit_rows, gathered, norm, mean, rstd;
+  } batch_plan_;
 };
 
 }  // namespace llmrun

@@ -24,6 +24,14 @@ int32_t TokenSampler::sample(const float* logits, int vocab) {
   const double top = logits[order[0]];
   double total = 0;
   for (int i = 0; i < keep; ++i) total += probs[i] = std::exp((logits[order[i]] - top) / p_.temperature);
+  if (p_.min_p > 0.0f) {
+    int cut = 1;  // probs are sorted, probs[0] is the top (= 1 before normalising)
+    while (cut < keep && probs[cut] >= p_.min_p * probs[0]) ++cut;
+    probs.resize(cut);
+    keep = cut;
+    total = 0;
+    for (double q : probs) total += q;
+  }
   if (p_.top_p < 1.0f) {
     double mass = 0;
     int cut = keep;

@@ -1,5 +1,5 @@
-// src/serve owns turning logits into tokens for users: sampling now; the HTTP server,
-// scheduler and paged KV cache later.
+// src/serve owns turning logits into tokens for users: sampling, the paged KV block manager,
+// the continuous-batching scheduler and engine, and the OpenAI-compatible HTTP server.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -11,6 +11,7 @@ struct SamplingParams {
   int top_k = 0;             // 0: all tokens
   float top_p = 1.0f;        // nucleus mass kept
   uint64_t seed = 0;
+  float min_p = 0.0f;        // drop tokens below min_p x the top probability
 };
 
 class TokenSampler {

@@ -1,7 +1,7 @@
 // The reference backend: fp32 on the host, OpenBLAS for GEMMs, OpenMP for everything else.
 // Both share one OpenMP pool (OpenBLAS's OpenMP build), sized by the constructor. The op
 // families live in separate files: cpu_backend.cpp (memory, casts, GEMM, reductions),
-// cpu_elementwise.cpp, cpu_norms.cpp, cpu_rope.cpp, cpu_attention.cpp, cpu_embedding.cpp,
+// cpu_elementwise.cpp, cpu_norms.cpp, cpu_rope.cpp, cpu_attention.cpp, cpu_paged_attention.cpp (serving), cpu_embedding.cpp,
 // cpu_loss.cpp (softmax cross-entropy) and cpu_adamw.cpp.
 #pragma once
 #include "backend/backend.h"
@@ -49,6 +49,11 @@ class CpuBackend final : public Backend {
                      const Tensor& lse, const AttentionShape& s) override;
   void attention_cached(Tensor out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                         int start_pos, int heads, int kv_heads, int head_dim) override;
+
+  void paged_attention(Tensor out, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                       const Tensor& block_tables, const Tensor& query_starts, const Tensor& context_lens,
+                       int block_size, int heads, int kv_heads, int head_dim) override;
+  void scatter_rows(Tensor dst, const Tensor& src, const Tensor& slots, int64_t col_begin) override;
 
   void embedding_fwd(Tensor out, const Tensor& ids, const Tensor& table, bool accumulate) override;
   void embedding_bwd(Tensor dtable, const Tensor& dout, const Tensor& ids) override;

@@ -1,0 +1,90 @@
+// Transformer::forward_batch: the serving forward over a flattened varlen batch.
+#include "model/transformer.h"
+
+namespace llmrun {
+
+void Transformer::reserve_batch(int max_tokens, int max_logit_rows) {
+  LLMRUN_CHECK(max_tokens > 0 && max_logit_rows > 0, "reserve_batch: sizes must be positive");
+  BatchPlan& p = batch_plan_;
+  if (p.max_tokens >= max_tokens && p.max_logit_rows >= max_logit_rows) return;
+  p = BatchPlan{};
+  auto alloc = [&](DType t, std::initializer_list<int64_t> dims) {
+    Tensor probe(nullptr, t, dims);
+    p.arena.push_back(be_.allocate(probe.bytes()));
+    return p.arena.back().as(t, dims);
+  };
+  const int64_t n = max_tokens, d = cfg_.d_model, f = cfg_.ffn;
+  const int64_t attn_cols = int64_t(cfg_.heads) * cfg_.head_dim();
+  const int64_t qkv_cols = int64_t(cfg_.heads + 2 * cfg_.kv_heads) * cfg_.head_dim();
+  const int64_t up_cols = cfg_.arch == Arch::gpt2 ? f : 2 * f;
+  p.resid[0] = alloc(DType::f32, {n, d});
+  p.resid[1] = alloc(DType::f32, {n, d});
+  BlockActivations& a = p.layer;
+  a.norm1 = alloc(DType::f32, {n, d});
+  a.norm1_mean = alloc(DType::f32, {n});
+  a.norm1_rstd = alloc(DType::f32, {n});
+  a.qkv = alloc(DType::f32, {n, qkv_cols});
+  a.attn = alloc(DType::f32, {n, attn_cols});
+  a.mid = alloc(DType::f32, {n, d});
+  a.norm2 = alloc(DType::f32, {n, d});
+  a.norm2_mean = alloc(DType::f32, {n});
+  a.norm2_rstd = alloc(DType::f32, {n});
+  a.up = alloc(DType::f32, {n, up_cols});
+  a.act = alloc(DType::f32, {n, f});
+  p.ids = alloc(DType::i32, {n});
+  p.positions = alloc(DType::i32, {n});
+  p.logit_rows = alloc(DType::i32, {max_logit_rows});
+  p.gathered = alloc(DType::f32, {max_logit_rows, d});
+  p.norm = alloc(DType::f32, {max_logit_rows, d});
+  p.mean = alloc(DType::f32, {max_logit_rows});
+  p.rstd = alloc(DType::f32, {max_logit_rows});
+  p.max_tokens = max_tokens;
+  p.max_logit_rows = max_logit_rows;
+}
+
+void Transformer::forward_batch(const int32_t* tokens, const int32_t* positions, int n,
+                                const LayerAttention& attention, const int32_t* logit_rows, int n_logits,
+                                Tensor logits) {
+  BatchPlan& p = batch_plan_;
+  LLMRUN_CHECK(n > 0 && n <= p.max_tokens && n_logits >= 0 && n_logits <= p.max_logit_rows,
+               "forward_batch: " + std::to_string(n) + " tokens / " + std::to_string(n_logits) +
+                   " logit rows exceed reserve_batch");
+  LLMRUN_CHECK(logits.rows() == n_logits && logits.cols() == cfg_.vocab, "forward_batch: logits " + logits.shape_str());
+  for (int i = 0; i < n; ++i)
+    LLMRUN_CHECK(positions[i] >= 0 && (cfg_.arch != Arch::gpt2 || positions[i] < cfg_.seq_len),
+                 "forward_batch: position " + std::to_string(positions[i]) + " outside the model's context");
+  Tensor ids = p.ids.slice(0, n), pos = p.positions.slice(0, n);
+  upload_ids(ids, tokens, n);
+  upload_ids(pos, positions, n);
+
+  embed(p.resid[0].slice(0, n), ids, pos);
+
+  BlockActivations a;
+  const BlockActivations& full = p.layer;
+  a.norm1 = full.norm1.slice(0, n);
+  a.norm1_mean = full.norm1_mean.slice(0, n);
+  a.norm1_rstd = full.norm1_rstd.slice(0, n);
+  a.qkv = full.qkv.slice(0, n);
+  a.attn = full.attn.slice(0, n);
+  a.mid = full.mid.slice(0, n);
+  a.norm2 = full.norm2.slice(0, n);
+  a.norm2_mean = full.norm2_mean.slice(0, n);
+  a.norm2_rstd = full.norm2_rstd.slice(0, n);
+  a.up = full.up.slice(0, n);
+  a.act = full.act.slice(0, n);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    a.input = p.resid[l % 2].slice(0, n);
+    a.output = p.resid[(l + 1) % 2].slice(0, n);
+    block_forward(be_, cfg_, block_tensors(cfg_, params_, l), a, pos,
+                  [&](const Tensor& qkv, Tensor attn) { attention(l, qkv, attn); });
+  }
+  if (n_logits == 0) return;
+  // Gather the rows that need logits (an embedding lookup over the residual stream).
+  Tensor rows = p.logit_rows.slice(0, n_logits);
+  upload_ids(rows, logit_rows, n_logits);
+  Tensor gathered = p.gathered.slice(0, n_logits), norm = p.norm.slice(0, n_logits);
+  be_.embedding_fwd(gathered, rows, p.resid[cfg_.layers % 2].slice(0, n), false);
+  head_forward(gathered, norm, p.mean.slice(0, n_logits), p.rstd.slice(0, n_logits), logits);
+}
+
+}  // namespace llmrun

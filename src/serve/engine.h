@@ -1,0 +1,90 @@
+#pragma once
+// The serving engine: one loop thread runs model steps over a flattened batch of every
+// scheduled sequence (paged KV cache in one shared pool), samples each finished row with its
+// own seeded sampler and reports text to the request's sink. Other threads only submit and
+// abort; both are queued and picked up between steps.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "model/transformer.h"
+#include "serve/kv_block_manager.h"
+#include "serve/metrics.h"
+#include "serve/scheduler.h"
+
+namespace llmrun {
+
+struct EngineConfig {
+  int max_num_seqs = 64;
+  int max_batched_tokens = 512;
+  int block_size = 16;
+  int num_blocks = 0;       // KV pool size in blocks
+  int max_model_len = 0;    // prompt + generated tokens per sequence
+  bool prefix_caching = true;
+};
+
+// KV pool blocks that fit `bytes` for this model (k and v, every layer, fp32).
+int kv_blocks_for_bytes(const ModelConfig& cfg, int block_size, int64_t bytes);
+
+struct EngineStats {
+  int running = 0, waiting = 0;
+  int kv_blocks = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
+  int64_t prefix_queries = 0, prefix_hits = 0, preemptions = 0;
+  int64_t prompt_tokens = 0, generation_tokens = 0, steps = 0;
+};
+
+class Engine {
+ public:
+  Engine(Transformer& model, const Tokenizer& tok, const EngineConfig& cfg);
+  ~Engine();  // stops the loop; unfinished sequences get an "abort" event
+
+  const EngineConfig& config() const { return cfg_; }
+  // Thread-safe. The prompt must be non-empty, in the vocabulary, and prompt + max_tokens
+  // within max_model_len (the HTTP layer checks and answers 400 first). Returns the id.
+  uint64_t submit(std::vector<int32_t> prompt, const GenerationParams& params, EventSink sink);
+  // Thread-safe; a finished or unknown id is ignored. The sink gets a final "abort" event.
+  void abort(uint64_t id);
+  EngineStats stats() const;
+  int unfinished() const { return unfinished_.load(); }
+  ServingMetrics& metrics() { return metrics_; }
+
+ private:
+  void loop();
+  void take_inbox();
+  void step(const std::vector<ScheduledChunk>& chunks);
+  void sample_and_report(Sequence& s, const float* logits);
+  void finish(Sequence& s, SequenceEvent& ev, const std::string& reason);
+  void erase_finished();
+  void publish_stats();
+
+  Transformer& model_;
+  const Tokenizer& tok_;
+  EngineConfig cfg_;
+  KvBlockManager kv_;
+  Scheduler scheduler_;
+  std::vector<Buffer> k_pool_, v_pool_;  // per layer [num_blocks * block_size, kv_cols]
+  Buffer q_buf_, logits_buf_;
+  std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // engine thread only
+  ServingMetrics metrics_;
+  std::vector<uint64_t> finished_;  // erased from seqs_ once no step holds pointers to them
+  int64_t stats_prompt_tokens_ = 0, stats_generation_tokens_ = 0, steps_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<std::unique_ptr<Sequence>> inbox_;
+  std::vector<uint64_t> aborts_;
+  EngineStats stats_;  // published after each step, under mu_
+  bool stop_ = false;
+  uint64_t next_id_ = 1;
+  std::atomic<int> unfinished_{0};
+  std::thread thread_;
+};
+
+}  // namespace llmrun

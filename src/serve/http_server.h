@@ -1,0 +1,44 @@
+#pragma once
+// The OpenAI-compatible HTTP front end (Boost.Beast on Asio, C++20 coroutines): one strand
+// per connection, requests handed to the Engine, events streamed back as they come.
+// SIGTERM/SIGINT stop accepting, let in-flight requests finish, then return from run().
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "serve/chat_template.h"
+#include "serve/engine.h"
+
+namespace llmrun {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                  // 0: any free port (the bound one is logged)
+  std::string model_name;
+  std::string api_key;              // empty: no authentication
+  int max_queued = 256;             // sequences allowed to wait beyond max_num_seqs; more: 429
+  size_t max_body_bytes = 4 << 20;  // larger bodies: 413
+  int io_threads = 2;
+  int request_timeout_s = 30;       // a request's headers and body must arrive within this
+};
+
+class HttpServer {
+ public:
+  HttpServer(Engine& engine, const Tokenizer& tok, const ChatTemplate& tmpl, const ServerOptions& opts);
+  ~HttpServer();
+  // Binds (once) and returns the bound port; prints "listening on http://HOST:PORT".
+  int listen();
+  // Binds if needed and serves until SIGTERM/SIGINT or shutdown(), then drains.
+  void run();
+  // Thread-safe: stop accepting, finish what is in flight, return from run().
+  void shutdown();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llmrun

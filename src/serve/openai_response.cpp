@@ -1,0 +1,143 @@
+// Building OpenAI response objects and stream chunks from engine events.
+#include <chrono>
+#include <random>
+
+#include "serve/openai_api.h"
+
+namespace llmrun {
+
+using nlohmann::json;
+
+namespace {
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* hex = "0123456789abcdef";
+  std::string id = prefix;
+  for (int i = 0; i < 24; ++i) id += hex[rng() % 16];
+  return id;
+}
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(int(c));
+  return b;
+}
+}  // namespace
+
+ResponseBuilder::ResponseBuilder(const CompletionJob& job, const ApiContext& ctx)
+    : job_(job), ctx_(ctx), id_(random_id(job.chat ? "chatcmpl-" : "cmpl-")),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
+      choices_(static_cast<size_t>(job.sequences())), prompt_counted_(job.prompts.size(), false) {}
+
+json ResponseBuilder::base(const char* object) const {
+  return {{"id", id_}, {"object", object}, {"created", created_}, {"model", ctx_.model_name}};
+}
+
+json ResponseBuilder::usage() const {
+  return {{"prompt_tokens", prompt_tokens_},
+          {"completion_tokens", completion_tokens_},
+          {"total_tokens", prompt_tokens_ + completion_tokens_},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
+}
+
+json ResponseBuilder::logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const {
+  if (job_.chat) {
+    json content = json::array();
+    for (const auto& lp : lps) {
+      const std::string t = ctx_.tok.decode({lp.token});
+      json top = json::array();
+      for (const auto& alt : lp.top) {
+        const std::string a = ctx_.tok.decode({alt.token});
+        top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", bytes_of(a)}});
+      }
+      content.push_back({{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+  size_t offset = text_offset;
+  for (const auto& lp : lps) {
+    const std::string t = ctx_.tok.decode({lp.token});
+    tokens.push_back(t);
+    token_lps.push_back(lp.logprob);
+    json top = json::object();
+    for (const auto& alt : lp.top) top[ctx_.tok.decode({alt.token})] = alt.logprob;
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += t.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+void ResponseBuilder::add(int index, const SequenceEvent& ev) {
+  Choice& c = choices_[index];
+  c.text += ev.text;
+  c.logprobs.insert(c.logprobs.end(), ev.tokens.begin(), ev.tokens.end());
+  if (ev.finished) {
+    c.finish_reason = ev.finish_reason;
+    completion_tokens_ += ev.completion_tokens;
+    const size_t prompt = static_cast<size_t>(index / job_.n);
+    if (!prompt_counted_[prompt]) {
+      prompt_counted_[prompt] = true;
+      prompt_tokens_ += ev.prompt_tokens;
+      cached_tokens_ += ev.cached_tokens;
+    }
+  }
+}
+
+std::vector<json> ResponseBuilder::stream_chunks(int index, const SequenceEvent& ev) {
+  Choice& c = choices_[index];
+  const size_t offset = c.text.size();
+  add(index, ev);
+  std::vector<json> out;
+  const json reason = ev.finished ? json(ev.finish_reason) : json(nullptr);
+  const json lps = job_.logprobs && !ev.tokens.empty() ? logprobs_json(ev.tokens, offset) : json(nullptr);
+  if (job_.chat) {
+    if (!c.role_sent) {
+      c.role_sent = true;
+      json first = base("chat.completion.chunk");
+      first["choices"] = json::array(
+          {{{"index", index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+      out.push_back(std::move(first));
+    }
+    if (ev.text.empty() && !ev.finished && lps.is_null()) return out;
+    json delta = json::object();
+    if (!ev.text.empty()) delta["content"] = ev.text;
+    json chunk = base("chat.completion.chunk");
+    chunk["choices"] = json::array({{{"index", index}, {"delta", delta}, {"logprobs", lps}, {"finish_reason", reason}}});
+    out.push_back(std::move(chunk));
+  } else {
+    if (ev.text.empty() && !ev.finished && lps.is_null()) return out;
+    json chunk = base("text_completion");
+    chunk["choices"] = json::array({{{"index", index}, {"text", ev.text}, {"logprobs", lps}, {"finish_reason", reason}}});
+    out.push_back(std::move(chunk));
+  }
+  return out;
+}
+
+json ResponseBuilder::usage_chunk() const {
+  json chunk = base(job_.chat ? "chat.completion.chunk" : "text_completion");
+  chunk["choices"] = json::array();
+  chunk["usage"] = usage();
+  return chunk;
+}
+
+json ResponseBuilder::final_response() const {
+  json r = base(job_.chat ? "chat.completion" : "text_completion");
+  json choices = json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    const json lps = job_.logprobs ? logprobs_json(c.logprobs, 0) : json(nullptr);
+    if (job_.chat)
+      choices.push_back({{"index", i},
+                         {"message", {{"role", "assistant"}, {"content", c.text}}},
+                         {"logprobs", lps},
+                         {"finish_reason", c.finish_reason}});
+    else
+      choices.push_back({{"index", i}, {"text", c.text}, {"logprobs", lps}, {"finish_reason", c.finish_reason}});
+  }
+  r["choices"] = choices;
+  r["usage"] = usage();
+  return r;
+}
+
+}  // namespace llmrun

@@ -1,0 +1,71 @@
+#include "serve/scheduler.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace llmrun {
+
+void Scheduler::preempt(Sequence* s) {
+  kv_.release(s->kv);
+  s->computed = 0;
+  running_.erase(std::find(running_.begin(), running_.end(), s));
+  waiting_.push_front(s);
+  ++preemptions_;
+}
+
+void Scheduler::remove(Sequence* s) {
+  auto r = std::find(running_.begin(), running_.end(), s);
+  if (r != running_.end()) running_.erase(r);
+  auto w = std::find(waiting_.begin(), waiting_.end(), s);
+  if (w != waiting_.end()) waiting_.erase(w);
+  kv_.release(s->kv);
+}
+
+std::vector<ScheduledChunk> Scheduler::schedule() {
+  std::vector<ScheduledChunk> out;
+  int budget = limits_.max_batched_tokens;
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* s = running_[i];
+    const int remaining = static_cast<int>(s->tokens.size()) - s->computed;
+    const int n = std::min(remaining, budget);
+    if (n <= 0) continue;
+    bool fits = kv_.ensure(s->kv, s->computed + n);
+    while (!fits) {
+      Sequence* victim = running_.back();
+      preempt(victim);
+      preempted = true;
+      if (victim == s) break;
+      fits = kv_.ensure(s->kv, s->computed + n);
+    }
+    if (!fits) break;  // s itself went back to waiting; everything after it too
+    out.push_back({s, s->computed, n, s->computed + n == static_cast<int>(s->tokens.size())});
+    budget -= n;
+  }
+  // Admitting while preempting would only thrash: the freed blocks belong to the preempted.
+  while (!preempted && budget > 0 && !waiting_.empty() &&
+         static_cast<int>(running_.size()) < limits_.max_num_seqs) {
+    Sequence* s = waiting_.front();
+    const int len = static_cast<int>(s->tokens.size());
+    // At least the last token is always computed: its logits pick the next one.
+    s->computed = kv_.acquire_prefix(s->kv, s->tokens, len - 1);
+    const int n = std::min(len - s->computed, budget);
+    if (!kv_.ensure(s->kv, s->computed + n)) {
+      kv_.release(s->kv);
+      s->computed = 0;
+      break;
+    }
+    if (!s->admitted_once) {
+      s->cached_prompt_tokens = std::min(s->computed, s->prompt_len);
+      s->admitted_once = true;
+    }
+    waiting_.pop_front();
+    running_.push_back(s);
+    out.push_back({s, s->computed, n, s->computed + n == len});
+    budget -= n;
+  }
+  return out;
+}
+
+}  // namespace llmrun
