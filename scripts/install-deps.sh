@@ -8,6 +8,7 @@ PACKAGES=(
   libopenblas-openmp-dev
   openmpi-bin libopenmpi-dev
   libboost-dev
+  libpcre2-dev libutf8proc-dev
   libgtest-dev googletest
   python3-torch python3-numpy
 )

@@ -13,5 +13,6 @@ struct Command {
 
 Command add_train_command(CLI::App& root);
 Command add_generate_command(CLI::App& root);
+Command add_data_command(CLI::App& root);
 
 }  // namespace llmrun::cli

@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION);
   app.require_subcommand(1);
   std::vector<llmrun::cli::Command> commands = {llmrun::cli::add_train_command(app),
-                                                llmrun::cli::add_generate_command(app)};
+                                                llmrun::cli::add_generate_command(app),
+                                                llmrun::cli::add_data_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
