@@ -36,6 +36,7 @@ class MetricsWriter {
  public:
   explicit MetricsWriter(const std::string& path);  // empty path: writes nothing
   void write(const StepReport& r);
+  void write_validation(int64_t step, double val_loss);  // {"step", "val_loss", "val_ppl"}
 
  private:
   std::ofstream out_;

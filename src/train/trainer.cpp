@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 
 #include "ckpt/model_dir.h"
@@ -11,6 +12,7 @@
 #include "train/peak_flops.h"
 #include "train/progress.h"
 #include "train/train_step.h"
+#include "train/validation.h"
 
 namespace llmrun {
 
@@ -22,6 +24,8 @@ void run_training(const Recipe& r) {
     throw UserError(r.source + ": model.vocab=" + std::to_string(r.model.vocab) + " is smaller than the tokenizer's " +
                     std::to_string(tokenizer->vocab_size()) + " tokens");
   TrainingData data(r, *tokenizer);
+  std::unique_ptr<Validator> validator;
+  if (!r.data.valid.empty()) validator = std::make_unique<Validator>(r, *tokenizer);
   MetricsWriter metrics(r.logging.metrics);
 
   Transformer model(*backend, r.model);
@@ -56,6 +60,12 @@ void run_training(const Recipe& r) {
     const bool logged = s % r.logging.every == 0 || s == r.train.steps || s == 1;
     progress.update(rep, logged);
     if (logged) metrics.write(rep);
+    if (validator && ((r.train.eval_every > 0 && s % r.train.eval_every == 0) || s == r.train.steps)) {
+      const double val = validator->loss(model);
+      progress.finish();
+      spdlog::info("step {}: val_loss {:.4f} val_ppl {:.2f}", s, val, std::exp(val));
+      metrics.write_validation(s, val);
+    }
   }
   progress.finish();
 
