@@ -108,6 +108,9 @@ void check_data(const Recipe& r, const Locator& loc) {
   };
   check_sources(r.data.train, "data.train");
   check_sources(r.data.valid, "data.valid");
+  if (r.train.eval_every > 0 && r.data.valid.empty())
+    loc.fail("train.eval_every", "validation every " + std::to_string(r.train.eval_every) +
+                                     " steps needs data.valid (a text file, directory or dataset prefix)");
 }
 
 void check_train(const TrainSection& t, const Locator& loc) {

@@ -109,7 +109,7 @@ const tricky = [
   "mixed123abc ABC_def-ghi.jkl/mno?pqr=stu&vwx", "!!!???...,,,;;;:::---___===+++***", "<html><body>x</body></html>",
   "def f(x):\n    return x ** 2  # comment\n\n\tif x:\n\t\tpass\n", "    indented\n        more\n",
   "a\r\nb\r\n\r\nc", "\u00a0non-breaking\u2003em-space\u3000ideographic", "zero\u200bwidth\u200djoiner",
-  "e\u0301 (e + combining acute) vs \u00e9", "tab\there", "trailing spaces   ", "   leading spaces",
+  "e\u0301 (e + combining acute) vs \u00e9", "\ufeffbyte order mark", "x:\n\n\ufeffUN", "tab\there", "trailing spaces   ", "   leading spaces",
   "<|endoftext|>", "start<|endoftext|>end", "a <|endoftext|> b<|endoftext|><|endoftext|>c",
   "<|begin_of_text|>Hi<|end_of_text|>", "<|fim_prefix|>x<|fim_suffix|>y<|fim_middle|>", "<|endoftext",
   "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝕞𝕒𝕥𝕙 ∑∫∂√∞ ≠ ≤ ≥", "https://example.com/path?q=1#frag user@example.org",
@@ -161,17 +161,20 @@ function run(name, doc, refs) {
   console.log(`${name}: decode(encode(x)) == x for ${corpus.length - roundTrip}/${corpus.length} texts`);
   failures += roundTrip;
   const hf = new Tokenizer(doc, {});
-  compare(name, corpus, got, "@huggingface/tokenizers", (t) => hf.encode(t, { add_special_tokens: false }).ids);
-  for (const [refName, ok, enc] of refs) {
+  for (const [refName, ok, enc] of [["@huggingface/tokenizers", jsAgrees, (t) => hf.encode(t, { add_special_tokens: false }).ids], ...refs]) {
     const idx = corpus.map((t, i) => (ok(t) ? i : -1)).filter((i) => i >= 0);
     compare(name, idx.map((i) => corpus[i]), idx.map((i) => got[i]), refName, enc);
   }
 }
 
-const noSpecial = (t) => !t.includes("<|");
+// U+FEFF is whitespace to ECMAScript's \s, which both JS references use, but not to
+// Oniguruma (the Rust tokenizers) or Python (GPT-2's encoder.py), whose White_Space property
+// llmrun (PCRE2, Unicode mode) follows: texts with it are checked for round trip only.
+const jsAgrees = (t) => !t.includes("\ufeff");
+const noSpecial = (t) => !t.includes("<|") && jsAgrees(t);
 run("gpt2", buildGpt2(), [["gpt-3-encoder", noSpecial, (t) => gpt3.encode(t)]]);
 const tk = new Tiktoken(cl100kRanks);
-run("cl100k", buildCl100k(), [["js-tiktoken", () => true, (t) => tk.encode(t, "all")]]);
+run("cl100k", buildCl100k(), [["js-tiktoken", jsAgrees, (t) => tk.encode(t, "all")]]);
 run("llama3", buildLlama3(), [["llama3-tokenizer-js", noSpecial, (t) => llama3Tokenizer.encode(t, { bos: false, eos: false })]]);
 if (failures) { console.error(`${failures} failures`); process.exit(1); }
 console.log("all tokenizer oracle checks passed");

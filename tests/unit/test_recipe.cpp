@@ -345,6 +345,7 @@ TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
                       "data: {train: data.txt, valid: [{path: nowhere}]}\n"),
              "data.valid.0.path: " );
   EXPECT_HAS(error_of(kGpt2, {"train.eval_batches=0"}), "train.eval_batches: must be >= 1");
+  EXPECT_HAS(error_of(kGpt2, {"train.eval_every=5"}), "train.eval_every: validation every 5 steps needs data.valid");
 }
 
 TEST_F(RecipeTest, SetOverridesApplyWithTheSameChecks) {
