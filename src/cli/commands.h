@@ -3,6 +3,8 @@
 // it is the one the user chose.
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace llmrun::cli {
 
@@ -11,7 +13,8 @@ struct Command {
   std::function<int()> run;  // returns the exit code
 };
 
-Command add_train_command(CLI::App& root);
+// `args` is the process's full command line, for re-executing under mpirun.
+Command add_train_command(CLI::App& root, const std::vector<std::string>& args);
 Command add_generate_command(CLI::App& root);
 Command add_data_command(CLI::App& root);
 

@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   CLI::App app{"llmrun: train and serve GPT-2 and Llama models with one binary"};
   app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION);
   app.require_subcommand(1);
-  std::vector<llmrun::cli::Command> commands = {llmrun::cli::add_train_command(app),
+  const std::vector<std::string> args(argv, argv + argc);
+  std::vector<llmrun::cli::Command> commands = {llmrun::cli::add_train_command(app, args),
                                                 llmrun::cli::add_generate_command(app),
                                                 llmrun::cli::add_data_command(app)};
   try {

@@ -2,17 +2,35 @@
 
 namespace llmrun {
 
-BucketStore::BucketStore(Backend& backend, const std::vector<BucketLayout>& layout) : layout_(&layout) {
-  for (const auto& b : layout) buffers_.push_back(backend.allocate(static_cast<size_t>(b.numel) * 4));
+BucketStore::BucketStore(Backend& backend, const std::vector<BucketLayout>& layout, int pad_multiple,
+                         bool allocate)
+    : layout_(&layout) {
+  for (const auto& b : layout) {
+    const int64_t padded = (b.numel + pad_multiple - 1) / pad_multiple * pad_multiple;
+    padded_.push_back(padded);
+    owned_.push_back(allocate ? backend.allocate(static_cast<size_t>(padded) * 4) : Buffer());
+    base_.push_back(allocate ? owned_.back().as(DType::f32, {padded}) : Tensor());
+  }
+}
+
+void BucketStore::attach(int b, Tensor storage) {
+  LLMRUN_CHECK(storage.dtype == DType::f32 && storage.numel() == padded_[b], "attach: wrong bucket size");
+  base_[b] = storage.view({padded_[b]});
+}
+
+void BucketStore::drop(int b) {
+  owned_[b] = Buffer();
+  base_[b] = Tensor();
 }
 
 Tensor BucketStore::bucket(int b) const {
-  return buffers_[b].as(DType::f32, {(*layout_)[b].numel});
+  LLMRUN_CHECK(resident(b), "bucket " + (*layout_)[b].name + " has no storage attached");
+  return base_[b];
 }
 
 Tensor BucketStore::tensor(int b, int p) const {
   const ParamSpec& s = (*layout_)[b].params[p];
-  Tensor t = buffers_[b].as(DType::f32, {s.numel()}, static_cast<size_t>(s.offset) * 4);
+  Tensor t = bucket(b).flat(s.offset, s.numel());
   t.ndim = static_cast<int>(s.shape.size());
   for (int i = 0; i < t.ndim; ++i) t.shape[i] = s.shape[i];
   return t;
@@ -21,6 +39,13 @@ Tensor BucketStore::tensor(int b, int p) const {
 int64_t BucketStore::numel() const {
   int64_t n = 0;
   for (const auto& b : *layout_) n += b.numel;
+  return n;
+}
+
+size_t BucketStore::resident_bytes() const {
+  size_t n = 0;
+  for (int b = 0; b < num_buckets(); ++b)
+    if (resident(b)) n += static_cast<size_t>(padded_[b]) * 4;
   return n;
 }
 
@@ -61,18 +86,13 @@ BlockTensors block_tensors(const ModelConfig& cfg, const BucketStore& s, int lay
   return t;
 }
 
-EdgeTensors edge_tensors(const ModelConfig& cfg, const BucketStore& s) {
-  EdgeTensors t;
+HeadTensors head_tensors(const ModelConfig& cfg, const BucketStore& s) {
+  HeadTensors t;
   const int head = cfg.layers + 1;
-  t.tokens = s.tensor(0, 0);
-  if (cfg.arch == Arch::gpt2) {
-    t.positions = s.tensor(0, 1);
-    t.norm_w = s.tensor(head, 0);
-    t.norm_b = s.tensor(head, 1);
-  } else {
-    t.norm_w = s.tensor(head, 0);
-  }
-  t.head = cfg.tie_embeddings ? t.tokens : s.tensor(head, static_cast<int>(s.layout()[head].params.size()) - 1);
+  t.norm_w = s.tensor(head, 0);
+  if (cfg.arch == Arch::gpt2) t.norm_b = s.tensor(head, 1);
+  t.head = cfg.tie_embeddings ? s.tensor(0, 0)
+                              : s.tensor(head, static_cast<int>(s.layout()[head].params.size()) - 1);
   return t;
 }
 

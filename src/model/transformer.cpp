@@ -5,8 +5,12 @@
 
 namespace llmrun {
 
-Transformer::Transformer(Backend& backend, const ModelConfig& cfg)
-    : be_(backend), cfg_(cfg), layout_(model_layout(cfg)), params_(backend, layout_), grads_(backend, layout_) {}
+Transformer::Transformer(Backend& backend, const ModelConfig& cfg, const StoreOptions& stores)
+    : be_(backend),
+      cfg_(cfg),
+      layout_(model_layout(cfg)),
+      params_(backend, layout_, stores.pad_multiple, stores.allocate_params),
+      grads_(backend, layout_, stores.pad_multiple, stores.allocate_grads) {}
 
 void Transformer::init_weights(uint64_t seed) {
   const float std_normal = 0.02f;
@@ -89,6 +93,20 @@ void Transformer::upload_ids(Tensor dst, const int32_t* host, int64_t n) {
   be_.copy(dst, Tensor(const_cast<int32_t*>(host), DType::i32, {n}));
 }
 
+void Transformer::embed(Tensor x0) {
+  be_.embedding_fwd(x0, ids_, params_.tensor(0, 0), false);
+  if (cfg_.arch == Arch::gpt2) be_.embedding_fwd(x0, positions_, params_.tensor(0, 1), true);
+}
+
+void Transformer::head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits) {
+  const HeadTensors e = head_tensors(cfg_, params_);
+  if (cfg_.arch == Arch::gpt2)
+    be_.layernorm_fwd(norm, mean, rstd, x, e.norm_w, e.norm_b, cfg_.norm_eps);
+  else
+    be_.rmsnorm_fwd(norm, rstd, x, e.norm_w, cfg_.norm_eps);
+  be_.matmul(logits, norm, e.head, false, true);
+}
+
 void Transformer::forward(const int32_t* tokens, int batch, int seq) {
   LLMRUN_CHECK(seq <= cfg_.seq_len, "sequence longer than the model's context");
   plan_activations(batch, seq);
@@ -98,23 +116,23 @@ void Transformer::forward(const int32_t* tokens, int batch, int seq) {
   for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i % seq);
   upload_ids(positions_, pos.data(), n);
 
-  const EdgeTensors e = edge_tensors(cfg_, params_);
-  Tensor x0 = acts_[0].input;
-  be_.embedding_fwd(x0, ids_, e.tokens, false);
-  if (cfg_.arch == Arch::gpt2) be_.embedding_fwd(x0, positions_, e.positions, true);
+  using P = BucketHooks::Phase;
+  acquire(0, P::forward);
+  embed(acts_[0].input);
+  if (!cfg_.tie_embeddings) release(0, P::forward);  // a tied head reads it again at the end
 
   const AttentionShape shape{batch, seq, cfg_.heads, cfg_.kv_heads, cfg_.head_dim()};
   for (int l = 0; l < cfg_.layers; ++l) {
     BlockActivations& a = acts_[l];
+    acquire(l + 1, P::forward);
     block_forward(be_, cfg_, block_tensors(cfg_, params_, l), a, positions_,
                   [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); });
+    release(l + 1, P::forward);
   }
-  const Tensor& last = acts_.back().output;
-  if (cfg_.arch == Arch::gpt2)
-    be_.layernorm_fwd(final_norm_, final_mean_, final_rstd_, last, e.norm_w, e.norm_b, cfg_.norm_eps);
-  else
-    be_.rmsnorm_fwd(final_norm_, final_rstd_, last, e.norm_w, cfg_.norm_eps);
-  be_.matmul(logits_, final_norm_, e.head, false, true);
+  acquire(head_bucket(), P::forward);
+  head_forward(acts_.back().output, final_norm_, final_mean_, final_rstd_, logits_);
+  release(head_bucket(), P::forward);
+  if (cfg_.tie_embeddings) release(0, P::forward);
 }
 
 double Transformer::loss(const int32_t* targets) {
@@ -129,8 +147,11 @@ double Transformer::backward(const int32_t* targets, float grad_scale) {
   be_.softmax_xent(losses_, logits_, targets_, grad_scale);
   const double loss_sum = be_.sum(losses_);
 
-  const EdgeTensors e = edge_tensors(cfg_, params_);
-  const EdgeTensors ge = edge_tensors(cfg_, grads_);
+  using P = BucketHooks::Phase;
+  if (cfg_.tie_embeddings) acquire(0, P::backward);  // the head's gradient lands in bucket 0
+  acquire(head_bucket(), P::backward);
+  const HeadTensors e = head_tensors(cfg_, params_);
+  const HeadTensors ge = head_tensors(cfg_, grads_);
   const Tensor& last = acts_.back().output;
   // logits_ now holds dL/dlogits.
   be_.matmul(ge.head, logits_, final_norm_, true, false, 1.0f, 1.0f);
@@ -140,14 +161,20 @@ double Transformer::backward(const int32_t* targets, float grad_scale) {
                       final_rstd_, false);
   else
     be_.rmsnorm_bwd(d_resid_, ge.norm_w, scratch_.d_norm, last, e.norm_w, final_rstd_, false);
+  release(head_bucket(), P::backward);
 
   const AttentionShape shape{batch_, seq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim()};
-  for (int l = cfg_.layers - 1; l >= 0; --l)
+  for (int l = cfg_.layers - 1; l >= 0; --l) {
+    acquire(l + 1, P::backward);
     block_backward(be_, cfg_, block_tensors(cfg_, params_, l), block_tensors(cfg_, grads_, l), acts_[l],
                    scratch_, d_resid_, positions_, shape);
+    release(l + 1, P::backward);
+  }
 
-  be_.embedding_bwd(ge.tokens, d_resid_, ids_);
-  if (cfg_.arch == Arch::gpt2) be_.embedding_bwd(ge.positions, d_resid_, positions_);
+  if (!cfg_.tie_embeddings) acquire(0, P::backward);
+  be_.embedding_bwd(grads_.tensor(0, 0), d_resid_, ids_);
+  if (cfg_.arch == Arch::gpt2) be_.embedding_bwd(grads_.tensor(0, 1), d_resid_, positions_);
+  release(0, P::backward);
   return loss_sum;
 }
 
@@ -174,10 +201,7 @@ void Transformer::forward_cached(const int32_t* tokens, int n, KvCache& cache, T
   for (int i = 0; i < n; ++i) pos[i] = cache.length + i;
   upload_ids(positions_, pos.data(), n);
 
-  const EdgeTensors e = edge_tensors(cfg_, params_);
-  Tensor x0 = acts_[0].input;
-  be_.embedding_fwd(x0, ids_, e.tokens, false);
-  if (cfg_.arch == Arch::gpt2) be_.embedding_fwd(x0, positions_, e.positions, true);
+  embed(acts_[0].input);
 
   const int hd = cfg_.head_dim();
   const int64_t kv_cols = int64_t(cfg_.kv_heads) * hd;
@@ -197,13 +221,8 @@ void Transformer::forward_cached(const int32_t* tokens, int n, KvCache& cache, T
   }
   cache.length = total;
 
-  Tensor last = acts_.back().output.slice(n - 1, n);
-  Tensor norm = final_norm_.slice(0, 1), mean = final_mean_.slice(0, 1), rstd = final_rstd_.slice(0, 1);
-  if (cfg_.arch == Arch::gpt2)
-    be_.layernorm_fwd(norm, mean, rstd, last, e.norm_w, e.norm_b, cfg_.norm_eps);
-  else
-    be_.rmsnorm_fwd(norm, rstd, last, e.norm_w, cfg_.norm_eps);
-  be_.matmul(last_logits.view({1, cfg_.vocab}), norm, e.head, false, true);
+  head_forward(acts_.back().output.slice(n - 1, n), final_norm_.slice(0, 1), final_mean_.slice(0, 1),
+               final_rstd_.slice(0, 1), last_logits.view({1, cfg_.vocab}));
 }
 
 }  // namespace llmrun

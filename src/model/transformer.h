@@ -18,9 +18,29 @@ struct KvCache {
   std::vector<Buffer> k, v;
 };
 
+// Called in balanced pairs around each use of a bucket, so that sharded data parallelism can
+// materialise a bucket's parameters (ZeRO-3) or gradients (ZeRO-2/3) only while needed and
+// start a bucket's gradient reduction the moment its backward is complete.
+class BucketHooks {
+ public:
+  enum class Phase { forward, backward };
+  virtual ~BucketHooks() = default;
+  virtual void acquire(int bucket, Phase phase) = 0;
+  virtual void release(int bucket, Phase phase) = 0;  // backward: its gradient is complete
+};
+
+// How the parameter and gradient stores are laid out: padding for equal ZeRO shards, and
+// whether their buckets own memory or get it attached by a BucketHooks implementation.
+struct StoreOptions {
+  int pad_multiple = 1;
+  bool allocate_params = true;
+  bool allocate_grads = true;
+};
+
 class Transformer {
  public:
-  Transformer(Backend& backend, const ModelConfig& cfg);
+  Transformer(Backend& backend, const ModelConfig& cfg, const StoreOptions& stores = {});
+  void set_hooks(BucketHooks* hooks) { hooks_ = hooks; }
 
   const ModelConfig& config() const { return cfg_; }
   const std::vector<BucketLayout>& layout() const { return layout_; }
@@ -52,12 +72,23 @@ class Transformer {
 
  private:
   void plan_activations(int batch, int seq);
+  void acquire(int bucket, BucketHooks::Phase p) {
+    if (hooks_) hooks_->acquire(bucket, p);
+  }
+  void release(int bucket, BucketHooks::Phase p) {
+    if (hooks_) hooks_->release(bucket, p);
+  }
+  int head_bucket() const { return cfg_.layers + 1; }
   void upload_ids(Tensor dst, const int32_t* host, int64_t n);
+  void embed(Tensor x0);  // token (+ position) embedding of ids_ at positions_
+  // Final norm of rows x, then logits = norm @ head^T.
+  void head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits);
 
   Backend& be_;
   ModelConfig cfg_;
   std::vector<BucketLayout> layout_;
   BucketStore params_, grads_;
+  BucketHooks* hooks_ = nullptr;
 
   int batch_ = 0, seq_ = 0;
   size_t activation_bytes_ = 0;

@@ -54,6 +54,18 @@ struct LoggingSection {
   std::string metrics;  // JSONL path, empty: none
 };
 
+struct ParallelSection {
+  int tp = 1, pp = 1;
+  int dp = 1;    // resolved: `auto` (the default) fills launch.nproc / (tp * pp)
+  int zero = 0;  // 0: all-reduce gradients; 1: shard optimizer state; 2: + gradients; 3: + parameters
+};
+
+struct LaunchSection {
+  int nproc = 1;  // ranks; under mpirun/srun, the world size it was given
+  std::vector<std::string> mpirun_args;
+  double timeout_s = 300;  // a collective waiting longer aborts every rank
+};
+
 struct Recipe {
   std::string source;  // file the recipe came from, for messages
   ModelConfig model;
@@ -62,8 +74,11 @@ struct Recipe {
   PrecisionSection precision;
   CheckpointSection checkpoint;
   LoggingSection logging;
+  ParallelSection parallel;
+  LaunchSection launch;
 
-  int grad_accum_steps() const { return train.global_batch / train.micro_batch; }
+  // Micro-batches each data-parallel rank runs per optimizer step.
+  int grad_accum_steps() const { return train.global_batch / (train.micro_batch * parallel.dp); }
   int64_t tokens_per_step() const { return int64_t(train.global_batch) * model.seq_len; }
 };
 

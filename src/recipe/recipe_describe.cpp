@@ -72,6 +72,7 @@ std::string human(double v, const std::array<const char*, 5>& units) {
 
 const std::array<const char*, 5> kCount = {"K", "M", "B", "T", "Q"};
 const std::array<const char*, 5> kFlops = {" KFLOP", " MFLOP", " GFLOP", " TFLOP", " PFLOP"};
+const std::array<const char*, 5> kBytes = {" KB", " MB", " GB", " TB", " PB"};
 
 }  // namespace
 
@@ -120,6 +121,12 @@ std::string describe_recipe(const Recipe& r) {
   o << "checkpoint:\n  dir: " << str(r.checkpoint.dir) << "\n";
   o << "logging:\n  every: " << r.logging.every << "\n  metrics: " << str(r.logging.metrics)
     << "\n";
+  o << "parallel:\n  tp: " << r.parallel.tp << "\n  pp: " << r.parallel.pp << "\n  dp: " << r.parallel.dp
+    << "\n  zero: " << r.parallel.zero << "\n";
+  o << "launch:\n  nproc: " << r.launch.nproc << "\n  timeout_s: " << num(r.launch.timeout_s)
+    << "\n  mpirun_args: [";
+  for (size_t i = 0; i < r.launch.mpirun_args.size(); ++i) o << (i ? ", " : "") << str(r.launch.mpirun_args[i]);
+  o << "]\n";
 
   const double flops_token = m.train_flops_per_token(m.seq_len);
   const double flops_step = flops_token * double(r.tokens_per_step());
@@ -134,6 +141,16 @@ std::string describe_recipe(const Recipe& r) {
     << "  total_tokens: " << num(double(r.tokens_per_step()) * double(t.steps)) << "\n"
     << "  flops_per_token: " << num(flops_token) << "  # " << human(flops_token, kFlops) << "\n"
     << "  flops_per_step: " << num(flops_step) << "  # " << human(flops_step, kFlops) << "\n";
+  // ZeRO's fp32 accounting per rank: 4 bytes a parameter each for weights and gradients, 8 for
+  // AdamW's moments; stage 1 shards the moments, 2 also the gradients, 3 also the weights.
+  const double psi = double(m.param_count()), n = r.parallel.dp;
+  const int z = r.parallel.zero;
+  const double params = 4 * psi / (z >= 3 ? n : 1), grads = 4 * psi / (z >= 2 ? n : 1),
+               optim = 8 * psi / (z >= 1 ? n : 1);
+  o << "  memory_per_rank:  # ZeRO-" << z << " over dp=" << r.parallel.dp << ", before activations\n"
+    << "    params: " << num(params) << "  # " << human(params, kBytes) << "\n"
+    << "    grads: " << num(grads) << "  # " << human(grads, kBytes) << "\n"
+    << "    optimizer: " << num(optim) << "  # " << human(optim, kBytes) << "\n";
   return o.str();
 }
 

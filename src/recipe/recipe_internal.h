@@ -76,6 +76,9 @@ std::string read_string(const YAML::Node& n, const std::string& key, const Locat
 // How a value looks in an error message: 'abc', a mapping, a list or nothing.
 std::string show(const YAML::Node& n);
 
+// The parallel and launch sections (recipe_parallel.cpp); needs train read first.
+void read_parallel(const MapReader& top, Locator& loc, Recipe& r);
+
 // Range, cross-field and filesystem checks on a fully read recipe (recipe_validate.cpp).
 void validate_recipe(const Recipe& r, const Locator& loc);
 

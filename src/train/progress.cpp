@@ -30,7 +30,14 @@ std::string format_progress(const StepReport& r) {
                 static_cast<long long>(r.stats.step), static_cast<long long>(r.total_steps), r.stats.loss,
                 r.stats.lr, r.stats.grad_norm, r.tokens_per_s, 100.0 * r.mfu,
                 format_duration(r.eta_seconds).c_str());
-  return buf;
+  std::string line = buf;
+  if (r.multi_rank) {
+    const double mem = double(r.memory.params + r.memory.grads + r.memory.optimizer + r.memory.buffers +
+                              r.activation_bytes);
+    std::snprintf(buf, sizeof buf, " | comm %.0f%% | %.1f MB/rank", 100.0 * r.comm_share, mem / 1e6);
+    line += buf;
+  }
+  return line;
 }
 
 ProgressPrinter::ProgressPrinter() : tty_(isatty(STDERR_FILENO)) {}
@@ -64,7 +71,10 @@ void MetricsWriter::write(const StepReport& r) {
   nlohmann::json j{{"step", r.stats.step},           {"loss", r.stats.loss},
                    {"lr", r.stats.lr},               {"grad_norm", r.stats.grad_norm},
                    {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
-                   {"step_s", r.step_seconds}};
+                   {"step_s", r.step_seconds},       {"comm_share", r.comm_share},
+                   {"mem_params", r.memory.params},  {"mem_grads", r.memory.grads},
+                   {"mem_optimizer", r.memory.optimizer}, {"mem_buffers", r.memory.buffers},
+                   {"mem_activations", r.activation_bytes}};
   out_ << j.dump() << "\n";
   out_.flush();
 }

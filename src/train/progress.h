@@ -6,6 +6,7 @@
 #include <string>
 
 #include "train/train_step.h"
+#include "train/zero_optimizer.h"
 
 namespace llmrun {
 
@@ -16,6 +17,10 @@ struct StepReport {
   double tokens_per_s = 0;
   double mfu = 0;            // fraction of the peak
   double eta_seconds = 0;
+  double comm_share = 0;     // fraction of the step spent waiting for communication
+  TrainingMemory memory;     // persistent bytes per rank
+  size_t activation_bytes = 0;
+  bool multi_rank = false;   // adds communication share and memory per rank to the line
 };
 
 std::string format_duration(double seconds);

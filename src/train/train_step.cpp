@@ -1,17 +1,10 @@
 #include "train/train_step.h"
 
-#include <cmath>
-
 namespace llmrun {
 
-double grad_global_norm(Backend& be, const BucketStore& grads) {
-  double sq = 0;
-  for (int b = 0; b < grads.num_buckets(); ++b) sq += be.sum_squares(grads.bucket(b));
-  return std::sqrt(sq);
-}
-
-TrainStep::TrainStep(Transformer& model, AdamWOptimizer& opt, const LrSchedule& lr, const StepShape& shape)
-    : model_(model), opt_(opt), lr_(lr), shape_(shape) {
+TrainStep::TrainStep(Transformer& model, ZeroOptimizer& opt, Communicator& dp, const LrSchedule& lr,
+                     const StepShape& shape)
+    : model_(model), opt_(opt), dp_(dp), lr_(lr), shape_(shape) {
   const size_t n = size_t(shape.micro_batch) * shape.seq;
   windows_.resize(size_t(shape.micro_batch) * (shape.seq + 1));
   inputs_.resize(n);
@@ -19,12 +12,11 @@ TrainStep::TrainStep(Transformer& model, AdamWOptimizer& opt, const LrSchedule& 
 }
 
 StepStats TrainStep::run(const BatchSource& next_batch) {
-  Backend& be = model_.backend();
-  BucketStore& grads = model_.grads();
-  for (int b = 0; b < grads.num_buckets(); ++b) be.fill(grads.bucket(b), 0.0f);
-
   const int B = shape_.micro_batch, T = shape_.seq;
-  const double tokens = double(B) * T * shape_.accum;
+  // Every rank scales by the tokens of the whole step, so summing gradients across ranks
+  // gives the mean over the global batch: the same numbers as one rank doing it all.
+  const double tokens = double(B) * T * shape_.accum * dp_.size();
+  opt_.begin_step(shape_.accum);
   double loss_sum = 0;
   for (int micro = 0; micro < shape_.accum; ++micro) {
     next_batch(windows_.data());
@@ -39,16 +31,15 @@ StepStats TrainStep::run(const BatchSource& next_batch) {
 
   StepStats s;
   s.step = opt_.steps_taken() + 1;
-  s.loss = loss_sum / tokens;
-  s.grad_norm = grad_global_norm(be, grads);
+  s.loss = dp_.all_reduce_scalar(loss_sum, ReduceOp::sum) / tokens;
+  s.grad_norm = opt_.finish_gradients();
   // torch.nn.utils.clip_grad_norm_'s rule, so runs compare step for step with PyTorch.
   if (shape_.clip > 0) {
     const double coef = shape_.clip / (s.grad_norm + 1e-6);
-    if (coef < 1.0)
-      for (int b = 0; b < grads.num_buckets(); ++b) be.scale(grads.bucket(b), float(coef));
+    if (coef < 1.0) opt_.scale_gradients(float(coef));
   }
   s.lr = lr_.at(s.step);
-  opt_.step(model_.params(), grads, float(s.lr));
+  opt_.step(float(s.lr));
   return s;
 }
 

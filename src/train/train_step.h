@@ -1,24 +1,26 @@
 #pragma once
-// One optimizer step: zero gradients, forward/backward over the micro-batches (gradient
-// accumulation), global-norm clipping, AdamW update.
+// One optimizer step: the micro-batches of this data-parallel rank (gradient accumulation),
+// gradient reduction across ranks, global-norm clipping, AdamW update.
 #include <cstdint>
 #include <functional>
 
+#include "comm/communicator.h"
 #include "model/transformer.h"
-#include "train/adamw_optimizer.h"
 #include "train/lr_schedule.h"
+#include "train/zero_optimizer.h"
 
 namespace llmrun {
 
 struct StepStats {
   int64_t step = 0;
-  double loss = 0;       // mean cross-entropy over the step's tokens
+  double loss = 0;       // mean cross-entropy over the step's tokens on all ranks
   double grad_norm = 0;  // before clipping
   double lr = 0;
 };
 
 struct StepShape {
-  int micro_batch = 1, seq = 1, accum = 1;
+  int micro_batch = 1, seq = 1;
+  int accum = 1;  // micro-batches per rank per step
   float clip = 0;  // 0: no clipping
 };
 
@@ -28,17 +30,16 @@ using BatchSource = std::function<void(int32_t* windows)>;
 
 class TrainStep {
  public:
-  TrainStep(Transformer& model, AdamWOptimizer& opt, const LrSchedule& lr, const StepShape& shape);
+  TrainStep(Transformer& model, ZeroOptimizer& opt, Communicator& dp, const LrSchedule& lr, const StepShape& shape);
   StepStats run(const BatchSource& next_batch);
 
  private:
   Transformer& model_;
-  AdamWOptimizer& opt_;
+  ZeroOptimizer& opt_;
+  Communicator& dp_;
   LrSchedule lr_;
   StepShape shape_;
   std::vector<int32_t> windows_, inputs_, targets_;
 };
-
-double grad_global_norm(Backend& be, const BucketStore& grads);
 
 }  // namespace llmrun

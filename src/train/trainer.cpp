@@ -5,10 +5,13 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "ckpt/model_dir.h"
-#include "data/training_data.h"
+#include "comm/mpi_communicator.h"
+#include "comm/topology.h"
 #include "data/tokenizer.h"
+#include "data/training_data.h"
 #include "train/peak_flops.h"
 #include "train/progress.h"
 #include "train/train_step.h"
@@ -16,55 +19,113 @@
 
 namespace llmrun {
 
-void run_training(const Recipe& r) {
-  auto backend = make_cpu_backend(0);
+namespace {
+
+// Every rank draws the whole global batch of a step in the single-rank order and keeps its
+// own contiguous slice, so any data-parallel layout trains on exactly the same windows.
+class RankBatches {
+ public:
+  RankBatches(TrainingData& data, const Recipe& r, int dp_rank)
+      : data_(data),
+        window_(r.model.seq_len + 1),
+        global_(r.train.global_batch),
+        first_(dp_rank * (r.train.global_batch / r.parallel.dp)),
+        windows_(size_t(r.train.global_batch) * size_t(window_)) {}
+
+  void start_step() {
+    data_.fill(windows_.data(), global_);
+    cursor_ = first_;
+  }
+  void next(int32_t* dst, int windows) {
+    std::copy_n(windows_.begin() + int64_t(cursor_) * window_, int64_t(windows) * window_, dst);
+    cursor_ += windows;
+  }
+
+ private:
+  TrainingData& data_;
+  int window_, global_, first_, cursor_ = 0;
+  std::vector<int32_t> windows_;
+};
+
+}  // namespace
+
+void run_training(const Recipe& r, const LaunchEnvironment& env) {
+  std::optional<MpiRuntime> mpi;
+  Topology topo = Topology::single();
+  if (env.under_launcher) {
+    mpi.emplace(nullptr, nullptr);
+    topo = Topology::build(make_mpi_world(r.launch.timeout_s), {r.parallel.tp, r.parallel.pp, r.parallel.dp});
+  }
+  if (!topo.is_logger()) spdlog::set_level(spdlog::level::warn);
+  auto backend = make_cpu_backend(env.under_launcher ? threads_per_rank(env.local_size) : 0);
+
   std::unique_ptr<Tokenizer> tokenizer =
       r.data.tokenizer == "byte" ? std::make_unique<ByteLevelTokenizer>() : load_tokenizer(r.data.tokenizer);
   if (tokenizer->vocab_size() > r.model.vocab)
     throw UserError(r.source + ": model.vocab=" + std::to_string(r.model.vocab) + " is smaller than the tokenizer's " +
                     std::to_string(tokenizer->vocab_size()) + " tokens");
   TrainingData data(r, *tokenizer);
+  RankBatches batches(data, r, topo.dp().rank());
+  // Every rank evaluates the same validation batches (under ZeRO-3 the forward is collective);
+  // the logger rank reports them.
   std::unique_ptr<Validator> validator;
   if (!r.data.valid.empty()) validator = std::make_unique<Validator>(r, *tokenizer);
-  MetricsWriter metrics(r.logging.metrics);
+  std::optional<MetricsWriter> metrics;
+  if (topo.is_logger()) metrics.emplace(r.logging.metrics);
 
-  Transformer model(*backend, r.model);
+  Transformer model(*backend, r.model, ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp));
   model.init_weights(r.train.seed);
-  AdamWOptimizer opt(*backend, model.layout(),
-                     {float(r.train.beta1), float(r.train.beta2), float(r.train.eps), float(r.train.weight_decay)});
+  ZeroOptimizer opt(model, topo.dp(), r.parallel.zero,
+                    {float(r.train.beta1), float(r.train.beta2), float(r.train.eps), float(r.train.weight_decay)});
   LrSchedule lr{r.train.lr, r.train.min_lr, r.train.warmup, r.train.steps, r.train.schedule};
   StepShape shape{r.train.micro_batch, r.model.seq_len, r.grad_accum_steps(), float(r.train.clip)};
-  TrainStep step(model, opt, lr, shape);
+  TrainStep step(model, opt, topo.dp(), lr, shape);
 
   const PeakFlops peak = measured_peak_flops(*backend);
   const double flops_per_token = r.model.train_flops_per_token(r.model.seq_len);
-  spdlog::info("model {} with {:.2f}M parameters; {} training tokens; {} tokens per step ({} x {} micro-batches)",
-               arch_name(r.model.arch), r.model.param_count() / 1e6, data.tokens(), r.tokens_per_step(),
+  const int world = topo.world().size();
+  spdlog::info("model {} with {:.2f}M parameters; {} training tokens; {} tokens per step ({} ranks x {} x {} micro-batches)",
+               arch_name(r.model.arch), r.model.param_count() / 1e6, data.tokens(), r.tokens_per_step(), world,
                r.grad_accum_steps(), r.train.micro_batch);
-  spdlog::info("backend {} with {} threads; MFU peak {:.1f} GFLOP/s from {}", backend->name(), backend->threads(),
-               peak.flops / 1e9, peak.source);
+  spdlog::info("backend {} with {} threads per rank; MFU peak {:.1f} GFLOP/s per rank from {}", backend->name(),
+               backend->threads(), peak.flops / 1e9, peak.source);
+  if (world > 1) {
+    const TrainingMemory m = opt.memory();
+    spdlog::info("data parallel {} ranks, ZeRO-{}: per rank {:.1f} MB params, {:.1f} MB grads, {:.1f} MB optimizer",
+                 r.parallel.dp, r.parallel.zero, m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6);
+  }
 
   ProgressPrinter progress;
   const auto t_start = std::chrono::steady_clock::now();
   for (int64_t s = 1; s <= r.train.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
+    const double comm0 = opt.comm_wait_seconds();
     StepReport rep;
-    rep.stats = step.run([&](int32_t* windows) { data.fill(windows, r.train.micro_batch); });
+    batches.start_step();
+    rep.stats = step.run([&](int32_t* windows) { batches.next(windows, r.train.micro_batch); });
     const auto t1 = std::chrono::steady_clock::now();
     rep.total_steps = r.train.steps;
     rep.step_seconds = std::chrono::duration<double>(t1 - t0).count();
     rep.tokens_per_s = double(r.tokens_per_step()) / rep.step_seconds;
-    rep.mfu = flops_per_token * rep.tokens_per_s / peak.flops;
+    rep.mfu = flops_per_token * rep.tokens_per_s / (peak.flops * world);
+    rep.comm_share = (opt.comm_wait_seconds() - comm0) / rep.step_seconds;
+    rep.memory = opt.memory();
+    rep.activation_bytes = model.activation_bytes();
+    rep.multi_rank = world > 1;
     const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
     rep.eta_seconds = elapsed / double(s) * double(r.train.steps - s);
     const bool logged = s % r.logging.every == 0 || s == r.train.steps || s == 1;
-    progress.update(rep, logged);
-    if (logged) metrics.write(rep);
+    if (topo.is_logger()) {
+      progress.update(rep, logged);
+      if (logged) metrics->write(rep);
+    }
     if (validator && ((r.train.eval_every > 0 && s % r.train.eval_every == 0) || s == r.train.steps)) {
       const double val = validator->loss(model);
-      progress.finish();
-      spdlog::info("step {}: val_loss {:.4f} val_ppl {:.2f}", s, val, std::exp(val));
-      metrics.write_validation(s, val);
+      if (topo.is_logger()) {
+        progress.finish();
+        spdlog::info("step {}: val_loss {:.4f} val_ppl {:.2f}", s, val, std::exp(val));
+        metrics->write_validation(s, val);
+      }
     }
   }
   progress.finish();
@@ -73,9 +134,12 @@ void run_training(const Recipe& r) {
     // The model goes to its own subdirectory: checkpoint.dir also holds what else a run keeps
     // (metrics, and training checkpoints step-N/ once resume exists).
     const std::string model_dir = (std::filesystem::path(r.checkpoint.dir) / "model").string();
-    save_model_dir(model_dir, model, *tokenizer);
+    opt.acquire_full_params();  // a collective under ZeRO-3
+    if (topo.is_logger()) save_model_dir(model_dir, model, *tokenizer);
+    opt.release_full_params();
     spdlog::info("saved model to {}", model_dir);
   }
+  topo.world().barrier();
 }
 
 }  // namespace llmrun

@@ -1,10 +1,11 @@
 #pragma once
+#include "comm/launcher.h"
 #include "recipe/recipe.h"
 
 namespace llmrun {
 
-// Runs a whole single-rank training job described by a validated recipe: data, model,
-// optimizer, progress line and metrics, and the final model directory.
-void run_training(const Recipe& recipe);
+// Runs this rank's part of a training job described by a validated recipe: ranks and groups,
+// data, model, optimizer, progress line and metrics (rank 0), and the final model directory.
+void run_training(const Recipe& recipe, const LaunchEnvironment& env);
 
 }  // namespace llmrun

@@ -30,6 +30,18 @@ case "$out" in
   *) fail "generated '$out'" ;;
 esac
 
+# Two ranks with ZeRO-3 (a collective forward) validate on the same batches as one rank.
+"$LLMRUN" train r.yaml --nproc 2 --set parallel.zero=3 --set train.global_batch=8 --set train.micro_batch=4 \
+  --set train.steps=20 --set logging.metrics=dp.jsonl --set checkpoint.dir=out-dp 2>dp.log || { cat dp.log; fail "dp training failed"; }
+"$LLMRUN" train r.yaml --set train.global_batch=8 --set train.micro_batch=4 \
+  --set train.steps=20 --set logging.metrics=one.jsonl --set checkpoint.dir=out-one 2>/dev/null
+/usr/bin/python3 - <<'PY' || fail "validation differs between 1 and 2 ranks"
+import json
+val = lambda f: [json.loads(l)["val_loss"] for l in open(f) if "val_loss" in l]
+a, b = val("one.jsonl"), val("dp.jsonl")
+assert len(a) == 1 and len(b) == 1 and abs(a[0] - b[0]) < 1e-5 * abs(a[0]), (a, b)
+PY
+
 # A dataset tokenized by another tokenizer is refused before training starts.
 sed 's/tokenizer: tok.json/tokenizer: byte/; s/vocab: 320/vocab: 512/' r.yaml > wrong.yaml
 expect_exit 2 'data.train.0.path: .*ds was tokenized with .*tok.json' "$LLMRUN" train wrong.yaml

@@ -88,16 +88,17 @@ int main(int argc, char** argv) {
   model.forward(inputs.data(), B, T);
   std::vector<float> logits(size_t(model.logits().numel()));
   be->copy(Tensor(logits.data(), DType::f32, {int64_t(logits.size())}), model.logits().view({int64_t(logits.size())}));
-  for (int b = 0; b < model.grads().num_buckets(); ++b) be->fill(model.grads().bucket(b), 0.0f);
+  auto single = make_self_communicator("dp");
+  ZeroOptimizer opt(model, *single, 0, {0.9f, 0.95f, 1e-8f, 0.1f});
+  opt.begin_step(1);
   const float loss = float(model.backward(targets.data(), 1.0f / float(B * T)) / double(B * T));
   std::vector<HfTensor> grads = export_hf_tensors(*be, model.grads());
-  const double norm = grad_global_norm(*be, model.grads());
+  const double norm = opt.finish_gradients();
 
   // Two optimizer steps through the training step, with two micro-batches of two
   // sequences each (gradient accumulation) and clipping that really clips.
   const float lr = 1e-2f, clip = float(0.5 * norm);
-  AdamWOptimizer opt(*be, model.layout(), {0.9f, 0.95f, 1e-8f, 0.1f});
-  TrainStep step(model, opt, LrSchedule{lr, lr, 0, 2, "constant"}, StepShape{2, T, 2, clip});
+  TrainStep step(model, opt, *single, LrSchedule{lr, lr, 0, 2, "constant"}, StepShape{2, T, 2, clip});
   int micro = 0;
   auto source = [&](int32_t* dst) {
     std::copy_n(windows.begin() + (micro % 2) * 2 * (T + 1), 2 * (T + 1), dst);

@@ -173,7 +173,7 @@ TEST_F(RecipeTest, UnknownTopLevelKey) {
   const std::string e = error_of(kGpt2 + "trian:\n  steps: 3\n");
   EXPECT_HAS(e, at(9, 1) +
                     "trian: unknown key (expected one of: model, data, train, precision, "
-                    "checkpoint, logging)");
+                    "checkpoint, logging, parallel, launch)");
 }
 
 TEST_F(RecipeTest, UnknownNestedKey) {
@@ -325,10 +325,11 @@ TEST_F(RecipeTest, UnwritableOutputs) {
 
 TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
   EXPECT_HAS(error_of(kGpt2 + "parallel:\n  tp: 2\n"),
-             at(9, 1) + "parallel: not supported by this build (single-rank CPU training)");
+             at(10, 7) + "parallel.tp: tensor parallelism is not in this build yet");
   EXPECT_HAS(error_of(kGpt2 + "memory: {recompute: full}\n"),
              "memory: not supported by this build");
-  EXPECT_HAS(error_of(kGpt2 + "launch: {nproc: 8}\n"), "launch: not supported by this build");
+  EXPECT_HAS(error_of(kGpt2 + "parallel: {sequence_parallel: true}\n"),
+             "parallel.sequence_parallel: not supported by this build");
   EXPECT_HAS(error_of(kGpt2 + "checkpoint:\n  dir: out\n  every: 100\n"),
              at(11, 3) + "checkpoint.every: not supported by this build");
   EXPECT_HAS(error_of(kGpt2 + "checkpoint: {keep: 3}\n"),
@@ -381,7 +382,7 @@ TEST_F(RecipeTest, BadSetIsRejected) {
   EXPECT_HAS(error_of(kGpt2, {"model.foo=1"}), "--set model.foo=1: model.foo: unknown key");
   EXPECT_HAS(error_of(kGpt2, {"modle.layers=1"}), "--set modle.layers=1: modle: unknown key");
   EXPECT_HAS(error_of(kGpt2, {"parallel.tp=2"}),
-             "--set parallel.tp=2: parallel: not supported by this build");
+             "--set parallel.tp=2: parallel.tp: tensor parallelism is not in this build yet");
   EXPECT_HAS(error_of(kGpt2, {"model.layers.x=1"}),
              "--set model.layers.x=1: model.layers: holds the value '2', it has no key 'x'");
   EXPECT_HAS(error_of(kGpt2, {"train.lr=[1"}), "--set train.lr=[1: cannot parse the value");

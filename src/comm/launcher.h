@@ -1,0 +1,27 @@
+#pragma once
+// Starting the ranks. Outside any MPI launcher, `llmrun train` with nproc > 1 re-executes
+// itself under Open MPI's mpirun; under mpirun, srun or a Slurm batch step it uses the ranks
+// it was given.
+#include <string>
+#include <vector>
+
+namespace llmrun {
+
+struct LaunchEnvironment {
+  bool under_launcher = false;  // started by mpirun/srun with a rank of its own
+  int world_size = 1;
+  int local_size = 1;           // ranks on this node (for threads per rank)
+  std::string launcher;         // "mpirun", "srun" or ""
+};
+
+LaunchEnvironment detect_launch_environment();
+
+// Replaces this process with `mpirun -np nproc [extra args] <this binary> <args>`. Running as
+// root adds Open MPI's explicit permission; more ranks than cores adds --oversubscribe.
+[[noreturn]] void exec_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args,
+                                    const std::vector<std::string>& args);
+
+// CPU threads each rank should use so that all local ranks together fill the cores once.
+int threads_per_rank(int local_ranks);
+
+}  // namespace llmrun

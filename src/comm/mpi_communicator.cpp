@@ -1,0 +1,188 @@
+#include "comm/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "util/error.h"
+
+namespace llmrun {
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  // Failures become return codes so a timeout or a dead peer gets our message, not a crash.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiRuntime::~MpiRuntime() { MPI_Finalize(); }
+
+void MpiRuntime::abort_all(const std::string& why) {
+  std::fprintf(stderr, "error: %s\n", why.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+namespace {
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::i32: return MPI_INT;
+    default: return MPI_BYTE;  // raw bytes: only for transport (gather/broadcast/send)
+  }
+}
+
+int mpi_count(const Tensor& t) {
+  const int64_t n = mpi_type(t.dtype) == MPI_BYTE ? int64_t(t.bytes()) : t.numel();
+  LLMRUN_CHECK(n <= INT32_MAX, "message larger than MPI's int count");
+  return int(n);
+}
+
+class MpiRequest final : public CommRequest {
+ public:
+  MpiRequest(MPI_Request req, std::string what, double timeout_s)
+      : req_(req), what_(std::move(what)), timeout_s_(timeout_s) {}
+  ~MpiRequest() override {
+    if (req_ != MPI_REQUEST_NULL) wait();
+  }
+
+  bool test() override {
+    if (req_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    if (MPI_Test(&req_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) fail("failed (a peer rank died?)");
+    return done != 0;
+  }
+
+  void wait() override {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    for (int spins = 0; !test(); ++spins) {
+      if (std::chrono::steady_clock::now() > deadline)
+        fail("did not complete within launch.timeout_s=" + std::to_string(int(timeout_s_)) +
+             " s: a peer rank failed or stalled");
+      // Spin briefly for latency, then yield: ranks may share cores with each other.
+      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(spins > 100000 ? 1000 : 20));
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& how) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MpiRuntime::abort_all("rank " + std::to_string(rank) + ": " + what_ + " " + how);
+    std::abort();
+  }
+  MPI_Request req_;
+  std::string what_;
+  double timeout_s_;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, std::string name, double timeout_s, bool owned)
+      : comm_(comm), name_(std::move(name)), timeout_s_(timeout_s), owned_(owned) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiCommunicator() override {
+    if (owned_) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return name_; }
+  MPI_Comm comm() const { return comm_; }
+  double timeout_s() const { return timeout_s_; }
+
+  std::unique_ptr<CommRequest> iall_reduce(Tensor buf, ReduceOp op) override {
+    MPI_Request r;
+    check(MPI_Iallreduce(MPI_IN_PLACE, buf.data, mpi_count(buf), mpi_type(buf.dtype), mpi_op(op), comm_, &r),
+          "all_reduce");
+    return request(r, "all_reduce");
+  }
+  std::unique_ptr<CommRequest> ireduce_scatter(const Tensor& in, Tensor out) override {
+    LLMRUN_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: input must be size x output");
+    MPI_Request r;
+    const void* send = in.data == out.data ? MPI_IN_PLACE : in.data;
+    check(MPI_Ireduce_scatter_block(send, out.data, mpi_count(out), mpi_type(out.dtype), MPI_SUM, comm_, &r),
+          "reduce_scatter");
+    return request(r, "reduce_scatter");
+  }
+  std::unique_ptr<CommRequest> iall_gather(const Tensor& in, Tensor out) override {
+    LLMRUN_CHECK(out.bytes() == in.bytes() * size_t(size_), "all_gather: output must be size x input");
+    const bool in_place = static_cast<const char*>(in.data) == static_cast<char*>(out.data) + in.bytes() * rank_;
+    MPI_Request r;
+    check(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, mpi_count(in), mpi_type(in.dtype), out.data,
+                         mpi_count(in), mpi_type(in.dtype), comm_, &r),
+          "all_gather");
+    return request(r, "all_gather");
+  }
+  std::unique_ptr<CommRequest> ibroadcast(Tensor buf, int root) override {
+    MPI_Request r;
+    check(MPI_Ibcast(buf.data, mpi_count(buf), mpi_type(buf.dtype), root, comm_, &r), "broadcast");
+    return request(r, "broadcast");
+  }
+  std::unique_ptr<CommRequest> isend(const Tensor& buf, int peer, int tag) override {
+    MPI_Request r;
+    check(MPI_Isend(buf.data, mpi_count(buf), mpi_type(buf.dtype), peer, tag, comm_, &r), "send");
+    return request(r, "send to rank " + std::to_string(peer));
+  }
+  std::unique_ptr<CommRequest> irecv(Tensor buf, int peer, int tag) override {
+    MPI_Request r;
+    check(MPI_Irecv(buf.data, mpi_count(buf), mpi_type(buf.dtype), peer, tag, comm_, &r), "recv");
+    return request(r, "recv from rank " + std::to_string(peer));
+  }
+  void barrier() override {
+    MPI_Request r;
+    check(MPI_Ibarrier(comm_, &r), "barrier");
+    request(r, "barrier")->wait();
+  }
+  double all_reduce_scalar(double v, ReduceOp op) override {
+    double out = 0;
+    MPI_Request r;
+    check(MPI_Iallreduce(&v, &out, 1, MPI_DOUBLE, mpi_op(op), comm_, &r), "all_reduce");
+    request(r, "all_reduce")->wait();
+    return out;
+  }
+
+ private:
+  std::unique_ptr<CommRequest> request(MPI_Request r, const std::string& op) {
+    return std::make_unique<MpiRequest>(r, op + " on the " + name_ + " group", timeout_s_);
+  }
+  void check(int rc, const char* op) const {
+    if (rc != MPI_SUCCESS) {
+      char text[MPI_MAX_ERROR_STRING];
+      int len = 0;
+      MPI_Error_string(rc, text, &len);
+      MpiRuntime::abort_all("rank " + std::to_string(rank_) + ": " + op + " on the " + name_ + " group failed: " +
+                            std::string(text, size_t(len)));
+    }
+  }
+
+  MPI_Comm comm_;
+  std::string name_;
+  double timeout_s_;
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_world(double timeout_s) {
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", timeout_s, false);
+}
+
+std::unique_ptr<Communicator> split_mpi(const Communicator& parent, int color, int key, std::string name) {
+  const auto& p = dynamic_cast<const MpiCommunicator&>(parent);
+  MPI_Comm sub;
+  MPI_Comm_split(p.comm(), color, key, &sub);
+  return std::make_unique<MpiCommunicator>(sub, std::move(name), p.timeout_s(), true);
+}
+
+}  // namespace llmrun

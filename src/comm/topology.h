@@ -1,0 +1,36 @@
+#pragma once
+// Which rank does what: world rank r sits at tp_rank = r % tp, pp_rank = (r / tp) % pp,
+// dp_rank = r / (tp * pp) (tensor parallel fastest, as Megatron orders ranks, so a tp group
+// shares a node), and one communicator per group it belongs to.
+#include <memory>
+
+#include "comm/communicator.h"
+
+namespace llmrun {
+
+struct ParallelLayout {
+  int tp = 1, pp = 1, dp = 1;
+  int world() const { return tp * pp * dp; }
+};
+
+class Topology {
+ public:
+  // A single process: every group is the group of one.
+  static Topology single();
+  // Splits `world` (size must equal layout.world()) into the tp, pp and dp groups.
+  static Topology build(std::unique_ptr<Communicator> world, const ParallelLayout& layout);
+
+  const ParallelLayout& layout() const { return layout_; }
+  Communicator& world() const { return *world_; }
+  Communicator& tp() const { return *tp_; }
+  Communicator& pp() const { return *pp_; }
+  Communicator& dp() const { return *dp_; }
+  int rank() const { return world_->rank(); }
+  bool is_logger() const { return world_->rank() == 0; }  // prints progress, writes metrics
+
+ private:
+  ParallelLayout layout_;
+  std::unique_ptr<Communicator> world_, tp_, pp_, dp_;
+};
+
+}  // namespace llmrun

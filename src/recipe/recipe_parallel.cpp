@@ -1,0 +1,53 @@
+// The parallel and launch sections: how many ranks, and how they split the work.
+#include <climits>
+
+#include "recipe/recipe_internal.h"
+
+namespace llmrun::recipe_detail {
+
+void read_parallel(const MapReader& top, Locator& loc, Recipe& r) {
+  const MapReader l(top.node("launch"), "launch", loc, {"nproc", "mpirun_args", "timeout_s"});
+  r.launch.nproc = int(l.integer("nproc", 1, 1 << 20).value_or(1));
+  r.launch.timeout_s = l.number("timeout_s").value_or(r.launch.timeout_s);
+  if (r.launch.timeout_s <= 0) loc.fail("launch.timeout_s", "must be positive (seconds)");
+  if (l.has("mpirun_args")) {
+    const YAML::Node args = l.node("mpirun_args");
+    if (!args.IsSequence()) loc.fail("launch.mpirun_args", "expected a list of strings, got " + show(args));
+    for (size_t i = 0; i < args.size(); ++i)
+      r.launch.mpirun_args.push_back(read_string(args[i], "launch.mpirun_args." + std::to_string(i), loc));
+  }
+
+  const MapReader p(top.node("parallel"), "parallel", loc, {"tp", "pp", "dp", "zero"},
+                    {{"sequence_parallel", "tensor parallelism is not in this build"},
+                     {"pp_schedule", "pipeline parallelism is not in this build"},
+                     {"virtual_stages", "pipeline parallelism is not in this build"}});
+  r.parallel.tp = int(p.integer("tp", 1, 1 << 20).value_or(1));
+  r.parallel.pp = int(p.integer("pp", 1, 1 << 20).value_or(1));
+  if (r.parallel.tp != 1) loc.fail("parallel.tp", "tensor parallelism is not in this build yet; use tp: 1");
+  if (r.parallel.pp != 1) loc.fail("parallel.pp", "pipeline parallelism is not in this build yet; use pp: 1");
+  r.parallel.zero = int(p.integer("zero", 0, 3).value_or(0));
+  const int model_ranks = r.parallel.tp * r.parallel.pp;
+  const bool dp_auto = !p.has("dp") || (p.node("dp").IsScalar() && p.node("dp").Scalar() == "auto");
+  if (dp_auto) {
+    if (r.launch.nproc % model_ranks != 0)
+      loc.fail("launch.nproc", std::to_string(r.launch.nproc) + " ranks do not divide into tp x pp = " +
+                                   std::to_string(model_ranks));
+    r.parallel.dp = r.launch.nproc / model_ranks;
+  } else {
+    r.parallel.dp = int(p.integer("dp", 1, 1 << 20).value_or(1));
+    if (model_ranks * r.parallel.dp != r.launch.nproc)
+      loc.fail("parallel.dp",
+               "tp x pp x dp = " + std::to_string(model_ranks * r.parallel.dp) + " but launch.nproc is " +
+                   std::to_string(r.launch.nproc) + " (set dp: auto, or launch.nproc / --nproc to match)",
+               "launch.nproc");
+  }
+  const int64_t per_step = int64_t(r.train.micro_batch) * r.parallel.dp;
+  // (A batch that micro_batch alone does not divide is reported by validate_recipe.)
+  if (r.train.global_batch % r.train.micro_batch == 0 && r.train.global_batch % per_step != 0)
+    loc.fail("train.global_batch",
+             std::to_string(r.train.global_batch) + " is not a multiple of train.micro_batch x parallel.dp = " +
+                 std::to_string(per_step),
+             "train.micro_batch");
+}
+
+}  // namespace llmrun::recipe_detail

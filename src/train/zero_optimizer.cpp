@@ -1,0 +1,260 @@
+#include "train/zero_optimizer.h"
+
+#include <chrono>
+#include <cmath>
+
+namespace llmrun {
+
+StoreOptions ZeroOptimizer::store_options(int stage, int dp_size) {
+  StoreOptions o;
+  o.pad_multiple = dp_size;
+  // ZeRO-3 starts with full parameters so that initialisation and checkpoint loading work
+  // unchanged; the constructor keeps the owned shard and frees the rest.
+  o.allocate_params = true;
+  o.allocate_grads = stage < 2;
+  return o;
+}
+
+ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage, const AdamWConfig& cfg)
+    : model_(model), be_(model.backend()), dp_(dp), stage_(stage), cfg_(cfg) {
+  BucketStore& params = model_.params();
+  const int buckets = params.num_buckets();
+  param_refs_.assign(buckets, 0);
+  grad_refs_.assign(buckets, 0);
+  gathering_.resize(buckets);
+  for (int b = 0; b < buckets; ++b) {
+    const int64_t n = params.padded_numel(b);
+    const int64_t shard = stage_ == 0 ? n : n / dp_.size();
+    shard_numel_.push_back(shard);
+    slot_numel_ = std::max(slot_numel_, n);
+    m_.push_back(be_.allocate(size_t(shard) * 4));
+    v_.push_back(be_.allocate(size_t(shard) * 4));
+    if (stage_ >= 2) {
+      grad_shard_.push_back(be_.allocate(size_t(shard) * 4));
+      recv_storage_.push_back(be_.allocate(size_t(shard) * 4));
+    }
+    if (stage_ == 3) {
+      param_shard_.push_back(be_.allocate(size_t(shard) * 4));
+      be_.copy(param_shard_.back().as(DType::f32, {shard}), shard_of(params.bucket(b), b));
+      params.drop(b);
+    }
+  }
+  model_.set_hooks(this);
+}
+
+ZeroOptimizer::~ZeroOptimizer() { model_.set_hooks(nullptr); }
+
+Tensor ZeroOptimizer::shard_of(const Tensor& full_bucket, int b) const {
+  if (stage_ == 0) return full_bucket;
+  return full_bucket.flat(shard_numel_[b] * dp_.rank(), shard_numel_[b]);
+}
+
+void ZeroOptimizer::wait(CommRequest& req) {
+  const auto t0 = std::chrono::steady_clock::now();
+  req.wait();
+  comm_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Tensor ZeroOptimizer::take_slot() {
+  if (free_slots_.empty()) {
+    slot_storage_.push_back(be_.allocate(size_t(slot_numel_) * 4));
+    free_slots_.push_back(slot_storage_.back().as(DType::f32, {slot_numel_}));
+  }
+  Tensor t = free_slots_.back();
+  free_slots_.pop_back();
+  return t;
+}
+
+// Slots come back as bucket-sized views; the pool keeps them at full size.
+void ZeroOptimizer::free_slot(Tensor slot) { free_slots_.push_back(Tensor(slot.data, DType::f32, {slot_numel_})); }
+
+// ZeRO-3: brings bucket b's full parameters into a slot (or starts doing so, for a prefetch).
+void ZeroOptimizer::gather_params(int b, bool blocking) {
+  BucketStore& params = model_.params();
+  const int64_t n = params.padded_numel(b);
+  if (!gathering_[b]) {
+    Tensor full = take_slot().flat(0, n);
+    params.attach(b, full);  // attached now; only read after the gather completes
+    gathering_[b] = dp_.iall_gather(param_shard_[b].as(DType::f32, {shard_numel_[b]}), full);
+  }
+  if (blocking) {
+    wait(*gathering_[b]);
+    gathering_[b].reset();
+  }
+}
+
+void ZeroOptimizer::acquire(int b, Phase phase) {
+  drain_reduces(false);
+  if (stage_ == 3 && param_refs_[b]++ == 0) {
+    gather_params(b, true);
+    const int next = phase == Phase::forward ? b + 1 : b - 1;
+    if (next >= 0 && next < model_.params().num_buckets() && param_refs_[next] == 0 && !gathering_[next])
+      gather_params(next, false);
+  }
+  if (phase == Phase::backward && grad_refs_[b]++ == 0 && stage_ >= 2) {
+    // The previous micro-batch's reduction of this bucket still uses its receive buffer.
+    while (true) {
+      bool busy = false;
+      for (const auto& p : reduces_) busy |= p.bucket == b;
+      if (!busy) break;
+      drain_reduces(false);
+      if (!reduces_.empty()) wait(*reduces_.front().req);
+    }
+    Tensor slot = take_slot().flat(0, model_.params().padded_numel(b));
+    be_.fill(slot, 0.0f);
+    model_.grads().attach(b, slot);
+  }
+}
+
+void ZeroOptimizer::release(int b, Phase phase) {
+  if (phase == Phase::backward && --grad_refs_[b] == 0) {
+    BucketStore& grads = model_.grads();
+    const bool last_micro = micro_left_ == 1;
+    if (stage_ >= 2) {
+      Tensor full = grads.bucket(b);
+      Tensor recv = recv_storage_[b].as(DType::f32, {shard_numel_[b]});
+      reduces_.push_back({b, dp_.ireduce_scatter(full, recv), full, recv});
+      grads.detach(b);
+    } else if (last_micro && dp_.size() > 1) {
+      Tensor full = grads.bucket(b);
+      // ZeRO-1 reduce-scatters in place: the owned shard's sum lands at the bucket's start.
+      auto req = stage_ == 0 ? dp_.iall_reduce(full, ReduceOp::sum)
+                             : dp_.ireduce_scatter(full, full.flat(0, shard_numel_[b]));
+      reduces_.push_back({b, std::move(req), Tensor(), Tensor()});
+    }
+    if (b == 0) --micro_left_;  // bucket 0 is the last one a backward releases
+  }
+  if (stage_ == 3 && --param_refs_[b] == 0) {
+    free_slot(model_.params().bucket(b));
+    model_.params().detach(b);
+  }
+  drain_reduces(false);
+}
+
+void ZeroOptimizer::drain_reduces(bool all) {
+  while (!reduces_.empty()) {
+    PendingReduce& p = reduces_.front();
+    if (all)
+      wait(*p.req);
+    else if (!p.req->test())
+      return;
+    if (!p.received.empty()) {
+      Tensor acc = grad_shard_[p.bucket].as(DType::f32, {shard_numel_[p.bucket]});
+      be_.add(acc, acc, p.received);
+    }
+    if (!p.slot.empty()) free_slot(p.slot);
+    reduces_.pop_front();
+  }
+}
+
+void ZeroOptimizer::begin_step(int micro_batches) {
+  micro_left_ = micro_batches;
+  for (int b = 0; b < model_.params().num_buckets(); ++b) {
+    if (stage_ >= 2)
+      be_.fill(grad_shard_[b].as(DType::f32, {shard_numel_[b]}), 0.0f);
+    else
+      be_.fill(model_.grads().bucket(b), 0.0f);
+  }
+}
+
+namespace {
+// The gradient shard this rank owns after reduction.
+Tensor owned_grad(const BucketStore& grads, const std::vector<Buffer>& grad_shard, int64_t shard, int stage,
+                  int b) {
+  if (stage >= 2) return grad_shard[b].as(DType::f32, {shard});
+  return grads.bucket(b).flat(0, shard);  // stage 0: shard == whole bucket; stage 1: in-place result
+}
+}  // namespace
+
+double ZeroOptimizer::finish_gradients() {
+  drain_reduces(true);
+  double sq = 0;
+  for (int b = 0; b < model_.params().num_buckets(); ++b)
+    sq += be_.sum_squares(owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b));
+  if (stage_ > 0) sq = dp_.all_reduce_scalar(sq, ReduceOp::sum);
+  return std::sqrt(sq);
+}
+
+void ZeroOptimizer::scale_gradients(float factor) {
+  for (int b = 0; b < model_.params().num_buckets(); ++b)
+    be_.scale(owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b), factor);
+}
+
+void ZeroOptimizer::adamw_shard(int b, Tensor params, const Tensor& grads, float lr) {
+  const int64_t lo = stage_ == 0 ? 0 : shard_numel_[b] * dp_.rank(), hi = lo + shard_numel_[b];
+  Tensor m = m_[b].as(DType::f32, {shard_numel_[b]}), v = v_[b].as(DType::f32, {shard_numel_[b]});
+  for (const ParamSpec& spec : model_.layout()[b].params) {
+    const int64_t begin = std::max(lo, spec.offset), end = std::min(hi, spec.offset + spec.numel());
+    if (begin >= end) continue;
+    AdamWParams hp;
+    hp.lr = lr;
+    hp.beta1 = cfg_.beta1;
+    hp.beta2 = cfg_.beta2;
+    hp.eps = cfg_.eps;
+    hp.weight_decay = spec.decay ? cfg_.weight_decay : 0.0f;
+    hp.step = steps_;
+    const int64_t x = begin - lo, len = end - begin;
+    be_.adamw(params.flat(x, len), grads.flat(x, len), m.flat(x, len), v.flat(x, len), hp);
+  }
+}
+
+void ZeroOptimizer::step(float lr) {
+  ++steps_;
+  BucketStore& params = model_.params();
+  std::vector<std::unique_ptr<CommRequest>> gathers;
+  for (int b = 0; b < params.num_buckets(); ++b) {
+    const Tensor g = owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b);
+    if (stage_ == 3) {
+      adamw_shard(b, param_shard_[b].as(DType::f32, {shard_numel_[b]}), g, lr);
+    } else {
+      Tensor full = params.bucket(b);
+      adamw_shard(b, shard_of(full, b), g, lr);
+      if (stage_ > 0 && dp_.size() > 1) gathers.push_back(dp_.iall_gather(shard_of(full, b), full));
+    }
+  }
+  for (auto& g : gathers) wait(*g);
+}
+
+void ZeroOptimizer::acquire_full_params() {
+  for (int b = 0; b < model_.params().num_buckets(); ++b) acquire(b, Phase::forward);
+}
+
+void ZeroOptimizer::release_full_params() {
+  for (int b = 0; b < model_.params().num_buckets(); ++b) release(b, Phase::forward);
+}
+
+void ZeroOptimizer::gather_moments(BucketStore& m_full, BucketStore& v_full) {
+  for (int b = 0; b < model_.params().num_buckets(); ++b) {
+    if (stage_ == 0) {
+      be_.copy(m_full.bucket(b), moment_m(b));
+      be_.copy(v_full.bucket(b), moment_v(b));
+    } else {
+      wait(*dp_.iall_gather(moment_m(b), m_full.bucket(b)));
+      wait(*dp_.iall_gather(moment_v(b), v_full.bucket(b)));
+    }
+  }
+}
+
+void ZeroOptimizer::load_moments(const BucketStore& m_full, const BucketStore& v_full, int64_t steps_taken) {
+  for (int b = 0; b < model_.params().num_buckets(); ++b) {
+    be_.copy(moment_m(b), shard_of(m_full.bucket(b), b));
+    be_.copy(moment_v(b), shard_of(v_full.bucket(b), b));
+  }
+  steps_ = steps_taken;
+}
+
+TrainingMemory ZeroOptimizer::memory() const {
+  size_t full = 0, shards = 0;
+  for (int b = 0; b < model_.params().num_buckets(); ++b) {
+    full += size_t(model_.params().padded_numel(b)) * 4;
+    shards += size_t(shard_numel_[b]) * 4;
+  }
+  TrainingMemory mem;
+  mem.params = stage_ == 3 ? shards : full;
+  mem.grads = stage_ >= 2 ? shards : full;
+  mem.optimizer = 2 * shards;  // AdamW m and v (the fp32 parameters are their own master copy)
+  mem.buffers = slot_storage_.size() * size_t(slot_numel_) * 4 + (stage_ >= 2 ? shards : 0);
+  return mem;
+}
+
+}  // namespace llmrun

@@ -1,0 +1,104 @@
+#pragma once
+// Data-parallel gradient reduction and AdamW, with ZeRO sharding of stage 0 to 3:
+//   0: every rank keeps everything; gradient buckets are all-reduced.
+//   1: AdamW moments are sharded: gradients reduce-scatter into the owned shard, each rank
+//      updates its shard of the parameters, and the parameters are all-gathered.
+//   2: also gradients: a bucket's full gradient exists only during its backward and is
+//      reduce-scattered into the owned shard as soon as that backward ends.
+//   3: also parameters: each rank keeps its shard; a bucket is all-gathered just before it
+//      is used (the next one prefetched) and freed after.
+// Bucket b splits into dp equal shards (buckets are padded to a multiple of dp); rank r owns
+// elements [r * n_b / dp, (r + 1) * n_b / dp). Communication is non-blocking and is polled
+// between layers, so it overlaps the backward of the layers below.
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/transformer.h"
+
+namespace llmrun {
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;  // decay: matrices only
+};
+
+// Persistent per-rank bytes by kind, plus the high-water mark of transient bucket buffers.
+struct TrainingMemory {
+  size_t params = 0, grads = 0, optimizer = 0, buffers = 0;
+};
+
+class ZeroOptimizer final : public BucketHooks {
+ public:
+  // The Transformer must have been built with zero_store_options(stage, dp.size()).
+  ZeroOptimizer(Transformer& model, Communicator& dp, int stage, const AdamWConfig& cfg);
+  ~ZeroOptimizer() override;
+  static StoreOptions store_options(int stage, int dp_size);
+
+  // Sets up a step: `micro_batches` backward passes follow before finish_gradients().
+  void begin_step(int micro_batches);
+  // Waits for all reductions; returns the global gradient norm (before clipping).
+  double finish_gradients();
+  void scale_gradients(float factor);
+  void step(float lr);
+
+  // Makes every parameter bucket resident and full on every rank (a collective under
+  // ZeRO-3) for saving; release_full_params() undoes it.
+  void acquire_full_params();
+  void release_full_params();
+
+  // Checkpoints hold the moments unsharded (so they load under any layout): the full
+  // stores use the model's layout padded like the model's buckets.
+  void gather_moments(BucketStore& m_full, BucketStore& v_full);  // a collective
+  void load_moments(const BucketStore& m_full, const BucketStore& v_full, int64_t steps_taken);
+
+  TrainingMemory memory() const;
+  int stage() const { return stage_; }
+  int64_t steps_taken() const { return steps_; }
+  // AdamW moments of bucket b: this rank's shard (the whole bucket at stage 0).
+  Tensor moment_m(int b) const { return m_[b].as(DType::f32, {shard_numel_[b]}); }
+  Tensor moment_v(int b) const { return v_[b].as(DType::f32, {shard_numel_[b]}); }
+  double comm_wait_seconds() const { return comm_wait_s_; }
+
+  void acquire(int bucket, Phase phase) override;
+  void release(int bucket, Phase phase) override;
+
+ private:
+  struct PendingReduce {
+    int bucket;
+    std::unique_ptr<CommRequest> req;
+    Tensor slot;       // full gradient buffer to free after completion (ZeRO-2/3), else empty
+    Tensor received;   // shard that must be added into the accumulator (ZeRO-2/3), else empty
+  };
+
+  Tensor shard_of(const Tensor& full_bucket, int b) const;
+  Tensor take_slot();
+  void free_slot(Tensor slot);
+  void gather_params(int b, bool blocking);
+  void drain_reduces(bool all);
+  void wait(CommRequest& req);
+  void adamw_shard(int b, Tensor params, const Tensor& grads, float lr);
+
+  Transformer& model_;
+  Backend& be_;
+  Communicator& dp_;
+  int stage_;
+  AdamWConfig cfg_;
+  int64_t steps_ = 0;
+  int micro_left_ = 0;
+  double comm_wait_s_ = 0;
+
+  std::vector<int64_t> shard_numel_;
+  std::vector<Buffer> m_, v_;                   // AdamW moments: full (stage 0) or the shard
+  std::vector<Buffer> grad_shard_, param_shard_;
+  std::vector<int> param_refs_, grad_refs_;
+  std::vector<std::unique_ptr<CommRequest>> gathering_;  // ZeRO-3 prefetches by bucket
+  std::deque<PendingReduce> reduces_;
+
+  int64_t slot_numel_ = 0;
+  std::vector<Buffer> slot_storage_;
+  std::vector<Tensor> free_slots_;
+  std::vector<Buffer> recv_storage_;  // one shard-sized receive buffer per bucket
+};
+
+}  // namespace llmrun

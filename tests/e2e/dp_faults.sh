@@ -1,0 +1,47 @@
+# A rank that dies or stalls ends the whole job within launch.timeout_s, with a message naming
+# the rank and the operation: never a hang.
+source "$(dirname "$0")/common.bash"
+cd "$WORK"
+for i in $(seq 100); do printf 'fault test %d: the quick brown fox jumps over the lazy dog. ' $i; done > text.txt
+cat > r.yaml <<'YAML'
+model: {arch: llama, layers: 2, d_model: 32, heads: 4, seq_len: 32, ffn: 64}
+data: {train: [{path: text.txt}]}
+train: {steps: 1000000, micro_batch: 2, global_batch: 4, warmup: 0}
+logging: {every: 1, metrics: m.jsonl}
+launch: {timeout_s: 4}
+YAML
+
+# run_and_hurt SIGNAL: starts 2 ranks, sends SIGNAL to rank 1 once training runs, and waits
+# (at most 30 s) for the job to end. Sets ELAPSED and RC.
+run_and_hurt() {
+  rm -f m.jsonl
+  "$LLMRUN" train r.yaml --nproc 2 >out.log 2>err.log &
+  local job=$!
+  for _ in $(seq 200); do [ -s m.jsonl ] && [ "$(wc -l <m.jsonl)" -ge 3 ] && break; sleep 0.1; done
+  [ -s m.jsonl ] || { cat err.log; kill -9 $job; fail "training did not start"; }
+  local victim
+  victim=$(pgrep -P $job | tail -n 1)
+  [ -n "$victim" ] || fail "no rank processes under mpirun"
+  local t0=$SECONDS
+  kill -"$1" "$victim"
+  RC=0
+  for _ in $(seq 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $job 2>/dev/null; then
+    pkill -9 -P $job; kill -9 $job
+    fail "job still running 30 s after SIG$1 to one rank"
+  fi
+  wait $job || RC=$?
+  ELAPSED=$((SECONDS - t0))
+}
+
+run_and_hurt KILL
+[ "$RC" != 0 ] || fail "job exited 0 after a rank was killed"
+grep -qE "rank 1|exited on signal 9|died" err.log || { cat err.log; fail "no message naming the failed rank"; }
+echo "killed rank: job ended in ${ELAPSED}s with rc=$RC"
+
+run_and_hurt STOP
+[ "$RC" != 0 ] || fail "job exited 0 after a rank stalled"
+[ "$ELAPSED" -le 12 ] || fail "stalled rank: job took ${ELAPSED}s to end (timeout 4 s)"
+grep -qE "rank 0: .* on the (dp|world) group did not complete within launch.timeout_s=4 s" err.log ||
+  { cat err.log; fail "no timeout message naming the rank and the operation"; }
+echo "stalled rank: job ended in ${ELAPSED}s with: $(grep -m1 'did not complete' err.log)"
