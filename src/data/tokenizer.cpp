@@ -5,7 +5,7 @@
 namespace llmrun {
 
 void Tokenizer::save(const std::filesystem::path& dir, int64_t model_max_length) const {
-  write_file_atomic(dir / "tokenizer.json", tokenizer_json().dump(2) + "\n");
+  write_file_atomic(dir / "tokenizer.json", tokenizer_json_text());
   nlohmann::ordered_json config = {
       {"tokenizer_class", "PreTrainedTokenizerFast"},
       // transformers would otherwise "clean up" spaces before punctuation when

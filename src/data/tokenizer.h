@@ -22,6 +22,9 @@ class Tokenizer {
   // The Hugging Face tokenizer.json document describing this tokenizer (ordered, so
   // the saved file keeps the usual field order and the vocabulary in id order).
   virtual nlohmann::ordered_json tokenizer_json() const = 0;
+  // The tokenizer.json file text save() writes. A tokenizer loaded from a file gives that
+  // file back unchanged, so a saved model carries exactly the tokenizer it was trained with.
+  virtual std::string tokenizer_json_text() const { return tokenizer_json().dump(2) + "\n"; }
 
   // Write tokenizer.json and tokenizer_config.json into `dir` (which must exist), so
   // that transformers' AutoTokenizer loads the directory. model_max_length <= 0
@@ -45,7 +48,9 @@ class ByteLevelTokenizer final : public Tokenizer {
 // for U+0100 + n, e.g. ' ' -> "Ġ").
 std::string byte_to_unicode(uint8_t b);
 
-// Load a tokenizer from a tokenizer.json file or a directory holding one.
+// Load a tokenizer from a tokenizer.json file or a directory holding one: the 256-token
+// byte-level one gives a ByteLevelTokenizer, any other byte-level BPE a BpeTokenizer
+// (data/bpe_tokenizer.h); other tokenizer types are a UserError.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_file);
 
 }  // namespace llmrun

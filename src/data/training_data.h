@@ -1,11 +1,16 @@
 #pragma once
-// The stream of training windows a run consumes: one corpus per recipe dataset, each with its
-// seeded WindowSampler, and a seeded weighted pick of the dataset for every window. Its
-// state() is everything a resumed run needs to continue with exactly the next windows.
+// The stream of training windows a run consumes: one WindowSource per recipe dataset (a text
+// corpus with seeded random windows, or an indexed dataset with shuffled packed windows, see
+// data/packed_sampler.h), blended by weight. Blending is Megatron's deterministic rule: each
+// window comes from the dataset furthest below its share so far, so proportions are exact to
+// within one window at every point. Its state() is everything a resumed run needs to continue
+// with exactly the next windows.
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <random>
+#include <string>
 #include <vector>
 
+#include "data/packed_sampler.h"
 #include "data/text_corpus.h"
 #include "recipe/recipe.h"
 
@@ -13,24 +18,33 @@ namespace llmrun {
 
 class TrainingData {
  public:
-  TrainingData(const Recipe& r, const Tokenizer& tok);
+  // The recipe's data.train.
+  TrainingData(const Recipe& r, const Tokenizer& tok, int dp_rank = 0, int dp_size = 1);
+  // Any list of sources; `what` names them in messages ("data.valid").
+  TrainingData(const std::vector<DataSource>& sources, const std::string& what, const Recipe& r,
+               const Tokenizer& tok, int dp_rank = 0, int dp_size = 1);
 
   // Fills `windows` windows of seq_len + 1 tokens each.
   void fill(int32_t* dst, int windows);
   size_t tokens() const { return tokens_; }
+  // Which dataset each window so far came from is implied by these counts (one per dataset).
+  const std::vector<uint64_t>& drawn_per_source() const { return drawn_; }
 
   nlohmann::json state() const;
   void restore(const nlohmann::json& state);  // UserError if it does not fit these datasets
 
  private:
+  size_t pick() const;
+
   int window_;
-  uint64_t seed_;
-  std::vector<std::vector<int32_t>> corpora_;
-  std::vector<WindowSampler> samplers_;
-  std::mt19937_64 pick_rng_;
-  std::discrete_distribution<size_t> pick_;
-  uint64_t picks_ = 0;  // windows drawn so far, to replay pick_rng_ on restore
+  std::vector<std::unique_ptr<WindowSource>> sources_;
+  std::vector<double> share_;     // weights normalised to sum 1
+  std::vector<uint64_t> drawn_;   // windows drawn from each source
+  uint64_t picks_ = 0;            // windows drawn in all
   size_t tokens_ = 0;
 };
+
+// UserError naming `what` unless the indexed dataset at `prefix` was made by `tok`.
+void check_dataset_tokenizer(const IndexedDataset& ds, const Tokenizer& tok, const std::string& what);
 
 }  // namespace llmrun

@@ -135,6 +135,12 @@ void Transformer::forward(const int32_t* tokens, int batch, int seq) {
   if (cfg_.tie_embeddings) release(0, P::forward);
 }
 
+double Transformer::loss(const int32_t* targets) {
+  upload_ids(targets_, targets, int64_t(batch_) * seq_);
+  be_.softmax_xent(losses_, logits_, targets_, 0.0f);
+  return be_.sum(losses_);
+}
+
 double Transformer::backward(const int32_t* targets, float grad_scale) {
   const int64_t n = int64_t(batch_) * seq_;
   upload_ids(targets_, targets, n);

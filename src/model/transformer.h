@@ -60,6 +60,8 @@ class Transformer {
   // accumulating grad_scale * dLoss_sum/dparam into grads(). Returns the summed loss.
   // Consumes logits() (overwritten by their gradient).
   double backward(const int32_t* targets, float grad_scale);
+  // Summed cross-entropy of logits() against targets, with no backward (validation).
+  double loss(const int32_t* targets);
 
   // Generation: runs `n` new tokens of one sequence through the model, appending their keys
   // and values to `cache`, and writes the logits of the last one into last_logits [vocab].

@@ -11,7 +11,9 @@
 namespace llmrun {
 
 struct DataSource {
-  std::string path;    // a text file, or a directory of text files (read recursively)
+  // A text file, a directory of text files (read recursively), or the prefix of an indexed
+  // dataset written by `llmrun data prepare` (PREFIX.bin + PREFIX.idx).
+  std::string path;
   double weight = 1.0;
 };
 
@@ -19,6 +21,7 @@ struct DataSection {
   // "byte" (the built-in 256-token byte-level BPE) or a path to a Hugging Face tokenizer.json.
   std::string tokenizer = "byte";
   std::vector<DataSource> train;
+  std::vector<DataSource> valid;  // validation sources (same forms); empty: no validation
 };
 
 struct TrainSection {
@@ -34,6 +37,8 @@ struct TrainSection {
   double eps = 1e-8;
   double clip = 1.0;  // global-norm clipping; 0 disables
   uint64_t seed = 1;
+  int64_t eval_every = 0;  // validation every N steps (and at the last step); 0: only at the last
+  int eval_batches = 4;    // micro-batches of data.valid per evaluation
 };
 
 struct PrecisionSection {

@@ -99,6 +99,10 @@ std::string describe_recipe(const Recipe& r) {
   for (const DataSource& s : r.data.train) {
     o << "    - {path: " << str(s.path) << ", weight: " << num(s.weight) << "}\n";
   }
+  if (!r.data.valid.empty()) {
+    o << "  valid:\n";
+    for (const DataSource& s : r.data.valid) o << "    - {path: " << str(s.path) << ", weight: " << num(s.weight) << "}\n";
+  }
   o << "train:\n"
     << "  steps: " << t.steps << "\n"
     << "  micro_batch: " << t.micro_batch << "\n"
@@ -111,7 +115,9 @@ std::string describe_recipe(const Recipe& r) {
     << "  betas: [" << num(t.beta1) << ", " << num(t.beta2) << "]\n"
     << "  eps: " << num(t.eps) << "\n"
     << "  clip: " << num(t.clip) << "\n"
-    << "  seed: " << t.seed << "\n";
+    << "  seed: " << t.seed << "\n"
+    << "  eval_every: " << t.eval_every << "\n"
+    << "  eval_batches: " << t.eval_batches << "\n";
   o << "precision:\n  compute: " << r.precision.compute << "\n";
   o << "checkpoint:\n  dir: " << str(r.checkpoint.dir) << "\n  every: " << r.checkpoint.every
     << "\n  keep: " << r.checkpoint.keep << "\n  resume: " << str(r.checkpoint.resume) << "\n";

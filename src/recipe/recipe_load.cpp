@@ -198,26 +198,22 @@ void read_model(const YAML::Node& node, Locator& loc, const fs::path& base, Reci
   }
 }
 
-void read_data(const YAML::Node& node, Locator& loc, const fs::path& base, DataSection& d) {
-  const MapReader m(node, "data", loc, {"tokenizer", "train"},
-                    {{"valid", "no validation pass in single-rank CPU training"}});
-  d.tokenizer = m.string("tokenizer").value_or(d.tokenizer);
-  if (d.tokenizer != "byte" && m.has("tokenizer")) d.tokenizer = resolve(d.tokenizer, "data.tokenizer", base, loc);
-  if (!m.has("train")) loc.fail("data.train", "missing (required): a file or directory of text");
-  const YAML::Node train = m.node("train");
+// A list of sources (or one path) under `key` ("data.train" / "data.valid").
+std::vector<DataSource> read_sources(const YAML::Node& list, const std::string& key, Locator& loc,
+                                     const fs::path& base) {
   std::vector<YAML::Node> items;
-  if (train.IsSequence()) {
-    for (const YAML::Node& it : train) items.push_back(it);
-    if (items.empty()) loc.fail("data.train", "needs at least one source");
-  } else if (train.IsScalar()) {
-    items.push_back(train);
+  if (list.IsSequence()) {
+    for (const YAML::Node& it : list) items.push_back(it);
+    if (items.empty()) loc.fail(key, "needs at least one source");
+  } else if (list.IsScalar()) {
+    items.push_back(list);
   } else {
-    loc.fail("data.train",
-             "expected a path or a list of {path, weight}, got " + recipe_detail::show(train));
+    loc.fail(key, "expected a path or a list of {path, weight}, got " + recipe_detail::show(list));
   }
+  std::vector<DataSource> out;
   for (size_t i = 0; i < items.size(); ++i) {
-    const std::string prefix = "data.train." + std::to_string(i);
-    // Every source is named data.train.N.path in messages, whichever form it was written in.
+    const std::string prefix = key + "." + std::to_string(i);
+    // Every source is named KEY.N.path in messages, whichever form it was written in.
     const std::string path_key = prefix + ".path";
     DataSource src;
     if (items[i].IsScalar()) {
@@ -231,14 +227,25 @@ void read_data(const YAML::Node& node, Locator& loc, const fs::path& base, DataS
     }
     if (src.path.empty()) loc.fail(path_key, "empty path");
     src.path = resolve(src.path, path_key, base, loc);
-    d.train.push_back(src);
+    out.push_back(src);
   }
+  return out;
+}
+
+void read_data(const YAML::Node& node, Locator& loc, const fs::path& base, DataSection& d) {
+  const MapReader m(node, "data", loc, {"tokenizer", "train", "valid"});
+  // Keeps a tokenizer that model.from already chose unless the recipe names one.
+  d.tokenizer = m.string("tokenizer").value_or(d.tokenizer);
+  if (d.tokenizer != "byte" && m.has("tokenizer")) d.tokenizer = resolve(d.tokenizer, "data.tokenizer", base, loc);
+  if (!m.has("train")) loc.fail("data.train", "missing (required): a file or directory of text");
+  d.train = read_sources(m.node("train"), "data.train", loc, base);
+  if (m.has("valid")) d.valid = read_sources(m.node("valid"), "data.valid", loc, base);
 }
 
 void read_train(const YAML::Node& node, Locator& loc, TrainSection& t) {
   const MapReader m(node, "train", loc,
                     {"steps", "micro_batch", "global_batch", "lr", "min_lr", "warmup", "schedule",
-                     "weight_decay", "betas", "eps", "clip", "seed"});
+                     "weight_decay", "betas", "eps", "clip", "seed", "eval_every", "eval_batches"});
   t.steps = m.integer("steps", 1, INT64_MAX).value_or(t.steps);
   t.micro_batch = to_int(m.integer("micro_batch", 1, kMaxCount), t.micro_batch);
   t.global_batch = to_int(m.integer("global_batch", 1, kMaxCount), t.micro_batch);
@@ -263,6 +270,8 @@ void read_train(const YAML::Node& node, Locator& loc, TrainSection& t) {
   t.eps = m.number("eps").value_or(t.eps);
   t.clip = m.number("clip").value_or(t.clip);
   t.seed = uint64_t(m.integer("seed", 0, INT64_MAX).value_or(int64_t(t.seed)));
+  t.eval_every = m.integer("eval_every", 0, INT64_MAX).value_or(t.eval_every);
+  t.eval_batches = to_int(m.integer("eval_batches", 1, kMaxCount), t.eval_batches);
 }
 
 void read_rest(const MapReader& top, Locator& loc, const fs::path& base, Recipe& r) {

@@ -91,15 +91,26 @@ void check_data(const Recipe& r, const Locator& loc) {
                                    " is not a file (expected \"byte\" or the path "
                                    "of a tokenizer.json)");
   }
-  for (size_t i = 0; i < r.data.train.size(); ++i) {
-    const std::string prefix = "data.train." + std::to_string(i);
-    const DataSource& s = r.data.train[i];
-    if (!(s.weight > 0)) loc.fail(prefix + ".weight", "must be > 0, got " + num(s.weight));
-    if (!fs::exists(s.path, ec)) loc.fail(prefix + ".path", s.path + " does not exist");
-    if (access(s.path.c_str(), R_OK) != 0) {
-      loc.fail(prefix + ".path", s.path + " is not readable: " + std::strerror(errno));
+  auto check_sources = [&](const std::vector<DataSource>& sources, const std::string& key) {
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const std::string prefix = key + "." + std::to_string(i);
+      const DataSource& s = sources[i];
+      if (!(s.weight > 0)) loc.fail(prefix + ".weight", "must be > 0, got " + num(s.weight));
+      // An indexed dataset is named by its prefix: PREFIX.bin and PREFIX.idx are the files.
+      const std::string file = fs::exists(s.path + ".idx", ec) ? s.path + ".idx" : s.path;
+      if (!fs::exists(file, ec))
+        loc.fail(prefix + ".path", s.path + " does not exist (neither a text file or directory nor " +
+                                       s.path + ".bin/.idx)");
+      if (access(file.c_str(), R_OK) != 0) {
+        loc.fail(prefix + ".path", file + " is not readable: " + std::strerror(errno));
+      }
     }
-  }
+  };
+  check_sources(r.data.train, "data.train");
+  check_sources(r.data.valid, "data.valid");
+  if (r.train.eval_every > 0 && r.data.valid.empty())
+    loc.fail("train.eval_every", "validation every " + std::to_string(r.train.eval_every) +
+                                     " steps needs data.valid (a text file, directory or dataset prefix)");
 }
 
 void check_train(const TrainSection& t, const Locator& loc) {

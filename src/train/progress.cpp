@@ -88,4 +88,11 @@ void MetricsWriter::write(const StepReport& r) {
   out_.flush();
 }
 
+void MetricsWriter::write_validation(int64_t step, double val_loss) {
+  if (!out_.is_open()) return;
+  nlohmann::json j{{"step", step}, {"val_loss", val_loss}, {"val_ppl", std::exp(val_loss)}};
+  out_ << j.dump() << "\n";
+  out_.flush();
+}
+
 }  // namespace llmrun

@@ -44,6 +44,7 @@ class MetricsWriter {
   // stopped), so the file reads as one uninterrupted run.
   explicit MetricsWriter(const std::string& path, int64_t resumed_step = 0);
   void write(const StepReport& r);
+  void write_validation(int64_t step, double val_loss);  // {"step", "val_loss", "val_ppl"}
 
  private:
   std::ofstream out_;

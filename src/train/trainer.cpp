@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <optional>
 
@@ -17,6 +18,7 @@
 #include "train/run_checkpoints.h"
 #include "train/train_step.h"
 #include "util/stop_signal.h"
+#include "train/validation.h"
 
 namespace llmrun {
 
@@ -67,6 +69,10 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
                     std::to_string(tokenizer->vocab_size()) + " tokens");
   TrainingData data(r, *tokenizer);
   RankBatches batches(data, r, topo.dp().rank());
+  // Every rank evaluates the same validation batches (under ZeRO-3 the forward is collective);
+  // the logger rank reports them.
+  std::unique_ptr<Validator> validator;
+  if (!r.data.valid.empty()) validator = std::make_unique<Validator>(r, *tokenizer);
 
   Transformer model(*backend, r.model, ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp));
   model.init_weights(r.train.seed);
@@ -122,6 +128,14 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
     if (topo.is_logger()) {
       progress.update(rep, logged);
       if (logged) metrics->write(rep);
+    }
+    if (validator && ((r.train.eval_every > 0 && s % r.train.eval_every == 0) || s == r.train.steps)) {
+      const double val = validator->loss(model);
+      if (topo.is_logger()) {
+        progress.finish();
+        spdlog::info("step {}: val_loss {:.4f} val_ppl {:.2f}", s, val, std::exp(val));
+        metrics->write_validation(s, val);
+      }
     }
     // Every rank must stop after the same step: a signal may reach them at different moments.
     const bool stopping = topo.world().all_reduce_scalar(stop.requested() ? 1.0 : 0.0, ReduceOp::max) > 0;

@@ -338,8 +338,10 @@ TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
   EXPECT_HAS(error_of("model: {from: hf/gpt2}\ndata: {train: data.txt}\n"),
              "model.from: " + (dir / "hf/gpt2").string() + " is not a directory");
   EXPECT_HAS(error_of("model: {arch: gpt2, layers: 1, d_model: 8, heads: 2, seq_len: 8}\n"
-                      "data: {train: data.txt, valid: data.txt}\n"),
-             "data.valid: not supported by this build");
+                      "data: {train: data.txt, valid: [{path: nowhere}]}\n"),
+             "data.valid.0.path: " );
+  EXPECT_HAS(error_of(kGpt2, {"train.eval_batches=0"}), "train.eval_batches: must be >= 1");
+  EXPECT_HAS(error_of(kGpt2, {"train.eval_every=5"}), "train.eval_every: validation every 5 steps needs data.valid");
 }
 
 TEST_F(RecipeTest, CheckpointCadenceAndResume) {

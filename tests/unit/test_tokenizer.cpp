@@ -5,6 +5,7 @@
 #include "data/tokenizer.h"
 #include "temp_dir.h"
 #include "util/error.h"
+#include "util/file_io.h"
 #include "util/json_file.h"
 
 using namespace llmrun;
@@ -102,44 +103,95 @@ void expect_rejected(const std::filesystem::path& file, const std::string& needl
 
 }  // namespace
 
-TEST(LoadTokenizer, RejectsOtherTokenizers) {
-  TempDir tmp;
-  const auto p = tmp / "tokenizer.json";
-  const std::string unsupported = "only the 256-token byte-level tokenizer is supported";
-
-  // A real BPE with merges (a tiny stand-in for GPT-2's 50257 tokens).
+// A tiny byte-level BPE: GPT-2's byte alphabet plus "Ġt" (" t") and "Ġth" and a special token.
+static nlohmann::json tiny_bpe() {
   nlohmann::json doc = ByteLevelTokenizer().tokenizer_json();
   doc["model"]["vocab"]["\xC4\xA0t"] = 256;
-  doc["model"]["merges"] = {"\xC4\xA0 t"};
-  write_text(p, doc.dump());
-  expect_rejected(p, unsupported);
-  expect_rejected(p, "257 vocab entries and 1 merges");
+  doc["model"]["vocab"]["\xC4\xA0th"] = 257;
+  doc["model"]["merges"] = {"\xC4\xA0 t", nlohmann::json::array({"\xC4\xA0t", "h"})};
+  doc["added_tokens"] = {{{"id", 258}, {"content", "<|endoftext|>"}, {"special", true}}};
+  return doc;
+}
 
-  // Right size, wrong mapping: ids permuted.
-  doc = ByteLevelTokenizer().tokenizer_json();
-  doc["model"]["vocab"]["A"] = 66;
-  doc["model"]["vocab"]["B"] = 65;
-  write_text(p, doc.dump());
-  expect_rejected(p, "does not map \"A\" to byte id 65");
+TEST(LoadTokenizer, LoadsByteLevelBpeWithMergesAndSpecialTokens) {
+  TempDir tmp;
+  const auto p = tmp / "tokenizer.json";
+  const std::string text = tiny_bpe().dump(1);
+  write_text(p, text);
+  auto tok = load_tokenizer(p);
+  EXPECT_EQ(tok->vocab_size(), 259);
+  EXPECT_EQ(tok->eos_id(), 258);
+  EXPECT_EQ(tok->encode(" the t"), (std::vector<int32_t>{257, 'e', 256}));
+  EXPECT_EQ(tok->encode("a<|endoftext|> th"), (std::vector<int32_t>{'a', 258, 257}));
+  EXPECT_EQ(tok->decode({257, 'e', 258}), " the<|endoftext|>");
+  EXPECT_THROW(tok->decode({259}), UserError);
+  EXPECT_THROW(tok->encode("bad \xFF utf-8"), UserError);
+  // save() writes back the very file it was loaded from.
+  TempDir out;
+  tok->save(out.path());
+  EXPECT_EQ(read_file(out / "tokenizer.json"), text);
 
-  doc = ByteLevelTokenizer().tokenizer_json();
+  nlohmann::json doc = tiny_bpe();
   doc["pre_tokenizer"]["add_prefix_space"] = true;
   write_text(p, doc.dump());
-  expect_rejected(p, "add_prefix_space");
+  EXPECT_EQ(load_tokenizer(p)->encode("th"), (std::vector<int32_t>{257}));
+}
 
-  doc = ByteLevelTokenizer().tokenizer_json();
-  doc["added_tokens"] = {{{"id", 0}, {"content", "<s>"}}};
+TEST(LoadTokenizer, RejectsWhatItCannotEncodeExactly) {
+  TempDir tmp;
+  const auto p = tmp / "tokenizer.json";
+  nlohmann::json doc = tiny_bpe();
+  doc["model"]["merges"].push_back("x yz");
   write_text(p, doc.dump());
-  expect_rejected(p, "added tokens");
+  expect_rejected(p, "merge 2 (\"x\", \"yz\") uses a token that is not in the vocab");
+
+  doc = tiny_bpe();
+  doc["normalizer"] = {{"type", "Lowercase"}};
+  write_text(p, doc.dump());
+  expect_rejected(p, "is not supported (only none or NFC)");
+
+  doc = tiny_bpe();
+  doc["decoder"] = {{"type", "Metaspace"}};
+  write_text(p, doc.dump());
+  expect_rejected(p, "decoder");
+
+  doc = tiny_bpe();
+  doc["pre_tokenizer"] = {{"type", "Whitespace"}};
+  write_text(p, doc.dump());
+  expect_rejected(p, "pre_tokenizer type \"Whitespace\" is not supported");
+
+  doc = tiny_bpe();
+  doc["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+  write_text(p, doc.dump());
+  expect_rejected(p, "cannot compile regex");
+
+  doc = tiny_bpe();
+  doc["model"]["vocab"].erase("A");
+  write_text(p, doc.dump());
+  expect_rejected(p, "vocab has no token for byte 65");
 
   write_text(p, R"({"model": {"type": "WordPiece", "vocab": {}}})");
-  expect_rejected(p, "not BPE");
+  expect_rejected(p, "model type \"WordPiece\" is not supported");
+
+  write_text(p, R"({"model": {"type": "Unigram", "vocab": []}})");
+  expect_rejected(p, "model type \"Unigram\" is not supported");
 
   write_text(p, R"({"model": {"type": 3}})");
-  expect_rejected(p, unsupported);
+  expect_rejected(p, "malformed tokenizer.json");
 
   write_text(p, "{not json");
-  expect_rejected(p, "invalid JSON");
+  expect_rejected(p, "not valid JSON");
 
   expect_rejected(tmp / "missing.json", "No such file");
+}
+
+TEST(LoadTokenizer, NfcNormalizerComposes) {
+  TempDir tmp;
+  const auto p = tmp / "tokenizer.json";
+  nlohmann::json doc = tiny_bpe();
+  doc["normalizer"] = {{"type", "NFC"}};
+  write_text(p, doc.dump());
+  auto tok = load_tokenizer(p);
+  // "e" + U+0301 COMBINING ACUTE composes to U+00E9, two bytes instead of three.
+  EXPECT_EQ(tok->encode("e\xCC\x81"), (std::vector<int32_t>{0xC3, 0xA9}));
 }

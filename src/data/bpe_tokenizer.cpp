@@ -1,0 +1,296 @@
+#include "data/bpe_tokenizer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <optional>
+#include <queue>
+
+#include "data/utf8.h"
+#include "util/error.h"
+
+namespace llmrun {
+
+namespace {
+
+using json = nlohmann::json;
+
+// The raw bytes a byte-level vocabulary string stands for, or nothing when a character of
+// it is outside GPT-2's bytes_to_unicode table (such tokens decode as their own text).
+std::optional<std::string> unicode_to_bytes(const std::string& s) {
+  static const std::unordered_map<std::string, char> table = [] {
+    std::unordered_map<std::string, char> t;
+    for (int b = 0; b < 256; ++b) t[byte_to_unicode(static_cast<uint8_t>(b))] = static_cast<char>(b);
+    return t;
+  }();
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    auto it = table.find(s.substr(i, len));
+    if (it == table.end()) return std::nullopt;
+    out += it->second;
+    i += len;
+  }
+  return out;
+}
+
+std::atomic<uint64_t> next_instance{1};
+
+// Words repeat heavily in text, so each thread remembers the ids of words it has merged.
+// Bounded: cleared when full, which keeps memory flat on corpora of any size.
+struct WordCache {
+  uint64_t owner = 0;
+  std::unordered_map<std::string, std::vector<int32_t>> ids;
+};
+constexpr size_t kWordCacheMax = 1 << 18;
+
+}  // namespace
+
+BpeTokenizer::BpeTokenizer(const std::string& text, const std::string& where, const std::string& eos_token)
+    : source_(text), instance_(next_instance++) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw UserError(where + ": not valid JSON: " + e.what());
+  }
+  try {
+    if (!doc.is_object() || !doc.contains("model") || !doc["model"].is_object())
+      throw UserError(where + ": has no \"model\" object; is it a Hugging Face tokenizer.json?");
+    const std::string type = doc["model"].value("type", "BPE");
+    if (type != "BPE")
+      throw UserError(where + ": model type \"" + type + "\" is not supported (only byte-level BPE)");
+    pre_ = std::make_unique<PreTokenizer>(doc, where);
+    const json decoder = doc.value("decoder", json());
+    if (!decoder.is_object() || decoder.value("type", "") != "ByteLevel")
+      throw UserError(where + ": decoder " + decoder.dump().substr(0, 200) +
+                      " is not supported (a byte-level BPE has a ByteLevel decoder)");
+    load_model(doc["model"], where);
+    load_added_tokens(doc.value("added_tokens", json::array()), where);
+  } catch (const json::exception& e) {  // a field of an unexpected JSON type
+    throw UserError(where + ": malformed tokenizer.json: " + e.what());
+  }
+  // The end-of-text token: tokenizer_config.json's choice, else the usual names.
+  std::vector<std::string> names;
+  if (!eos_token.empty()) names.push_back(eos_token);
+  for (const char* n : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<|im_end|>"}) names.push_back(n);
+  for (const std::string& n : names) {
+    for (const AddedToken& t : added_)
+      if (t.content == n) eos_id_ = t.id;
+    if (eos_id_ >= 0) break;
+  }
+}
+
+BpeTokenizer::~BpeTokenizer() = default;
+
+void BpeTokenizer::load_model(const json& model, const std::string& where) {
+  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0.0)
+    throw UserError(where + ": BPE dropout is not supported (training-time randomness)");
+  for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (model.contains(k) && model[k].is_string() && !model[k].get<std::string>().empty())
+      throw UserError(where + ": model." + k + " is not supported by byte-level BPE");
+  ignore_merges_ = model.value("ignore_merges", false);
+  const json& vocab = model.at("vocab");
+  if (!vocab.is_object() || vocab.empty()) throw UserError(where + ": model.vocab must be a non-empty object");
+  std::unordered_map<std::string, int32_t> by_text;
+  by_text.reserve(vocab.size());
+  vocab_.reserve(vocab.size());
+  int32_t max_id = -1;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const int64_t id = it.value().get<int64_t>();
+    if (id < 0 || id > (1 << 30)) throw UserError(where + ": vocab id " + std::to_string(id) + " is out of range");
+    max_id = std::max(max_id, static_cast<int32_t>(id));
+    by_text.emplace(it.key(), static_cast<int32_t>(id));
+  }
+  id_bytes_.assign(static_cast<size_t>(max_id) + 1, std::string());
+  std::vector<bool> has(id_bytes_.size(), false);
+  for (const auto& [text, id] : by_text) {
+    std::optional<std::string> bytes = unicode_to_bytes(text);
+    id_bytes_[id] = bytes ? *bytes : text;
+    has[id] = true;
+    if (bytes) vocab_.emplace(*bytes, id);
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = vocab_.find(std::string(1, static_cast<char>(b)));
+    if (it == vocab_.end())
+      throw UserError(where + ": vocab has no token for byte " + std::to_string(b) + " (\"" +
+                      byte_to_unicode(static_cast<uint8_t>(b)) + "\"); not a byte-level BPE vocabulary");
+    byte_id_[b] = it->second;
+  }
+  const json& merges = model.value("merges", json::array());
+  if (!merges.is_array()) throw UserError(where + ": model.merges must be a list");
+  merges_.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const json& m = merges[rank];
+    std::string a, b;
+    if (m.is_string()) {  // "a b" (tokenizers < 0.20)
+      const std::string s = m.get<std::string>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+        throw UserError(where + ": merge " + std::to_string(rank) + " \"" + s + "\" is not two tokens");
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    } else if (m.is_array() && m.size() == 2) {  // ["a", "b"]
+      a = m[0].get<std::string>();
+      b = m[1].get<std::string>();
+    } else {
+      throw UserError(where + ": merge " + std::to_string(rank) + " is neither \"a b\" nor [\"a\", \"b\"]");
+    }
+    auto ia = by_text.find(a), ib = by_text.find(b), iab = by_text.find(a + b);
+    if (ia == by_text.end() || ib == by_text.end() || iab == by_text.end())
+      throw UserError(where + ": merge " + std::to_string(rank) + " (\"" + a + "\", \"" + b +
+                      "\") uses a token that is not in the vocab");
+    const uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);
+    merges_.emplace(key, Merge{static_cast<int32_t>(rank), iab->second});  // first rank wins
+  }
+}
+
+void BpeTokenizer::load_added_tokens(const json& added, const std::string& where) {
+  if (!added.is_array()) throw UserError(where + ": added_tokens must be a list");
+  for (const json& t : added) {
+    const int64_t id = t.at("id").get<int64_t>();
+    const std::string content = t.at("content").get<std::string>();
+    if (id < 0 || id > (1 << 30) || content.empty())
+      throw UserError(where + ": added token " + t.dump() + " has a bad id or empty content");
+    for (const char* k : {"single_word", "lstrip", "rstrip"})
+      if (t.value(k, false))
+        throw UserError(where + ": added token \"" + content + "\" sets " + k + ", which is not supported");
+    if (static_cast<size_t>(id) >= id_bytes_.size()) id_bytes_.resize(static_cast<size_t>(id) + 1);
+    // The ByteLevel decoder maps an added token's characters back to bytes when they all
+    // are byte-level characters, and otherwise keeps its text: the same rule as for the vocab.
+    std::optional<std::string> bytes = unicode_to_bytes(content);
+    id_bytes_[id] = bytes ? *bytes : content;
+    added_.push_back({content, static_cast<int32_t>(id)});
+    added_first_byte_[static_cast<unsigned char>(content[0])] = true;
+  }
+  std::stable_sort(added_.begin(), added_.end(),
+                   [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
+}
+
+nlohmann::ordered_json BpeTokenizer::tokenizer_json() const { return nlohmann::ordered_json::parse(source_); }
+
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
+  const size_t bad = utf8_invalid_at(text);
+  if (bad != std::string_view::npos)
+    throw UserError("invalid UTF-8 at byte " + std::to_string(bad) + " of the text");
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 4);
+  // Added tokens are cut out first, leftmost-longest, and are never merged with their neighbours.
+  size_t span_start = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!added_first_byte_[static_cast<unsigned char>(text[i])]) continue;
+    for (const AddedToken& t : added_) {
+      if (text.compare(i, t.content.size(), t.content) != 0) continue;
+      encode_span(text.substr(span_start, i - span_start), out);
+      out.push_back(t.id);
+      span_start = i + t.content.size();
+      i = span_start - 1;
+      break;
+    }
+  }
+  encode_span(text.substr(span_start), out);
+  return out;
+}
+
+void BpeTokenizer::encode_span(std::string_view text, std::vector<int32_t>& out) const {
+  if (text.empty()) return;
+  const std::string normalized = pre_->normalize(text);
+  pre_->split(normalized, [&](std::string_view word) { encode_word(word, out); });
+}
+
+void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (ignore_merges_) {  // a word that is itself a token is taken whole (Llama 3, tiktoken)
+    auto it = vocab_.find(std::string(word));
+    if (it != vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  if (word.size() == 1) {
+    out.push_back(byte_id_[static_cast<unsigned char>(word[0])]);
+    return;
+  }
+  thread_local WordCache cache;
+  if (cache.owner != instance_ || cache.ids.size() >= kWordCacheMax) {
+    cache.ids.clear();
+    cache.owner = instance_;
+  }
+  std::string key(word);
+  auto it = cache.ids.find(key);
+  if (it == cache.ids.end()) {
+    std::vector<int32_t> ids(word.size());
+    for (size_t i = 0; i < word.size(); ++i) ids[i] = byte_id_[static_cast<unsigned char>(word[i])];
+    merge_word(ids);
+    it = cache.ids.emplace(std::move(key), std::move(ids)).first;
+  }
+  out.insert(out.end(), it->second.begin(), it->second.end());
+}
+
+void BpeTokenizer::merge_word(std::vector<int32_t>& ids) const {
+  // Always merge the lowest-ranked adjacent pair, leftmost first on ties, as tokenizers does.
+  if (ids.size() <= 48) {  // short words: a scan per merge beats heap bookkeeping
+    while (ids.size() > 1) {
+      int32_t best_rank = INT32_MAX, merged = -1;
+      size_t best = 0;
+      for (size_t i = 0; i + 1 < ids.size(); ++i) {
+        const Merge* m = find_merge(ids[i], ids[i + 1]);
+        if (m && m->rank < best_rank) {
+          best_rank = m->rank;
+          merged = m->merged;
+          best = i;
+        }
+      }
+      if (merged < 0) break;
+      ids[best] = merged;
+      ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    }
+    return;
+  }
+  // Long words (runs of digits, punctuation or spaces): a heap of candidate merges over a
+  // linked list of symbols, with stale entries skipped when popped.
+  const size_t n = ids.size();
+  std::vector<int32_t> prev(n), next(n);
+  std::vector<bool> alive(n, true);
+  for (size_t i = 0; i < n; ++i) {
+    prev[i] = static_cast<int32_t>(i) - 1;
+    next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
+  }
+  struct Cand {
+    int32_t rank, pos, left, right;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  auto push = [&](int32_t pos) {
+    if (pos < 0 || next[pos] < 0) return;
+    if (const Merge* m = find_merge(ids[pos], ids[next[pos]])) heap.push({m->rank, pos, ids[pos], ids[next[pos]]});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(static_cast<int32_t>(i));
+  while (!heap.empty()) {
+    const Cand c = heap.top();
+    heap.pop();
+    const int32_t r = next[c.pos];
+    if (!alive[c.pos] || r < 0 || ids[c.pos] != c.left || ids[r] != c.right) continue;
+    ids[c.pos] = find_merge(c.left, c.right)->merged;
+    alive[r] = false;
+    next[c.pos] = next[r];
+    if (next[r] >= 0) prev[next[r]] = c.pos;
+    push(prev[c.pos]);
+    push(c.pos);
+  }
+  std::vector<int32_t> merged;
+  for (int32_t i = 0; i >= 0; i = next[i]) merged.push_back(ids[i]);
+  ids.swap(merged);
+}
+
+std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (int32_t id : ids) {
+    if (id < 0 || static_cast<size_t>(id) >= id_bytes_.size())
+      throw UserError("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                      std::to_string(id_bytes_.size()) + ")");
+    out += id_bytes_[id];
+  }
+  return out;
+}
+
+}  // namespace llmrun

@@ -1,0 +1,26 @@
+#pragma once
+// Validation loss: the same eval_batches micro-batches of data.valid every time (the
+// validation stream is rewound before each pass), so losses at different steps compare.
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "data/training_data.h"
+#include "model/transformer.h"
+
+namespace llmrun {
+
+class Validator {
+ public:
+  Validator(const Recipe& r, const Tokenizer& tok);
+  // Mean cross-entropy per token over the validation batches.
+  double loss(Transformer& model);
+  size_t tokens() const { return data_.tokens(); }
+
+ private:
+  TrainingData data_;
+  nlohmann::json start_;
+  int micro_batch_, seq_, batches_;
+  std::vector<int32_t> windows_, inputs_, targets_;
+};
+
+}  // namespace llmrun
