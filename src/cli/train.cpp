@@ -39,7 +39,8 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
               std::fputs(describe_recipe(r).c_str(), stdout);
               return 0;
             }
-            if (!env.under_launcher && r.launch.nproc > 1) exec_under_mpirun(r.launch.nproc, r.launch.mpirun_args, argv);
+            if (!env.under_launcher && r.launch.nproc > 1)
+              return run_under_mpirun(r.launch.nproc, r.launch.mpirun_args, argv);
             run_training(r, env);
             return 0;
           }};

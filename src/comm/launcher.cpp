@@ -1,6 +1,10 @@
 #include "comm/launcher.h"
 
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cerrno>
 #include <cstdlib>
@@ -40,7 +44,14 @@ int threads_per_rank(int local_ranks) {
   return std::max(1, cores / std::max(1, local_ranks));
 }
 
-void exec_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args, const std::vector<std::string>& args) {
+namespace {
+volatile std::sig_atomic_t g_mpirun_pid = 0;
+void forward_as_usr1(int) {
+  if (g_mpirun_pid > 0) kill(pid_t(g_mpirun_pid), SIGUSR1);
+}
+}  // namespace
+
+int run_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args, const std::vector<std::string>& args) {
   std::vector<std::string> argv = {"mpirun", "-np", std::to_string(nproc)};
   if (nproc > int(std::thread::hardware_concurrency())) argv.push_back("--oversubscribe");
   if (geteuid() == 0) {
@@ -57,9 +68,42 @@ void exec_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args, c
   std::vector<char*> c_argv;
   for (auto& a : argv) c_argv.push_back(a.data());
   c_argv.push_back(nullptr);
-  execvp("mpirun", c_argv.data());
-  throw UserError(std::string("cannot start mpirun for launch.nproc=") + std::to_string(nproc) + ": " +
-                  std::strerror(errno) + " (install openmpi-bin, or run under your own launcher)");
+
+  struct sigaction sa {}, old_term, old_int;
+  sa.sa_handler = forward_as_usr1;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGINT, &sa, &old_int);
+  int exec_error[2];
+  if (pipe2(exec_error, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // mpirun gets its own process group, so a terminal's Ctrl-C reaches it only through us.
+    setpgid(0, 0);
+    sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGINT, &old_int, nullptr);
+    execvp("mpirun", c_argv.data());
+    const int err = errno;
+    (void)!write(exec_error[1], &err, sizeof err);
+    _exit(127);
+  }
+  close(exec_error[1]);
+  g_mpirun_pid = pid;
+  int err = 0;
+  const bool exec_failed = read(exec_error[0], &err, sizeof err) == sizeof err;
+  close(exec_error[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_mpirun_pid = 0;
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGINT, &old_int, nullptr);
+  if (exec_failed)
+    throw UserError(std::string("cannot start mpirun for launch.nproc=") + std::to_string(nproc) + ": " +
+                    std::strerror(err) + " (install openmpi-bin, or run under your own launcher)");
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
 }  // namespace llmrun

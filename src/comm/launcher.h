@@ -16,10 +16,11 @@ struct LaunchEnvironment {
 
 LaunchEnvironment detect_launch_environment();
 
-// Replaces this process with `mpirun -np nproc [extra args] <this binary> <args>`. Running as
-// root adds Open MPI's explicit permission; more ranks than cores adds --oversubscribe.
-[[noreturn]] void exec_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args,
-                                    const std::vector<std::string>& args);
+// Runs `mpirun -np nproc [extra args] <this binary> <args>` and returns its exit status.
+// Running as root adds Open MPI's explicit permission; more ranks than cores adds
+// --oversubscribe. SIGTERM/SIGINT to this process reach the ranks as SIGUSR1, which mpirun
+// forwards (on SIGTERM it would kill them): they checkpoint and exit cleanly, and so does this.
+int run_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args, const std::vector<std::string>& args);
 
 // CPU threads each rank should use so that all local ranks together fill the cores once.
 int threads_per_rank(int local_ranks);

@@ -9,7 +9,7 @@ namespace llmrun {
 namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
-struct sigaction g_old_term, g_old_int;
+struct sigaction g_old_term, g_old_int, g_old_usr1;
 
 void on_signal(int sig) {
   if (g_signal != 0) _exit(128 + sig);  // second signal: the user wants out now
@@ -28,11 +28,15 @@ StopSignals::StopSignals() {
   sa.sa_flags = SA_RESTART;  // the step in flight keeps going as if nothing happened
   sigaction(SIGTERM, &sa, &g_old_term);
   sigaction(SIGINT, &sa, &g_old_int);
+  // mpirun forwards SIGUSR1 to every rank (SIGTERM would make it kill them); Slurm's
+  // --signal=USR1@T uses it for "time is nearly up".
+  sigaction(SIGUSR1, &sa, &g_old_usr1);
 }
 
 StopSignals::~StopSignals() {
   sigaction(SIGTERM, &g_old_term, nullptr);
   sigaction(SIGINT, &g_old_int, nullptr);
+  sigaction(SIGUSR1, &g_old_usr1, nullptr);
 }
 
 bool StopSignals::requested() const { return g_signal != 0; }

@@ -1,4 +1,4 @@
-// SIGTERM/SIGINT as a request to stop cleanly (Slurm preemption, Ctrl-C): the first one
+// SIGTERM/SIGINT/SIGUSR1 as a request to stop cleanly (Slurm preemption, Ctrl-C): the first one
 // sets a flag the training loop polls after each step (it then checkpoints and exits 0);
 // a second one exits at once, for a user who does not want to wait.
 #pragma once

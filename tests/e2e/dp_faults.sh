@@ -19,15 +19,16 @@ run_and_hurt() {
   local job=$!
   for _ in $(seq 200); do [ -s m.jsonl ] && [ "$(wc -l <m.jsonl)" -ge 3 ] && break; sleep 0.1; done
   [ -s m.jsonl ] || { cat err.log; kill -9 $job; fail "training did not start"; }
-  local victim
-  victim=$(pgrep -P $job | tail -n 1)
+  local victim mpirun
+  mpirun=$(pgrep -P $job | head -n 1)  # llmrun -> mpirun -> ranks
+  victim=$(pgrep -P "$mpirun" | tail -n 1)
   [ -n "$victim" ] || fail "no rank processes under mpirun"
   local t0=$SECONDS
   kill -"$1" "$victim"
   RC=0
   for _ in $(seq 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
   if kill -0 $job 2>/dev/null; then
-    pkill -9 -P $job; kill -9 $job
+    pkill -9 -P "$mpirun"; kill -9 "$mpirun" $job
     fail "job still running 30 s after SIG$1 to one rank"
   fi
   wait $job || RC=$?
@@ -45,3 +46,20 @@ run_and_hurt STOP
 grep -qE "rank 0: .* on the (dp|world) group did not complete within launch.timeout_s=4 s" err.log ||
   { cat err.log; fail "no timeout message naming the rank and the operation"; }
 echo "stalled rank: job ended in ${ELAPSED}s with: $(grep -m1 'did not complete' err.log)"
+
+# SIGTERM to the job (Slurm preemption, Ctrl-C): every rank finishes its step, rank 0 writes a
+# checkpoint, all exit 0, and `resume: auto` continues from it.
+rm -f m.jsonl
+"$LLMRUN" train r.yaml --nproc 2 --set checkpoint.dir=ck --set checkpoint.every=1000000 >out.log 2>err.log &
+job=$!
+for _ in $(seq 200); do [ -s m.jsonl ] && [ "$(wc -l <m.jsonl)" -ge 3 ] && break; sleep 0.1; done
+kill -TERM $job
+RC=0; wait $job || RC=$?
+[ "$RC" = 0 ] || { cat err.log; fail "SIGTERM: job exited $RC, expected 0"; }
+stopped=$(sed 's/step-0*//' ck/latest)
+grep -q "stopped by signal .* after step $stopped" err.log || { cat err.log; fail "SIGTERM: no stop message"; }
+"$LLMRUN" train r.yaml --nproc 2 --set checkpoint.dir=ck --set checkpoint.resume=auto --set train.steps=$((stopped + 2)) \
+  --set logging.metrics=resumed.jsonl >out.log 2>err.log || { cat err.log; fail "resume after SIGTERM"; }
+[ "$(head -n 1 resumed.jsonl | grep -o '"step":[0-9]*')" = "\"step\":$((stopped + 1))" ] ||
+  fail "resume did not continue at step $((stopped + 1)): $(head -1 resumed.jsonl)"
+echo "SIGTERM: checkpoint at step $stopped, exit 0, resumed at step $((stopped + 1))"
