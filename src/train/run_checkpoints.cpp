@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <memory>
 
 #include "ckpt/checkpoint_recipe.h"
 #include "ckpt/training_checkpoint.h"
@@ -32,12 +33,19 @@ int64_t RunCheckpoints::resume() {
   CheckpointReader ckpt(step_dir);
   check_resume_compatible(ckpt.state().recipe, r_, step_dir.string());
   Backend& be = model_.backend();
-  const int pad = r_.parallel.dp;
-  BucketStore params(be, model_.layout(), pad), m(be, model_.layout(), pad), v(be, model_.layout(), pad);
-  ckpt.read_group(kParamsGroup, params, be);
-  ckpt.read_group(kExpAvgGroup, m, be);
-  ckpt.read_group(kExpAvgSqGroup, v, be);
-  opt_.load_state(params, m, v, ckpt.state().step);
+  if (opt_.unsharded_m()) {  // ZeRO-0: read straight into the live buffers
+    ckpt.read_group(kParamsGroup, model_.params(), be);
+    ckpt.read_group(kExpAvgGroup, *opt_.unsharded_m(), be);
+    ckpt.read_group(kExpAvgSqGroup, *opt_.unsharded_v(), be);
+    opt_.set_steps_taken(ckpt.state().step);
+  } else {
+    const int pad = r_.parallel.dp;
+    BucketStore params(be, model_.layout(), pad), m(be, model_.layout(), pad), v(be, model_.layout(), pad);
+    ckpt.read_group(kParamsGroup, params, be);
+    ckpt.read_group(kExpAvgGroup, m, be);
+    ckpt.read_group(kExpAvgSqGroup, v, be);
+    opt_.load_state(params, m, v, ckpt.state().step);
+  }
   if (ckpt.state().data.is_null())
     spdlog::info("{} holds no data position (converted from a model): data starts from the beginning",
                  step_dir.string());
@@ -61,11 +69,24 @@ void RunCheckpoints::save(int64_t step) {
   st.seed = r_.train.seed;
   st.layout = {{"tp", r_.parallel.tp}, {"pp", r_.parallel.pp}, {"dp", r_.parallel.dp}, {"zero", r_.parallel.zero}};
   Backend& be = model_.backend();
-  const int pad = r_.parallel.dp;
-  BucketStore params(be, model_.layout(), pad), m(be, model_.layout(), pad), v(be, model_.layout(), pad);
-  opt_.gather_state(params, m, v);
+  // ZeRO-0 writes from the live buffers; sharded stages gather a full copy first.
+  std::unique_ptr<BucketStore> params, m, v;
+  const BucketStore* src_params = &model_.params();
+  const BucketStore* src_m = opt_.unsharded_m();
+  const BucketStore* src_v = opt_.unsharded_v();
+  if (!src_m) {
+    const int pad = r_.parallel.dp;
+    params = std::make_unique<BucketStore>(be, model_.layout(), pad);
+    m = std::make_unique<BucketStore>(be, model_.layout(), pad);
+    v = std::make_unique<BucketStore>(be, model_.layout(), pad);
+    opt_.gather_state(*params, *m, *v);
+    src_params = params.get();
+    src_m = m.get();
+    src_v = v.get();
+  }
   if (topo_.is_logger()) {
-    CheckpointTensors t{&model_.layout(), bucket_source(be, params), bucket_source(be, m), bucket_source(be, v)};
+    CheckpointTensors t{&model_.layout(), bucket_source(be, *src_params), bucket_source(be, *src_m),
+                        bucket_source(be, *src_v)};
     const fs::path dir = save_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, st, t, tok_, model_.config());
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     spdlog::info("checkpoint {} ({:.2f} s)", dir.string(), s);

@@ -39,6 +39,14 @@ ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage, co
       params.drop(b);
     }
   }
+  if (stage_ == 0) {
+    m_store_ = std::make_unique<BucketStore>(be_, model_.layout(), dp_.size(), false);
+    v_store_ = std::make_unique<BucketStore>(be_, model_.layout(), dp_.size(), false);
+    for (int b = 0; b < buckets; ++b) {
+      m_store_->attach(b, moment_m(b));
+      v_store_->attach(b, moment_v(b));
+    }
+  }
   model_.set_hooks(this);
 }
 

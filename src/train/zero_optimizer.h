@@ -51,6 +51,11 @@ class ZeroOptimizer final : public BucketHooks {
   // layout and ZeRO stage. The full stores use the model's layout and padding.
   void gather_state(BucketStore& params, BucketStore& m, BucketStore& v);  // a collective
   void load_state(const BucketStore& params, const BucketStore& m, const BucketStore& v, int64_t steps_taken);
+  // Stage 0 holds everything unsharded: checkpoints then read and write the moments in place
+  // (no gathered copy). Null at stages 1-3.
+  BucketStore* unsharded_m() { return m_store_.get(); }
+  BucketStore* unsharded_v() { return v_store_.get(); }
+  void set_steps_taken(int64_t steps) { steps_ = steps; }
 
   TrainingMemory memory() const;
   int stage() const { return stage_; }
@@ -90,6 +95,7 @@ class ZeroOptimizer final : public BucketHooks {
 
   std::vector<int64_t> shard_numel_;
   std::vector<Buffer> m_, v_;                   // AdamW moments: full (stage 0) or the shard
+  std::unique_ptr<BucketStore> m_store_, v_store_;  // stage 0: views of m_ and v_ by layout
   std::vector<Buffer> grad_shard_, param_shard_;
   std::vector<int> param_refs_, grad_refs_;
   std::vector<std::unique_ptr<CommRequest>> gathering_;  // ZeRO-3 prefetches by bucket
