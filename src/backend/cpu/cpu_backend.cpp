@@ -17,7 +17,8 @@ using cpu::check_f32;
 using cpu::check_same_numel;
 using cpu::kParallelMin;
 
-CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : omp_get_num_procs()) {
+// threads <= 0: OpenMP's default, which honours OMP_NUM_THREADS and is otherwise every core.
+CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : omp_get_max_threads()) {
   // One pool for both: OpenBLAS's OpenMP build runs its GEMMs on the process's OpenMP
   // threads, and runs single-threaded when called from inside one of our parallel regions.
   omp_set_num_threads(threads_);
