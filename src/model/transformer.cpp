@@ -56,20 +56,10 @@ void Transformer::plan_activations(int batch, int seq) {
   acts_.assign(cfg_.layers, {});
   for (int l = 0; l < cfg_.layers; ++l) {
     BlockActivations& a = acts_[l];
+    a = allocate_block_activations(cfg_, n, alloc);
     a.input = resid[l];
     a.output = resid[l + 1];
-    a.norm1 = alloc(DType::f32, {n, d});
-    a.norm1_mean = alloc(DType::f32, {n});
-    a.norm1_rstd = alloc(DType::f32, {n});
-    a.qkv = alloc(DType::f32, {n, qkv_cols});
-    a.attn = alloc(DType::f32, {n, attn_cols});
     a.lse = alloc(DType::f32, {batch, cfg_.heads, seq});
-    a.mid = alloc(DType::f32, {n, d});
-    a.norm2 = alloc(DType::f32, {n, d});
-    a.norm2_mean = alloc(DType::f32, {n});
-    a.norm2_rstd = alloc(DType::f32, {n});
-    a.up = alloc(DType::f32, {n, up_cols});
-    a.act = alloc(DType::f32, {n, f});
   }
   scratch_.d_norm = alloc(DType::f32, {n, d});
   scratch_.d_attn = alloc(DType::f32, {n, attn_cols});

@@ -13,24 +13,10 @@ void Transformer::reserve_batch(int max_tokens, int max_logit_rows) {
     p.arena.push_back(be_.allocate(probe.bytes()));
     return p.arena.back().as(t, dims);
   };
-  const int64_t n = max_tokens, d = cfg_.d_model, f = cfg_.ffn;
-  const int64_t attn_cols = int64_t(cfg_.heads) * cfg_.head_dim();
-  const int64_t qkv_cols = int64_t(cfg_.heads + 2 * cfg_.kv_heads) * cfg_.head_dim();
-  const int64_t up_cols = cfg_.arch == Arch::gpt2 ? f : 2 * f;
+  const int64_t n = max_tokens, d = cfg_.d_model;
   p.resid[0] = alloc(DType::f32, {n, d});
   p.resid[1] = alloc(DType::f32, {n, d});
-  BlockActivations& a = p.layer;
-  a.norm1 = alloc(DType::f32, {n, d});
-  a.norm1_mean = alloc(DType::f32, {n});
-  a.norm1_rstd = alloc(DType::f32, {n});
-  a.qkv = alloc(DType::f32, {n, qkv_cols});
-  a.attn = alloc(DType::f32, {n, attn_cols});
-  a.mid = alloc(DType::f32, {n, d});
-  a.norm2 = alloc(DType::f32, {n, d});
-  a.norm2_mean = alloc(DType::f32, {n});
-  a.norm2_rstd = alloc(DType::f32, {n});
-  a.up = alloc(DType::f32, {n, up_cols});
-  a.act = alloc(DType::f32, {n, f});
+  p.layer = allocate_block_activations(cfg_, n, alloc);
   p.ids = alloc(DType::i32, {n});
   p.positions = alloc(DType::i32, {n});
   p.logit_rows = alloc(DType::i32, {max_logit_rows});
@@ -59,19 +45,7 @@ void Transformer::forward_batch(const int32_t* tokens, const int32_t* positions,
 
   embed(p.resid[0].slice(0, n), ids, pos);
 
-  BlockActivations a;
-  const BlockActivations& full = p.layer;
-  a.norm1 = full.norm1.slice(0, n);
-  a.norm1_mean = full.norm1_mean.slice(0, n);
-  a.norm1_rstd = full.norm1_rstd.slice(0, n);
-  a.qkv = full.qkv.slice(0, n);
-  a.attn = full.attn.slice(0, n);
-  a.mid = full.mid.slice(0, n);
-  a.norm2 = full.norm2.slice(0, n);
-  a.norm2_mean = full.norm2_mean.slice(0, n);
-  a.norm2_rstd = full.norm2_rstd.slice(0, n);
-  a.up = full.up.slice(0, n);
-  a.act = full.act.slice(0, n);
+  BlockActivations a = first_rows(p.layer, n);
   for (int l = 0; l < cfg_.layers; ++l) {
     a.input = p.resid[l % 2].slice(0, n);
     a.output = p.resid[(l + 1) % 2].slice(0, n);

@@ -1,5 +1,7 @@
 #include "model/transformer_block.h"
 
+#include <utility>
+
 namespace llmrun {
 
 namespace {
@@ -32,6 +34,36 @@ void linear_backward(Backend& be, Tensor dx, const Tensor& dW, const Tensor& db,
 }
 
 }  // namespace
+
+BlockActivations allocate_block_activations(const ModelConfig& cfg, int64_t n, const TensorAllocator& alloc) {
+  const int64_t d = cfg.d_model, f = cfg.ffn;
+  const int64_t attn_cols = int64_t(cfg.heads) * cfg.head_dim();
+  const int64_t qkv_cols = int64_t(cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim();
+  const int64_t up_cols = cfg.arch == Arch::gpt2 ? f : 2 * f;
+  BlockActivations a;
+  a.norm1 = alloc(DType::f32, {n, d});
+  a.norm1_mean = alloc(DType::f32, {n});
+  a.norm1_rstd = alloc(DType::f32, {n});
+  a.qkv = alloc(DType::f32, {n, qkv_cols});
+  a.attn = alloc(DType::f32, {n, attn_cols});
+  a.mid = alloc(DType::f32, {n, d});
+  a.norm2 = alloc(DType::f32, {n, d});
+  a.norm2_mean = alloc(DType::f32, {n});
+  a.norm2_rstd = alloc(DType::f32, {n});
+  a.up = alloc(DType::f32, {n, up_cols});
+  a.act = alloc(DType::f32, {n, f});
+  return a;
+}
+
+BlockActivations first_rows(const BlockActivations& full, int64_t n) {
+  BlockActivations a;
+  for (auto [dst, src] : {std::pair{&a.norm1, &full.norm1}, {&a.norm1_mean, &full.norm1_mean},
+                          {&a.norm1_rstd, &full.norm1_rstd}, {&a.qkv, &full.qkv}, {&a.attn, &full.attn},
+                          {&a.mid, &full.mid}, {&a.norm2, &full.norm2}, {&a.norm2_mean, &full.norm2_mean},
+                          {&a.norm2_rstd, &full.norm2_rstd}, {&a.up, &full.up}, {&a.act, &full.act}})
+    *dst = src->slice(0, n);
+  return a;
+}
 
 void block_forward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, BlockActivations& a,
                    const Tensor& positions, const AttentionCore& core) {

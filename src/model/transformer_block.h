@@ -33,6 +33,14 @@ struct BlockScratch {
   Tensor d_up;    // [N, ffn] or [N, 2 ffn]
 };
 
+// Allocates a tensor of the given type and shape (an arena owned by the caller).
+using TensorAllocator = std::function<Tensor(DType, std::initializer_list<int64_t>)>;
+// One block's activation buffers for n tokens, except input/output (the residual stream,
+// owned by the caller) and lse (training only: its shape depends on batch and seq).
+BlockActivations allocate_block_activations(const ModelConfig& cfg, int64_t n, const TensorAllocator& alloc);
+// The first n rows of every activation of `a` (buffers planned for more tokens).
+BlockActivations first_rows(const BlockActivations& a, int64_t n);
+
 // Fills qkv-derived `attn` given `qkv` (after RoPE): training attention or a KV-cache lookup.
 using AttentionCore = std::function<void(const Tensor& qkv, Tensor attn)>;
 
