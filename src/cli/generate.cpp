@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -44,7 +45,9 @@ int generate(const GenerateArgs& a) {
   const int new_tokens = budget - static_cast<int>(prompt.size());
   for (int i = 0; i < new_tokens; ++i) {
     backend->copy(Tensor(host.data(), DType::f32, {cfg.vocab}), logits);
-    int32_t next = sampler.sample(host.data(), cfg.vocab);
+    // Ids past the tokenizer's vocabulary (an embedding table padded for speed) cannot be
+    // decoded: sample among the tokenizer's ids only, as `llmrun serve` does.
+    int32_t next = sampler.sample(host.data(), std::min(cfg.vocab, m.tokenizer->vocab_size()));
     if (next == m.tokenizer->eos_id()) break;
     std::string piece = m.tokenizer->decode({next});
     std::fwrite(piece.data(), 1, piece.size(), stdout);

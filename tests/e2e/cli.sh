@@ -10,4 +10,13 @@ for key in parameters tokens_per_step grad_accum_steps flops_per_token; do
   grep -q "$key" <<<"$out" || fail "--dry-run lacks $key"
 done
 grep -qE 'parameters: 12[0-9]{7}' <<<"$out" || fail "--dry-run: GPT-2 124M parameter count wrong: $(grep parameters <<<"$out")"
-echo "cli: ok"
+echo "cli: basics ok"
+
+# A model whose embedding table is wider than its tokenizer (vocab 1000, 256 byte tokens):
+# generation samples only ids the tokenizer can decode.
+"$(dirname "$LLMRUN")/tests/llmrun_make_model_dir" "$WORK/wide" gpt2 2 32 4 64 1000 1 >/dev/null
+for t in 0 1.5; do
+  "$LLMRUN" generate "$WORK/wide" --prompt "hi" --max-tokens 40 --temperature $t --seed 3 >/dev/null ||
+    fail "generate on a padded vocabulary (temperature $t)"
+done
+echo "cli: generate on a padded vocabulary ok"
