@@ -65,6 +65,12 @@ struct ParallelSection {
   int zero = 0;  // 0: all-reduce gradients; 1: shard optimizer state; 2: + gradients; 3: + parameters
 };
 
+struct MemorySection {
+  std::string offload_optimizer = "none";  // none | cpu | nvme
+  std::string nvme_path;                   // directory for nvme offload files
+  int64_t offload_buffer_mb = 64;          // nvme: staging memory for streaming the state
+};
+
 struct LaunchSection {
   int nproc = 1;  // ranks; under mpirun/srun, the world size it was given
   std::vector<std::string> mpirun_args;
@@ -82,6 +88,7 @@ struct Recipe {
   LoggingSection logging;
   ParallelSection parallel;
   LaunchSection launch;
+  MemorySection memory;
 
   // Micro-batches each data-parallel rank runs per optimizer step.
   int grad_accum_steps() const { return train.global_batch / (train.micro_batch * parallel.dp); }

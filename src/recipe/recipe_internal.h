@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -76,8 +77,8 @@ std::string read_string(const YAML::Node& n, const std::string& key, const Locat
 // How a value looks in an error message: 'abc', a mapping, a list or nothing.
 std::string show(const YAML::Node& n);
 
-// The parallel and launch sections (recipe_parallel.cpp); needs train read first.
-void read_parallel(const MapReader& top, Locator& loc, Recipe& r);
+// The parallel, launch and memory sections (recipe_parallel.cpp); needs train read first.
+void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::path& base, Recipe& r);
 
 // Range, cross-field and filesystem checks on a fully read recipe (recipe_validate.cpp).
 void validate_recipe(const Recipe& r, const Locator& loc);

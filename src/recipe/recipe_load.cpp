@@ -306,8 +306,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   apply_overrides(root, overrides, loc);
   const MapReader top(root, "", loc,
                       {"model", "data", "train", "precision", "checkpoint", "logging", "parallel",
-                       "launch"},
-                      {{"memory", "offload and recompute are not in this build: everything stays in host memory"}});
+                       "launch", "memory"});
   if (!top.has("model")) loc.fail("model", "missing (required)");
   if (!top.has("data")) loc.fail("data", "missing (required)");
   Recipe r;
@@ -325,7 +324,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   r.model.vocab = int(vocab.value_or(256));
   read_train(top.node("train"), loc, r.train);
   read_rest(top, loc, base, r);
-  recipe_detail::read_parallel(top, loc, r);
+  recipe_detail::read_parallel(top, loc, base, r);
   recipe_detail::validate_recipe(r, loc);
   return r;
 }

@@ -1,11 +1,40 @@
-// The parallel and launch sections: how many ranks, and how they split the work.
+// The parallel, launch and memory sections: how many ranks, how they split the work, and
+// where the optimizer state lives.
+#include <unistd.h>
+
 #include <climits>
 
 #include "recipe/recipe_internal.h"
 
 namespace llmrun::recipe_detail {
 
-void read_parallel(const MapReader& top, Locator& loc, Recipe& r) {
+namespace {
+void read_memory(const MapReader& top, Locator& loc, const std::filesystem::path& base, Recipe& r) {
+  const MapReader mem(top.node("memory"), "memory", loc, {"offload"},
+                      {{"recompute", "activation recompute is not in this build yet"}});
+  const MapReader o(mem.has("offload") ? mem.node("offload") : YAML::Node(), "memory.offload", loc, {"optimizer", "nvme_path", "buffer_mb"},
+                    {{"params", "parameter offload is not in this build yet"}});
+  r.memory.offload_optimizer = o.string("optimizer").value_or("none");
+  const std::string& kind = r.memory.offload_optimizer;
+  if (kind != "none" && kind != "cpu" && kind != "nvme")
+    loc.fail("memory.offload.optimizer", "'" + kind + "' is not one of none, cpu, nvme");
+  r.memory.offload_buffer_mb = o.integer("buffer_mb", 1, 1 << 20).value_or(r.memory.offload_buffer_mb);
+  if (o.has("nvme_path")) {
+    std::filesystem::path p = o.string("nvme_path").value_or("");
+    if (p.is_relative()) p = base / p;
+    r.memory.nvme_path = p.lexically_normal().string();
+  }
+  if (kind == "nvme") {
+    if (r.memory.nvme_path.empty())
+      loc.fail("memory.offload.nvme_path", "missing: optimizer: nvme needs a directory for its files");
+    if (!std::filesystem::is_directory(r.memory.nvme_path) || access(r.memory.nvme_path.c_str(), W_OK) != 0)
+      loc.fail("memory.offload.nvme_path", r.memory.nvme_path + " is not a writable directory");
+  }
+}
+}  // namespace
+
+void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::path& base, Recipe& r) {
+  read_memory(top, loc, base, r);
   const MapReader l(top.node("launch"), "launch", loc, {"nproc", "mpirun_args", "timeout_s"});
   r.launch.nproc = int(l.integer("nproc", 1, 1 << 20).value_or(1));
   r.launch.timeout_s = l.number("timeout_s").value_or(r.launch.timeout_s);

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 namespace llmrun {
 
@@ -15,7 +16,8 @@ StoreOptions ZeroOptimizer::store_options(int stage, int dp_size) {
   return o;
 }
 
-ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage, const AdamWConfig& cfg)
+ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage, const AdamWConfig& cfg,
+                             const OptimizerOffload& offload)
     : model_(model), be_(model.backend()), dp_(dp), stage_(stage), cfg_(cfg) {
   BucketStore& params = model_.params();
   const int buckets = params.num_buckets();
@@ -27,8 +29,6 @@ ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage, co
     const int64_t shard = stage_ == 0 ? n : n / dp_.size();
     shard_numel_.push_back(shard);
     slot_numel_ = std::max(slot_numel_, n);
-    m_.push_back(be_.allocate(size_t(shard) * 4));
-    v_.push_back(be_.allocate(size_t(shard) * 4));
     if (stage_ >= 2) {
       grad_shard_.push_back(be_.allocate(size_t(shard) * 4));
       recv_storage_.push_back(be_.allocate(size_t(shard) * 4));
@@ -39,12 +39,13 @@ ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage, co
       params.drop(b);
     }
   }
-  if (stage_ == 0) {
+  moments_ = std::make_unique<MomentStore>(be_, shard_numel_, offload, dp_.rank());
+  if (stage_ == 0 && moments_->in_memory()) {
     m_store_ = std::make_unique<BucketStore>(be_, model_.layout(), dp_.size(), false);
     v_store_ = std::make_unique<BucketStore>(be_, model_.layout(), dp_.size(), false);
     for (int b = 0; b < buckets; ++b) {
-      m_store_->attach(b, moment_m(b));
-      v_store_->attach(b, moment_v(b));
+      m_store_->attach(b, moments_->m(b));
+      v_store_->attach(b, moments_->v(b));
     }
   }
   model_.set_hooks(this);
@@ -189,21 +190,23 @@ void ZeroOptimizer::scale_gradients(float factor) {
 }
 
 void ZeroOptimizer::adamw_shard(int b, Tensor params, const Tensor& grads, float lr) {
-  const int64_t lo = stage_ == 0 ? 0 : shard_numel_[b] * dp_.rank(), hi = lo + shard_numel_[b];
-  Tensor m = m_[b].as(DType::f32, {shard_numel_[b]}), v = v_[b].as(DType::f32, {shard_numel_[b]});
-  for (const ParamSpec& spec : model_.layout()[b].params) {
-    const int64_t begin = std::max(lo, spec.offset), end = std::min(hi, spec.offset + spec.numel());
-    if (begin >= end) continue;
-    AdamWParams hp;
-    hp.lr = lr;
-    hp.beta1 = cfg_.beta1;
-    hp.beta2 = cfg_.beta2;
-    hp.eps = cfg_.eps;
-    hp.weight_decay = spec.decay ? cfg_.weight_decay : 0.0f;
-    hp.step = steps_;
-    const int64_t x = begin - lo, len = end - begin;
-    be_.adamw(params.flat(x, len), grads.flat(x, len), m.flat(x, len), v.flat(x, len), hp);
-  }
+  const int64_t lo = stage_ == 0 ? 0 : shard_numel_[b] * dp_.rank();
+  moments_->for_each_chunk(b, [&](int64_t off, Tensor m, Tensor v) {
+    const int64_t c_lo = lo + off, c_hi = c_lo + m.numel();
+    for (const ParamSpec& spec : model_.layout()[b].params) {
+      const int64_t begin = std::max(c_lo, spec.offset), end = std::min(c_hi, spec.offset + spec.numel());
+      if (begin >= end) continue;
+      AdamWParams hp;
+      hp.lr = lr;
+      hp.beta1 = cfg_.beta1;
+      hp.beta2 = cfg_.beta2;
+      hp.eps = cfg_.eps;
+      hp.weight_decay = spec.decay ? cfg_.weight_decay : 0.0f;
+      hp.step = steps_;
+      const int64_t x = begin - lo, len = end - begin;
+      be_.adamw(params.flat(x, len), grads.flat(x, len), m.flat(begin - c_lo, len), v.flat(begin - c_lo, len), hp);
+    }
+  });
 }
 
 void ZeroOptimizer::step(float lr) {
@@ -232,18 +235,29 @@ void ZeroOptimizer::release_full_params() {
 }
 
 void ZeroOptimizer::gather_state(BucketStore& params, BucketStore& m, BucketStore& v) {
+  const int ranks = stage_ == 0 ? 1 : dp_.size();
+  Buffer staging;  // chunks of every rank, when the moments stream from files
+  if (ranks > 1 && !moments_->in_memory()) staging = be_.allocate(size_t(moments_->max_chunk()) * ranks * 4);
   for (int b = 0; b < model_.params().num_buckets(); ++b) {
     if (stage_ == 3)
       wait(*dp_.iall_gather(param_shard_[b].as(DType::f32, {shard_numel_[b]}), params.bucket(b)));
     else
       be_.copy(params.bucket(b), model_.params().bucket(b));
-    if (stage_ == 0) {
-      be_.copy(m.bucket(b), moment_m(b));
-      be_.copy(v.bucket(b), moment_v(b));
-    } else {
-      wait(*dp_.iall_gather(moment_m(b), m.bucket(b)));
-      wait(*dp_.iall_gather(moment_v(b), v.bucket(b)));
-    }
+    const int64_t shard = shard_numel_[b];
+    moments_->for_each_chunk(b, [&](int64_t off, Tensor mc, Tensor vc) {
+      const int64_t len = mc.numel();
+      for (auto [chunk, full] : {std::pair{mc, m.bucket(b)}, std::pair{vc, v.bucket(b)}}) {
+        if (ranks == 1) {
+          be_.copy(full.flat(off, len), chunk);
+        } else if (len == shard) {
+          wait(*dp_.iall_gather(chunk, full));
+        } else {  // rank r's chunk belongs at r * shard + off
+          Tensor all = staging.as(DType::f32, {len * ranks});
+          wait(*dp_.iall_gather(chunk, all));
+          for (int r = 0; r < ranks; ++r) be_.copy(full.flat(r * shard + off, len), all.flat(r * len, len));
+        }
+      }
+    });
   }
 }
 
@@ -254,8 +268,11 @@ void ZeroOptimizer::load_state(const BucketStore& params, const BucketStore& m, 
       be_.copy(param_shard_[b].as(DType::f32, {shard_numel_[b]}), shard_of(params.bucket(b), b));
     else
       be_.copy(model_.params().bucket(b), params.bucket(b));
-    be_.copy(moment_m(b), shard_of(m.bucket(b), b));
-    be_.copy(moment_v(b), shard_of(v.bucket(b), b));
+    const Tensor mine_m = shard_of(m.bucket(b), b), mine_v = shard_of(v.bucket(b), b);
+    moments_->for_each_chunk(b, [&](int64_t off, Tensor mc, Tensor vc) {
+      be_.copy(mc, mine_m.flat(off, mc.numel()));
+      be_.copy(vc, mine_v.flat(off, vc.numel()));
+    });
   }
   steps_ = steps_taken;
 }
@@ -269,7 +286,7 @@ TrainingMemory ZeroOptimizer::memory() const {
   TrainingMemory mem;
   mem.params = stage_ == 3 ? shards : full;
   mem.grads = stage_ >= 2 ? shards : full;
-  mem.optimizer = 2 * shards;  // AdamW m and v (the fp32 parameters are their own master copy)
+  mem.optimizer = moments_->resident_bytes();  // AdamW m and v (fp32 params are their own master copy)
   mem.buffers = slot_storage_.size() * size_t(slot_numel_) * 4 + (stage_ >= 2 ? shards : 0);
   return mem;
 }

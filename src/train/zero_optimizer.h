@@ -16,6 +16,7 @@
 
 #include "comm/communicator.h"
 #include "model/transformer.h"
+#include "train/moment_store.h"
 
 namespace llmrun {
 
@@ -31,7 +32,8 @@ struct TrainingMemory {
 class ZeroOptimizer final : public BucketHooks {
  public:
   // The Transformer must have been built with zero_store_options(stage, dp.size()).
-  ZeroOptimizer(Transformer& model, Communicator& dp, int stage, const AdamWConfig& cfg);
+  ZeroOptimizer(Transformer& model, Communicator& dp, int stage, const AdamWConfig& cfg,
+                const OptimizerOffload& offload = {});
   ~ZeroOptimizer() override;
   static StoreOptions store_options(int stage, int dp_size);
 
@@ -51,8 +53,8 @@ class ZeroOptimizer final : public BucketHooks {
   // layout and ZeRO stage. The full stores use the model's layout and padding.
   void gather_state(BucketStore& params, BucketStore& m, BucketStore& v);  // a collective
   void load_state(const BucketStore& params, const BucketStore& m, const BucketStore& v, int64_t steps_taken);
-  // Stage 0 holds everything unsharded: checkpoints then read and write the moments in place
-  // (no gathered copy). Null at stages 1-3.
+  // Stage 0 with moments in memory holds everything unsharded: checkpoints then read and write
+  // the moments in place (no gathered copy). Null otherwise.
   BucketStore* unsharded_m() { return m_store_.get(); }
   BucketStore* unsharded_v() { return v_store_.get(); }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
@@ -60,9 +62,6 @@ class ZeroOptimizer final : public BucketHooks {
   TrainingMemory memory() const;
   int stage() const { return stage_; }
   int64_t steps_taken() const { return steps_; }
-  // AdamW moments of bucket b: this rank's shard (the whole bucket at stage 0).
-  Tensor moment_m(int b) const { return m_[b].as(DType::f32, {shard_numel_[b]}); }
-  Tensor moment_v(int b) const { return v_[b].as(DType::f32, {shard_numel_[b]}); }
   double comm_wait_seconds() const { return comm_wait_s_; }
 
   void acquire(int bucket, Phase phase) override;
@@ -94,7 +93,7 @@ class ZeroOptimizer final : public BucketHooks {
   double comm_wait_s_ = 0;
 
   std::vector<int64_t> shard_numel_;
-  std::vector<Buffer> m_, v_;                   // AdamW moments: full (stage 0) or the shard
+  std::unique_ptr<MomentStore> moments_;        // AdamW m, v of the owned shards (whole buckets at stage 0)
   std::unique_ptr<BucketStore> m_store_, v_store_;  // stage 0: views of m_ and v_ by layout
   std::vector<Buffer> grad_shard_, param_shard_;
   std::vector<int> param_refs_, grad_refs_;

@@ -173,7 +173,7 @@ TEST_F(RecipeTest, UnknownTopLevelKey) {
   const std::string e = error_of(kGpt2 + "trian:\n  steps: 3\n");
   EXPECT_HAS(e, at(9, 1) +
                     "trian: unknown key (expected one of: model, data, train, precision, "
-                    "checkpoint, logging, parallel, launch)");
+                    "checkpoint, logging, parallel, launch, memory)");
 }
 
 TEST_F(RecipeTest, UnknownNestedKey) {
@@ -327,7 +327,11 @@ TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
   EXPECT_HAS(error_of(kGpt2 + "parallel:\n  tp: 2\n"),
              at(10, 7) + "parallel.tp: tensor parallelism is not in this build yet");
   EXPECT_HAS(error_of(kGpt2 + "memory: {recompute: full}\n"),
-             "memory: not supported by this build");
+             "memory.recompute: not supported by this build");
+  EXPECT_HAS(error_of(kGpt2 + "memory: {offload: {optimizer: nvme}}\n"),
+             "memory.offload.nvme_path: missing");
+  EXPECT_HAS(error_of(kGpt2 + "memory: {offload: {optimizer: disk}}\n"),
+             "memory.offload.optimizer: 'disk' is not one of none, cpu, nvme");
   EXPECT_HAS(error_of(kGpt2 + "parallel: {sequence_parallel: true}\n"),
              "parallel.sequence_parallel: not supported by this build");
   EXPECT_HAS(error_of(kGpt2 + "precision: {fp8: {enabled: false}}\n"),
