@@ -13,25 +13,14 @@
 
 #include "data/tokenizer.h"
 #include "model/transformer.h"
+#include "tiny_model.h"
 #include "serve/engine.h"
 
 using namespace llmrun;
 
 namespace {
 
-ModelConfig tiny(Arch arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.layers = 2;
-  c.d_model = 64;
-  c.heads = 4;
-  c.kv_heads = arch == Arch::llama ? 2 : 4;
-  c.ffn = 128;
-  c.vocab = 256;
-  c.seq_len = 128;
-  c.tie_embeddings = arch == Arch::gpt2;
-  return c;
-}
+ModelConfig tiny(Arch arch) { return test_models::tiny_config(arch, 64, 128, 256, 128); }
 
 // Random weights scaled up so next-token distributions are peaked: greedy choices then have
 // margins far above float rounding differences between batched and single-sequence math.

@@ -5,24 +5,13 @@
 #include <vector>
 
 #include "model/transformer.h"
+#include "tiny_model.h"
 
 using namespace llmrun;
 
 namespace {
 
-ModelConfig small(Arch arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.layers = 2;
-  c.d_model = 32;
-  c.heads = 4;
-  c.kv_heads = arch == Arch::llama ? 2 : 4;
-  c.ffn = 64;
-  c.vocab = 50;
-  c.seq_len = 24;
-  c.tie_embeddings = arch == Arch::gpt2;
-  return c;
-}
+ModelConfig small(Arch arch) { return test_models::tiny_config(arch, 32, 64, 50, 24); }
 
 }  // namespace
 
