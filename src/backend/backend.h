@@ -115,12 +115,26 @@ class Backend {
   virtual void scatter_rows(Tensor dst, const Tensor& src, const Tensor& slots, int64_t col_begin) = 0;
 
   // --- embedding and loss --------------------------------------------------------
-  // out[N, D] (+)= table[ids[n], :]
+  // out[N, D] (+)= table[ids[n], :]; an id < 0 contributes nothing (zero row, or left as is
+  // when accumulating): a vocab-parallel rank marks the ids another rank's table holds.
   virtual void embedding_fwd(Tensor out, const Tensor& ids, const Tensor& table, bool accumulate) = 0;
   virtual void embedding_bwd(Tensor dtable, const Tensor& dout, const Tensor& ids) = 0;
   // losses[N] = -log softmax(logits)[target]; logits [N, V] is overwritten IN PLACE with
   // grad_scale * (softmax - onehot(target)). Targets < 0 are ignored (loss 0, grad 0).
   virtual void softmax_xent(Tensor losses, Tensor logits, const Tensor& targets, float grad_scale) = 0;
+  // The same loss when the vocabulary is split across tensor-parallel ranks (logits [N, V_r]
+  // are this rank's columns), in three passes around the group's reductions:
+  //   xent_row_max:  row_max[N] = max of the local logits           -> all-reduce max
+  //   xent_partials: sums[0, n] = sum_c exp(logit - row_max),
+  //                  sums[1, n] = the target's logit when this rank holds it, else 0
+  //                                                                   -> all-reduce sum
+  //   xent_finish:   losses and, in place, grad_scale * (softmax - onehot) of the local columns.
+  // Local targets: t >= 0 a column of this rank, -1 ignored (loss and gradient 0), -2 held by
+  // another rank. Every rank ends with the same losses.
+  virtual void xent_row_max(Tensor row_max, const Tensor& logits) = 0;
+  virtual void xent_partials(Tensor sums, const Tensor& logits, const Tensor& row_max, const Tensor& targets) = 0;
+  virtual void xent_finish(Tensor losses, Tensor logits, const Tensor& row_max, const Tensor& sums,
+                           const Tensor& targets, float grad_scale) = 0;
 
   // --- optimizer and reductions -----------------------------------------------------
   virtual void adamw(Tensor params, const Tensor& grads, Tensor m, Tensor v, const AdamWParams& hp) = 0;

@@ -1,5 +1,6 @@
 #include "ckpt/hf_weights.h"
 
+#include "model/shard_copy.h"
 #include "util/error.h"
 
 namespace llmrun {
@@ -59,9 +60,10 @@ void import_hf_tensors(Backend& be, BucketStore& store, const HfWeightFiles& fil
   std::vector<float> host;
   for (int b = 0; b < store.num_buckets(); ++b) {
     for (int p = 0; p < static_cast<int>(layout[b].params.size()); ++p) {
+      // Files hold full tensors; a model-parallel rank keeps its part.
       const ParamSpec& spec = layout[b].params[p];
-      std::vector<int64_t> hf_shape = spec.shape;
-      if (spec.hf_transposed) hf_shape = {spec.shape[1], spec.shape[0]};
+      std::vector<int64_t> hf_shape = spec.full_shape;
+      if (spec.hf_transposed) hf_shape = {spec.full_shape[1], spec.full_shape[0]};
       const SafetensorsFile* found = files.find(spec.hf_name);
       if (!found) throw UserError(files.source() + ": tensor " + spec.hf_name + " is missing");
       const SafetensorsFile& file = *found;
@@ -69,10 +71,10 @@ void import_hf_tensors(Backend& be, BucketStore& store, const HfWeightFiles& fil
       if (info.shape != hf_shape)
         throw UserError(file.path().string() + ": tensor " + spec.hf_name + " has shape " + info.shape_str() +
                         ", the config implies " + shape_text(hf_shape));
-      host.resize(size_t(spec.numel()));
-      file.read_f32(spec.hf_name, host.data(), spec.numel());
-      if (spec.hf_transposed) host = transposed(host, spec.shape[1], spec.shape[0]);
-      be.copy(store.tensor(b, p).view({spec.numel()}), Tensor(host.data(), DType::f32, {spec.numel()}));
+      host.resize(size_t(spec.full_numel()));
+      file.read_f32(spec.hf_name, host.data(), spec.full_numel());
+      if (spec.hf_transposed) host = transposed(host, spec.full_shape[1], spec.full_shape[0]);
+      extract_shard(be, spec, Tensor(host.data(), DType::f32, {spec.full_numel()}), store.tensor(b, p));
     }
   }
 }

@@ -91,8 +91,10 @@ HeadTensors head_tensors(const ModelConfig& cfg, const BucketStore& s) {
   const int head = cfg.layers + 1;
   t.norm_w = s.tensor(head, 0);
   if (cfg.arch == Arch::gpt2) t.norm_b = s.tensor(head, 1);
-  t.head = cfg.tie_embeddings ? s.tensor(0, 0)
-                              : s.tensor(head, static_cast<int>(s.layout()[head].params.size()) - 1);
+  // Untied heads and a pipeline stage's copy of a tied table are the head bucket's last tensor.
+  const std::vector<ParamSpec>& params = s.layout()[head].params;
+  const bool own_head = !cfg.tie_embeddings || params.back().tied_copy;
+  t.head = own_head ? s.tensor(head, static_cast<int>(params.size()) - 1) : s.tensor(0, 0);
   return t;
 }
 

@@ -21,8 +21,9 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
   bool tie_embeddings = true;  // GPT-2 always ties; Llama usually does not
+  int fixed_head_dim = 0;      // 0: d_model / heads (a tensor-parallel shard keeps the full model's)
 
-  int head_dim() const { return d_model / heads; }
+  int head_dim() const { return fixed_head_dim > 0 ? fixed_head_dim : d_model / heads; }
   // Exact number of parameters (the sum of all tensor sizes).
   int64_t param_count() const;
   // Non-embedding parameters: the "N" of 6N FLOPs per token.

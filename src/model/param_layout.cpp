@@ -8,16 +8,53 @@ int64_t ParamSpec::numel() const {
   return n;
 }
 
+int64_t ParamSpec::full_numel() const {
+  int64_t n = 1;
+  for (int64_t s : full_shape) n *= s;
+  return n;
+}
+
+ModelConfig tp_block_config(const ModelConfig& cfg, int tp) {
+  ModelConfig c = cfg;
+  c.fixed_head_dim = cfg.head_dim();
+  c.heads = cfg.heads / tp;
+  c.kv_heads = cfg.kv_heads >= tp ? cfg.kv_heads / tp : 1;
+  c.ffn = cfg.ffn / tp;
+  return c;
+}
+
+std::pair<int64_t, int64_t> vocab_range(int64_t vocab, int tp, int rank) {
+  return {vocab * rank / tp, vocab * (rank + 1) / tp};
+}
+
 namespace {
+
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+
+// How a tensor splits across tensor-parallel ranks.
+struct Split {
+  int axis = 0;
+  Ranges ranges;  // empty: the whole tensor (replicated on every rank)
+  int replicas = 1;
+  bool grad_partial = false;
+};
 
 class BucketBuilder {
  public:
   explicit BucketBuilder(std::string name) { b_.name = std::move(name); }
-  BucketBuilder& add(std::string hf_name, std::vector<int64_t> shape, ParamInit init,
+  BucketBuilder& add(std::string hf_name, std::vector<int64_t> full, ParamInit init, const Split& split,
                      bool hf_transposed = false) {
     ParamSpec p;
     p.hf_name = std::move(hf_name);
-    p.shape = std::move(shape);
+    p.full_shape = full;
+    p.shape = full;
+    p.shard.axis = split.axis;
+    p.shard.replicas = split.replicas;
+    p.shard.grad_partial = split.grad_partial;
+    p.shard.ranges = split.ranges.empty() ? Ranges{{0, full[size_t(split.axis)]}} : split.ranges;
+    int64_t extent = 0;
+    for (auto [lo, hi] : p.shard.ranges) extent += hi - lo;
+    p.shape[size_t(split.axis)] = extent;
     p.offset = b_.numel;
     p.init = init;
     p.decay = p.shape.size() >= 2;
@@ -37,64 +74,133 @@ constexpr auto kResidual = ParamInit::residual_normal;
 constexpr auto kOnes = ParamInit::ones;
 constexpr auto kZeros = ParamInit::zeros;
 
-BucketLayout gpt2_block(const ModelConfig& c, int i) {
+// The splits of one rank: column-parallel weights take a slice of their output rows,
+// row-parallel ones a slice of their input columns; the rest is replicated.
+class Splits {
+ public:
+  Splits(const ModelConfig& c, const ModelShard& s) : c_(c), s_(s) {}
+  // `parts` equal blocks of `rows` rows each, this rank's 1/tp of every block (fused q|k|v).
+  Split column(int64_t rows, int parts = 1) const {
+    Split sp;
+    const int64_t slice = rows / s_.tp;
+    for (int p = 0; p < parts; ++p) sp.ranges.push_back({p * rows + s_.tp_rank * slice, p * rows + (s_.tp_rank + 1) * slice});
+    return sp;
+  }
+  Split row(int64_t cols) const {
+    Split sp = column(cols);
+    sp.axis = 1;
+    return sp;
+  }
+  // Key/value heads: split like the query heads, or each rank holds one head shared by
+  // tp / kv_heads ranks, whose gradients then add up across them.
+  Split kv_heads() const {
+    const int64_t hd = c_.head_dim();
+    if (c_.kv_heads >= s_.tp) return column(c_.kv_heads * hd);
+    Split sp;
+    const int64_t head = int64_t(s_.tp_rank) * c_.kv_heads / s_.tp;
+    sp.ranges = {{head * hd, (head + 1) * hd}};
+    sp.replicas = s_.tp / c_.kv_heads;
+    sp.grad_partial = sp.replicas > 1;
+    return sp;
+  }
+  // Norm weights, row-parallel biases, the position table: whole on every rank. With
+  // sequence parallelism each rank sees only its tokens, so their gradients are partial.
+  Split replicated() const {
+    Split sp;
+    sp.replicas = s_.tp;
+    sp.grad_partial = s_.sequence_parallel && s_.tp > 1;
+    return sp;
+  }
+  // Row-parallel biases: added once to the summed output, and their gradient comes from the
+  // whole output gradient, which every rank has (gathered under sequence parallelism).
+  Split replicated_whole_grad() const {
+    Split sp;
+    sp.replicas = s_.tp;
+    return sp;
+  }
+  Split vocab() const {
+    Split sp;
+    sp.ranges = {vocab_range(c_.vocab, s_.tp, s_.tp_rank)};
+    return sp;
+  }
+
+ private:
+  const ModelConfig& c_;
+  const ModelShard& s_;
+};
+
+BucketLayout gpt2_block(const ModelConfig& c, const Splits& s, int i) {
   const int64_t d = c.d_model, f = c.ffn;
   const std::string p = "transformer.h." + std::to_string(i) + ".";
   return BucketBuilder("block." + std::to_string(i))
-      .add(p + "ln_1.weight", {d}, kOnes)
-      .add(p + "ln_1.bias", {d}, kZeros)
-      .add(p + "attn.c_attn.weight", {3 * d, d}, kNormal, true)
-      .add(p + "attn.c_attn.bias", {3 * d}, kZeros)
-      .add(p + "attn.c_proj.weight", {d, d}, kResidual, true)
-      .add(p + "attn.c_proj.bias", {d}, kZeros)
-      .add(p + "ln_2.weight", {d}, kOnes)
-      .add(p + "ln_2.bias", {d}, kZeros)
-      .add(p + "mlp.c_fc.weight", {f, d}, kNormal, true)
-      .add(p + "mlp.c_fc.bias", {f}, kZeros)
-      .add(p + "mlp.c_proj.weight", {d, f}, kResidual, true)
-      .add(p + "mlp.c_proj.bias", {d}, kZeros)
+      .add(p + "ln_1.weight", {d}, kOnes, s.replicated())
+      .add(p + "ln_1.bias", {d}, kZeros, s.replicated())
+      .add(p + "attn.c_attn.weight", {3 * d, d}, kNormal, s.column(d, 3), true)
+      .add(p + "attn.c_attn.bias", {3 * d}, kZeros, s.column(d, 3))
+      .add(p + "attn.c_proj.weight", {d, d}, kResidual, s.row(d), true)
+      .add(p + "attn.c_proj.bias", {d}, kZeros, s.replicated_whole_grad())
+      .add(p + "ln_2.weight", {d}, kOnes, s.replicated())
+      .add(p + "ln_2.bias", {d}, kZeros, s.replicated())
+      .add(p + "mlp.c_fc.weight", {f, d}, kNormal, s.column(f), true)
+      .add(p + "mlp.c_fc.bias", {f}, kZeros, s.column(f))
+      .add(p + "mlp.c_proj.weight", {d, f}, kResidual, s.row(f), true)
+      .add(p + "mlp.c_proj.bias", {d}, kZeros, s.replicated_whole_grad())
       .done();
 }
 
-BucketLayout llama_block(const ModelConfig& c, int i) {
+BucketLayout llama_block(const ModelConfig& c, const Splits& s, int i) {
   const int64_t d = c.d_model, f = c.ffn, hd = c.head_dim();
   const std::string p = "model.layers." + std::to_string(i) + ".";
   return BucketBuilder("block." + std::to_string(i))
-      .add(p + "input_layernorm.weight", {d}, kOnes)
-      .add(p + "self_attn.q_proj.weight", {c.heads * hd, d}, kNormal)
-      .add(p + "self_attn.k_proj.weight", {c.kv_heads * hd, d}, kNormal)
-      .add(p + "self_attn.v_proj.weight", {c.kv_heads * hd, d}, kNormal)
-      .add(p + "self_attn.o_proj.weight", {d, c.heads * hd}, kResidual)
-      .add(p + "post_attention_layernorm.weight", {d}, kOnes)
-      .add(p + "mlp.gate_proj.weight", {f, d}, kNormal)
-      .add(p + "mlp.up_proj.weight", {f, d}, kNormal)
-      .add(p + "mlp.down_proj.weight", {d, f}, kResidual)
+      .add(p + "input_layernorm.weight", {d}, kOnes, s.replicated())
+      .add(p + "self_attn.q_proj.weight", {c.heads * hd, d}, kNormal, s.column(c.heads * hd))
+      .add(p + "self_attn.k_proj.weight", {c.kv_heads * hd, d}, kNormal, s.kv_heads())
+      .add(p + "self_attn.v_proj.weight", {c.kv_heads * hd, d}, kNormal, s.kv_heads())
+      .add(p + "self_attn.o_proj.weight", {d, c.heads * hd}, kResidual, s.row(c.heads * hd))
+      .add(p + "post_attention_layernorm.weight", {d}, kOnes, s.replicated())
+      .add(p + "mlp.gate_proj.weight", {f, d}, kNormal, s.column(f))
+      .add(p + "mlp.up_proj.weight", {f, d}, kNormal, s.column(f))
+      .add(p + "mlp.down_proj.weight", {d, f}, kResidual, s.row(f))
       .done();
 }
 
 }  // namespace
 
-std::vector<BucketLayout> model_layout(const ModelConfig& c) {
+std::vector<BucketLayout> model_layout(const ModelConfig& c, const ModelShard& shard) {
   const int64_t d = c.d_model, v = c.vocab;
+  const Splits s(c, shard);
+  const bool gpt2 = c.arch == Arch::gpt2;
+  const std::string token_table = gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
   std::vector<BucketLayout> buckets;
-  if (c.arch == Arch::gpt2) {
-    buckets.push_back(BucketBuilder("embedding")
-                          .add("transformer.wte.weight", {v, d}, kNormal)
-                          .add("transformer.wpe.weight", {c.seq_len, d}, kNormal)
-                          .done());
-  } else {
-    buckets.push_back(BucketBuilder("embedding").add("model.embed_tokens.weight", {v, d}, kNormal).done());
+  BucketBuilder embedding("embedding");
+  if (shard.embedding) {
+    embedding.add(token_table, {v, d}, kNormal, s.vocab());
+    if (gpt2) embedding.add("transformer.wpe.weight", {c.seq_len, d}, kNormal, s.replicated());
   }
-  for (int i = 0; i < c.layers; ++i)
-    buckets.push_back(c.arch == Arch::gpt2 ? gpt2_block(c, i) : llama_block(c, i));
+  buckets.push_back(embedding.done());
+  for (int i = 0; i < c.layers; ++i) {
+    if (shard.holds_layer(i))
+      buckets.push_back(gpt2 ? gpt2_block(c, s, i) : llama_block(c, s, i));
+    else
+      buckets.push_back(BucketBuilder("block." + std::to_string(i)).done());
+  }
   BucketBuilder head("head");
-  if (c.arch == Arch::gpt2) {
-    head.add("transformer.ln_f.weight", {d}, kOnes).add("transformer.ln_f.bias", {d}, kZeros);
-  } else {
-    head.add("model.norm.weight", {d}, kOnes);
+  if (shard.head) {
+    if (gpt2)
+      head.add("transformer.ln_f.weight", {d}, kOnes, s.replicated()).add("transformer.ln_f.bias", {d}, kZeros, s.replicated());
+    else
+      head.add("model.norm.weight", {d}, kOnes, s.replicated());
+    if (!c.tie_embeddings) head.add("lm_head.weight", {v, d}, kNormal, s.vocab());
   }
-  if (!c.tie_embeddings) head.add("lm_head.weight", {v, d}, kNormal);
-  buckets.push_back(head.done());
+  BucketLayout head_bucket = head.done();
+  if (shard.head && c.tie_embeddings && !shard.embedding) {
+    // A pipeline's last stage without the embedding keeps its own copy of the tied table.
+    BucketBuilder copy("head");
+    for (ParamSpec& p : head_bucket.params) copy.add(p.hf_name, p.full_shape, p.init, s.replicated());
+    head_bucket = copy.add(token_table, {v, d}, kNormal, s.vocab()).done();
+    head_bucket.params.back().tied_copy = true;
+  }
+  buckets.push_back(std::move(head_bucket));
   return buckets;
 }
 

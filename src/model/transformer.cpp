@@ -1,38 +1,78 @@
 #include "model/transformer.h"
 
 #include <cmath>
+#include <map>
 #include <random>
+
+#include "model/shard_copy.h"
 
 namespace llmrun {
 
-Transformer::Transformer(Backend& backend, const ModelConfig& cfg, const StoreOptions& stores)
+Transformer::Transformer(Backend& backend, const ModelConfig& cfg, const StoreOptions& stores,
+                         const ModelParallel& parallel)
     : be_(backend),
       cfg_(cfg),
-      layout_(model_layout(cfg)),
+      shard_(parallel.shard),
+      block_cfg_(tp_block_config(cfg, parallel.shard.tp)),
+      vocab_(vocab_range(cfg.vocab, parallel.shard.tp, parallel.shard.tp_rank)),
+      layout_(model_layout(cfg, parallel.shard)),
       params_(backend, layout_, stores.pad_multiple, stores.allocate_params),
-      grads_(backend, layout_, stores.pad_multiple, stores.allocate_grads) {}
+      grads_(backend, layout_, stores.pad_multiple, stores.allocate_grads) {
+  comm_.tp = parallel.tp;
+  comm_.sequence_parallel = parallel.shard.sequence_parallel;
+  const int tp_size = parallel.tp ? parallel.tp->size() : 1;
+  LLMRUN_CHECK(tp_size == shard_.tp, "Transformer: tensor-parallel group size differs from the shard's tp");
+}
+
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::none;
+  if (name == "selective") return Recompute::selective;
+  LLMRUN_CHECK(name == "full", "unknown recompute mode " + name);
+  return Recompute::full;
+}
 
 void Transformer::init_weights(uint64_t seed) {
   const float std_normal = 0.02f;
   const float std_residual = 0.02f / std::sqrt(2.0f * cfg_.layers);
-  uint64_t index = 0;
+  // A tensor's generator is seeded by its index in the full model, so every layout draws the
+  // same values (a shard keeps its part), whatever the thread count.
+  std::map<std::string, uint64_t> index;
+  for (const BucketLayout& b : model_layout(cfg_))
+    for (const ParamSpec& p : b.params) index.emplace(p.hf_name, index.size());
   std::vector<float> host;
   for (int b = 0; b < params_.num_buckets(); ++b) {
-    for (int p = 0; p < static_cast<int>(layout_[b].params.size()); ++p, ++index) {
+    for (int p = 0; p < static_cast<int>(layout_[b].params.size()); ++p) {
       const ParamSpec& spec = layout_[b].params[p];
-      Tensor dst = params_.tensor(b, p);
-      host.assign(static_cast<size_t>(spec.numel()), 0.0f);
+      host.assign(static_cast<size_t>(spec.full_numel()), 0.0f);
       if (spec.init == ParamInit::ones) {
         host.assign(host.size(), 1.0f);
       } else if (spec.init != ParamInit::zeros) {
-        // One generator per tensor: the values do not depend on how tensors are split
-        // across threads or ranks.
-        std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + index);
+        std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + index.at(spec.hf_name));
         std::normal_distribution<float> dist(0.0f, spec.init == ParamInit::normal ? std_normal : std_residual);
         for (float& v : host) v = dist(rng);
       }
-      be_.copy(dst, Tensor(host.data(), DType::f32, {spec.numel()}).view({dst.numel()}));
+      extract_shard(be_, spec, Tensor(host.data(), DType::f32, {spec.full_numel()}), params_.tensor(b, p));
     }
+  }
+}
+
+void Transformer::reduce_partial_grads(int b) {
+  if (!tp_active()) return;
+  for (int p = 0; p < static_cast<int>(layout_[b].params.size()); ++p) {
+    const ParamSpec& spec = layout_[b].params[p];
+    if (!spec.shard.grad_partial) continue;
+    const Tensor g = grads_.tensor(b, p).view({spec.numel()});
+    if (spec.numel() == spec.full_numel()) {
+      comm_.tp->all_reduce(g, ReduceOp::sum);
+      continue;
+    }
+    // Ranks share this tensor in groups (GQA key/value heads): each adds its part into a
+    // full-size buffer at its own place, so one all-reduce sums every group at once.
+    Buffer full = be_.allocate(size_t(spec.full_numel()) * 4);
+    const Tensor f = full.as(DType::f32, {spec.full_numel()});
+    insert_shard(be_, spec, g, f);
+    comm_.tp->all_reduce(f, ReduceOp::sum);
+    extract_shard(be_, spec, f, g);
   }
 }
 
@@ -46,22 +86,50 @@ void Transformer::plan_activations(int batch, int seq) {
     activation_bytes_ += probe.bytes();
     return arena_.back().as(t, dims);
   };
-  const int64_t n = int64_t(batch) * seq, d = cfg_.d_model, f = cfg_.ffn;
-  const int64_t attn_cols = int64_t(cfg_.heads) * cfg_.head_dim();
-  const int64_t qkv_cols = int64_t(cfg_.heads + 2 * cfg_.kv_heads) * cfg_.head_dim();
+  const ModelConfig& bc = block_cfg_;
+  const int64_t n = int64_t(batch) * seq, d = cfg_.d_model, f = bc.ffn;
+  const int64_t attn_cols = int64_t(bc.heads) * bc.head_dim();
+  const int64_t qkv_cols = int64_t(bc.heads + 2 * bc.kv_heads) * bc.head_dim();
   const int64_t up_cols = cfg_.arch == Arch::gpt2 ? f : 2 * f;
+  const bool sp = tp_active() && comm_.sequence_parallel;
+  LLMRUN_CHECK(!sp || n % shard_.tp == 0, "sequence parallelism: batch * seq tokens must divide by tp");
+  const int64_t rows = sp ? n / shard_.tp : n;
+  rows_ = rows;
 
   std::vector<Tensor> resid;
-  for (int l = 0; l <= cfg_.layers; ++l) resid.push_back(alloc(DType::f32, {n, d}));
+  for (int l = 0; l <= cfg_.layers; ++l) resid.push_back(alloc(DType::f32, {rows, d}));
+  // Recompute shares one set of buffers across the layers: every activation (full) or the
+  // attention output and its log-sum-exp (selective).
+  BlockActivations shared;
+  if (recompute_ == Recompute::full) shared = allocate_block_activations(bc, n, alloc, rows);
+  if (recompute_ == Recompute::selective) shared.attn = alloc(DType::f32, {n, attn_cols});
+  if (recompute_ != Recompute::none) shared.lse = alloc(DType::f32, {batch, bc.heads, seq});
   acts_.assign(cfg_.layers, {});
   for (int l = 0; l < cfg_.layers; ++l) {
     BlockActivations& a = acts_[l];
-    a = allocate_block_activations(cfg_, n, alloc);
+    if (recompute_ == Recompute::full) {
+      a = shared;
+    } else if (recompute_ == Recompute::selective) {
+      a = allocate_block_activations(bc, n, alloc, rows, /*with_attention=*/false);
+      a.attn = shared.attn;
+      a.lse = shared.lse;
+    } else {
+      a = allocate_block_activations(bc, n, alloc, rows);
+      a.lse = alloc(DType::f32, {batch, bc.heads, seq});
+    }
     a.input = resid[l];
     a.output = resid[l + 1];
-    a.lse = alloc(DType::f32, {batch, cfg_.heads, seq});
   }
-  scratch_.d_norm = alloc(DType::f32, {n, d});
+  if (tp_active()) {
+    comm_.partial = alloc(DType::f32, {n, d});
+    if (sp) comm_.gathered = alloc(DType::f32, {n, d});
+    local_ids_ = alloc(DType::i32, {n});
+    local_targets_ = alloc(DType::i32, {n});
+    row_positions_ = alloc(DType::i32, {rows});
+    row_max_ = alloc(DType::f32, {n});
+    xent_sums_ = alloc(DType::f32, {2 * n});
+  }
+  scratch_.d_norm = alloc(DType::f32, {rows, d});
   scratch_.d_attn = alloc(DType::f32, {n, attn_cols});
   scratch_.d_qkv = alloc(DType::f32, {n, qkv_cols});
   scratch_.d_act = alloc(DType::f32, {n, f});
@@ -69,12 +137,13 @@ void Transformer::plan_activations(int batch, int seq) {
   ids_ = alloc(DType::i32, {n});
   targets_ = alloc(DType::i32, {n});
   positions_ = alloc(DType::i32, {n});
-  final_norm_ = alloc(DType::f32, {n, d});
-  final_mean_ = alloc(DType::f32, {n});
-  final_rstd_ = alloc(DType::f32, {n});
-  logits_ = alloc(DType::f32, {n, cfg_.vocab});
+  final_norm_ = alloc(DType::f32, {rows, d});
+  final_mean_ = alloc(DType::f32, {rows});
+  final_rstd_ = alloc(DType::f32, {rows});
+  head_input_ = sp ? alloc(DType::f32, {n, d}) : final_norm_;
+  logits_ = alloc(DType::f32, {n, vocab_.second - vocab_.first});
   losses_ = alloc(DType::f32, {n});
-  d_resid_ = alloc(DType::f32, {n, d});
+  d_resid_ = alloc(DType::f32, {rows, d});
   batch_ = batch;
   seq_ = seq;
 }
@@ -83,59 +152,115 @@ void Transformer::upload_ids(Tensor dst, const int32_t* host, int64_t n) {
   be_.copy(dst, Tensor(const_cast<int32_t*>(host), DType::i32, {n}));
 }
 
+void Transformer::upload_tokens(const int32_t* tokens, int64_t n) {
+  upload_ids(ids_, tokens, n);
+  if (!tp_active()) return;
+  std::vector<int32_t> local(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    local[i] = tokens[i] >= vocab_.first && tokens[i] < vocab_.second ? int32_t(tokens[i] - vocab_.first) : -1;
+  upload_ids(local_ids_, local.data(), n);
+}
+
+void Transformer::embed_training(Tensor x0) {
+  if (!tp_active()) {
+    embed(x0, ids_, positions_);
+    return;
+  }
+  // Each rank looks up the tokens its slice of the table holds (zeros elsewhere); the sum
+  // over the group is the embedding.
+  if (comm_.sequence_parallel) {
+    be_.embedding_fwd(comm_.partial, local_ids_, params_.tensor(0, 0), false);
+    comm_.tp->reduce_scatter(comm_.partial, x0);
+  } else {
+    be_.embedding_fwd(x0, local_ids_, params_.tensor(0, 0), false);
+    comm_.tp->all_reduce(x0, ReduceOp::sum);
+  }
+  if (cfg_.arch == Arch::gpt2) be_.embedding_fwd(x0, row_positions_, params_.tensor(0, 1), true);
+}
+
+double Transformer::cross_entropy(float grad_scale) {
+  if (!tp_active()) {
+    be_.softmax_xent(losses_, logits_, targets_, grad_scale);
+    return be_.sum(losses_);
+  }
+  // Vocab-parallel: the full logits never exist on one rank; only per-row maxima, sums of
+  // exponentials and target logits cross the group.
+  be_.xent_row_max(row_max_, logits_);
+  comm_.tp->all_reduce(row_max_, ReduceOp::max);
+  be_.xent_partials(xent_sums_, logits_, row_max_, local_targets_);
+  comm_.tp->all_reduce(xent_sums_, ReduceOp::sum);
+  be_.xent_finish(losses_, logits_, row_max_, xent_sums_, local_targets_, grad_scale);
+  return be_.sum(losses_);
+}
+
 void Transformer::embed(Tensor x0, const Tensor& ids, const Tensor& positions) {
   be_.embedding_fwd(x0, ids, params_.tensor(0, 0), false);
   if (cfg_.arch == Arch::gpt2) be_.embedding_fwd(x0, positions, params_.tensor(0, 1), true);
 }
 
-void Transformer::head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits) {
+void Transformer::head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits,
+                               bool training) {
   const HeadTensors e = head_tensors(cfg_, params_);
   if (cfg_.arch == Arch::gpt2)
     be_.layernorm_fwd(norm, mean, rstd, x, e.norm_w, e.norm_b, cfg_.norm_eps);
   else
     be_.rmsnorm_fwd(norm, rstd, x, e.norm_w, cfg_.norm_eps);
-  be_.matmul(logits, norm, e.head, false, true);
+  // Under sequence parallelism every rank's rows meet again for the vocab-parallel head.
+  const bool gather = training && tp_active() && comm_.sequence_parallel;
+  if (gather) comm_.tp->all_gather(norm, head_input_);
+  be_.matmul(logits, gather ? head_input_ : norm, e.head, false, true);
 }
 
 void Transformer::forward(const int32_t* tokens, int batch, int seq) {
   LLMRUN_CHECK(seq <= cfg_.seq_len, "sequence longer than the model's context");
   plan_activations(batch, seq);
   const int64_t n = int64_t(batch) * seq;
-  upload_ids(ids_, tokens, n);
+  upload_tokens(tokens, n);
   std::vector<int32_t> pos(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i % seq);
   upload_ids(positions_, pos.data(), n);
+  if (tp_active()) upload_ids(row_positions_, pos.data() + (rows_ == n ? 0 : rows_ * shard_.tp_rank), rows_);
 
   using P = BucketHooks::Phase;
   acquire(0, P::forward);
-  embed(acts_[0].input, ids_, positions_);
+  embed_training(acts_[0].input);
   if (!cfg_.tie_embeddings) release(0, P::forward);  // a tied head reads it again at the end
 
-  const AttentionShape shape{batch, seq, cfg_.heads, cfg_.kv_heads, cfg_.head_dim()};
+  const AttentionShape shape{batch, seq, block_cfg_.heads, block_cfg_.kv_heads, block_cfg_.head_dim()};
   for (int l = 0; l < cfg_.layers; ++l) {
     BlockActivations& a = acts_[l];
     acquire(l + 1, P::forward);
-    block_forward(be_, cfg_, block_tensors(cfg_, params_, l), a, positions_,
-                  [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); });
+    block_forward(
+        be_, block_cfg_, block_tensors(cfg_, params_, l), a, positions_,
+        [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, comm_);
     release(l + 1, P::forward);
   }
   acquire(head_bucket(), P::forward);
-  head_forward(acts_.back().output, final_norm_, final_mean_, final_rstd_, logits_);
+  head_forward(acts_.back().output, final_norm_, final_mean_, final_rstd_, logits_, true);
   release(head_bucket(), P::forward);
   if (cfg_.tie_embeddings) release(0, P::forward);
 }
 
+void Transformer::upload_targets(const int32_t* targets) {
+  const int64_t n = int64_t(batch_) * seq_;
+  upload_ids(targets_, targets, n);
+  if (!tp_active()) return;
+  std::vector<int32_t> local(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t t = targets[i];
+    local[i] = t < 0 ? -1 : (t >= vocab_.first && t < vocab_.second ? int32_t(t - vocab_.first) : -2);
+  }
+  upload_ids(local_targets_, local.data(), n);
+}
+
 double Transformer::loss(const int32_t* targets) {
-  upload_ids(targets_, targets, int64_t(batch_) * seq_);
-  be_.softmax_xent(losses_, logits_, targets_, 0.0f);
-  return be_.sum(losses_);
+  upload_targets(targets);
+  return cross_entropy(0.0f);
 }
 
 double Transformer::backward(const int32_t* targets, float grad_scale) {
-  const int64_t n = int64_t(batch_) * seq_;
-  upload_ids(targets_, targets, n);
-  be_.softmax_xent(losses_, logits_, targets_, grad_scale);
-  const double loss_sum = be_.sum(losses_);
+  upload_targets(targets);
+  const double loss_sum = cross_entropy(grad_scale);
 
   using P = BucketHooks::Phase;
   if (cfg_.tie_embeddings) acquire(0, P::backward);  // the head's gradient lands in bucket 0
@@ -143,9 +268,17 @@ double Transformer::backward(const int32_t* targets, float grad_scale) {
   const HeadTensors e = head_tensors(cfg_, params_);
   const HeadTensors ge = head_tensors(cfg_, grads_);
   const Tensor& last = acts_.back().output;
-  // logits_ now holds dL/dlogits.
-  be_.matmul(ge.head, logits_, final_norm_, true, false, 1.0f, 1.0f);
-  be_.matmul(scratch_.d_norm, logits_, e.head, false, false);
+  // logits_ now holds dL/dlogits (this rank's vocabulary columns).
+  be_.matmul(ge.head, logits_, head_input_, true, false, 1.0f, 1.0f);
+  if (!tp_active()) {
+    be_.matmul(scratch_.d_norm, logits_, e.head, false, false);
+  } else if (comm_.sequence_parallel) {
+    be_.matmul(comm_.partial, logits_, e.head, false, false);
+    comm_.tp->reduce_scatter(comm_.partial, scratch_.d_norm);
+  } else {
+    be_.matmul(scratch_.d_norm, logits_, e.head, false, false);
+    comm_.tp->all_reduce(scratch_.d_norm, ReduceOp::sum);
+  }
   if (cfg_.arch == Arch::gpt2)
     be_.layernorm_bwd(d_resid_, ge.norm_w, ge.norm_b, scratch_.d_norm, last, e.norm_w, final_mean_,
                       final_rstd_, false);
@@ -153,22 +286,40 @@ double Transformer::backward(const int32_t* targets, float grad_scale) {
     be_.rmsnorm_bwd(d_resid_, ge.norm_w, scratch_.d_norm, last, e.norm_w, final_rstd_, false);
   release(head_bucket(), P::backward);
 
-  const AttentionShape shape{batch_, seq_, cfg_.heads, cfg_.kv_heads, cfg_.head_dim()};
+  const AttentionShape shape{batch_, seq_, block_cfg_.heads, block_cfg_.kv_heads, block_cfg_.head_dim()};
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     acquire(l + 1, P::backward);
-    block_backward(be_, cfg_, block_tensors(cfg_, params_, l), block_tensors(cfg_, grads_, l), acts_[l],
-                   scratch_, d_resid_, positions_, shape);
+    BlockActivations& a = acts_[l];
+    if (recompute_ == Recompute::full)
+      block_forward(
+          be_, block_cfg_, block_tensors(cfg_, params_, l), a, positions_,
+          [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, comm_);
+    else if (recompute_ == Recompute::selective)
+      be_.attention_fwd(a.attn, a.lse, a.qkv, shape);
+    block_backward(be_, block_cfg_, block_tensors(cfg_, params_, l), block_tensors(cfg_, grads_, l), acts_[l],
+                   scratch_, d_resid_, positions_, shape, comm_);
     release(l + 1, P::backward);
   }
 
   if (!cfg_.tie_embeddings) acquire(0, P::backward);
-  be_.embedding_bwd(grads_.tensor(0, 0), d_resid_, ids_);
-  if (cfg_.arch == Arch::gpt2) be_.embedding_bwd(grads_.tensor(0, 1), d_resid_, positions_);
+  if (!tp_active()) {
+    be_.embedding_bwd(grads_.tensor(0, 0), d_resid_, ids_);
+    if (cfg_.arch == Arch::gpt2) be_.embedding_bwd(grads_.tensor(0, 1), d_resid_, positions_);
+  } else {
+    Tensor d_all = d_resid_;
+    if (comm_.sequence_parallel) {
+      comm_.tp->all_gather(d_resid_, comm_.gathered);
+      d_all = comm_.gathered;
+    }
+    be_.embedding_bwd(grads_.tensor(0, 0), d_all, local_ids_);
+    if (cfg_.arch == Arch::gpt2) be_.embedding_bwd(grads_.tensor(0, 1), d_resid_, row_positions_);
+  }
   release(0, P::backward);
   return loss_sum;
 }
 
 KvCache Transformer::make_cache(int max_tokens) {
+  LLMRUN_CHECK(!tp_active() && shard_.head && shard_.embedding, "generation runs on one rank holding the whole model");
   KvCache c;
   c.max_tokens = max_tokens;
   const size_t bytes = size_t(max_tokens) * cfg_.kv_heads * cfg_.head_dim() * 4;

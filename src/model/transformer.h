@@ -38,20 +38,44 @@ struct StoreOptions {
   bool allocate_grads = true;
 };
 
+// Activation recompute (Megatron's): `full` keeps only each block's input and re-runs the
+// block's forward before its backward; `selective` keeps everything but the attention core's
+// output, recomputed from the stored q/k/v. Either gives bitwise the same numbers.
+enum class Recompute { none, selective, full };
+Recompute parse_recompute(const std::string& name);  // none | selective | full
+
+// The part of the model this rank holds and the tensor-parallel group it shares it with.
+struct ModelParallel {
+  ModelShard shard;
+  Communicator* tp = nullptr;  // null or size 1: no tensor parallelism
+};
+
 class Transformer {
  public:
-  Transformer(Backend& backend, const ModelConfig& cfg, const StoreOptions& stores = {});
+  Transformer(Backend& backend, const ModelConfig& cfg, const StoreOptions& stores = {},
+              const ModelParallel& parallel = {});
   void set_hooks(BucketHooks* hooks) { hooks_ = hooks; }
+  void set_recompute(Recompute r) {
+    recompute_ = r;
+    batch_ = seq_ = 0;  // re-plan the activation buffers
+  }
 
   const ModelConfig& config() const { return cfg_; }
+  const ModelShard& shard() const { return shard_; }
   const std::vector<BucketLayout>& layout() const { return layout_; }
   BucketStore& params() { return params_; }
   BucketStore& grads() { return grads_; }
   Backend& backend() { return be_; }
 
   // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2 layers)), norms 1,
-  // biases 0. Deterministic in `seed` whatever the thread count.
+  // biases 0. Deterministic in `seed` whatever the thread count, and whatever the layout: a
+  // shard holds its part of the tensors one rank would initialise.
   void init_weights(uint64_t seed);
+
+  // Sums, over the tensor-parallel group, the gradients of bucket b's tensors that each rank
+  // only computes part of (TensorShard::grad_partial). Called once a bucket's gradient is
+  // complete, before it is reduced across data-parallel ranks.
+  void reduce_partial_grads(int bucket);
 
   // Training forward over tokens [batch, seq] (host memory); logits() holds the result.
   void forward(const int32_t* tokens, int batch, int seq);
@@ -91,23 +115,39 @@ class Transformer {
     if (hooks_) hooks_->release(bucket, p);
   }
   int head_bucket() const { return cfg_.layers + 1; }
+  bool tp_active() const { return comm_.active(); }
   void upload_ids(Tensor dst, const int32_t* host, int64_t n);
+  void upload_tokens(const int32_t* tokens, int64_t n);  // ids_ (+ this rank's local_ids_)
   void embed(Tensor x0, const Tensor& ids, const Tensor& positions);  // token (+ position) embedding
-  // Final norm of rows x, then logits = norm @ head^T.
-  void head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits);
+  void embed_training(Tensor x0);  // vocab-parallel under tensor parallelism
+  // Summed cross-entropy of logits_ against targets_; logits_ becomes grad_scale * dLoss/dlogits.
+  double cross_entropy(float grad_scale);
+  void upload_targets(const int32_t* targets);  // targets_ (+ local_targets_)
+  // Final norm of rows x, then logits = norm @ head^T (training: of every tensor-parallel
+  // rank's rows, into this rank's vocabulary columns).
+  void head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits, bool training = false);
 
   Backend& be_;
   ModelConfig cfg_;
+  ModelShard shard_;
+  ModelConfig block_cfg_;  // one tensor-parallel rank's share of every block
+  std::pair<int64_t, int64_t> vocab_;  // token-table rows this rank holds
+  BlockComm comm_;
   std::vector<BucketLayout> layout_;
   BucketStore params_, grads_;
   BucketHooks* hooks_ = nullptr;
+  Recompute recompute_ = Recompute::none;
 
   int batch_ = 0, seq_ = 0;
+  int64_t rows_ = 0;  // residual-stream rows on this rank: batch * seq, / tp with sequence parallelism
   size_t activation_bytes_ = 0;
   std::vector<Buffer> arena_;
   std::vector<BlockActivations> acts_;
   BlockScratch scratch_;
   Tensor ids_, targets_, positions_, final_norm_, final_mean_, final_rstd_, logits_, losses_, d_resid_;
+  // Tensor parallelism: ids and targets as this rank's vocabulary slice sees them, the
+  // positions of its own rows, the gathered final norm, the vocab-parallel loss's reductions.
+  Tensor local_ids_, local_targets_, row_positions_, head_input_, row_max_, xent_sums_;
 
   // Inference buffers for forward_batch (see transformer_batch.cpp).
   struct BatchPlan {

@@ -5,6 +5,7 @@ namespace llmrun {
 
 void Transformer::reserve_batch(int max_tokens, int max_logit_rows) {
   LLMRUN_CHECK(max_tokens > 0 && max_logit_rows > 0, "reserve_batch: sizes must be positive");
+  LLMRUN_CHECK(!tp_active() && shard_.head && shard_.embedding, "serving runs on one rank holding the whole model");
   BatchPlan& p = batch_plan_;
   if (p.max_tokens >= max_tokens && p.max_logit_rows >= max_logit_rows) return;
   p = BatchPlan{};

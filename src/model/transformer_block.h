@@ -7,11 +7,14 @@
 #include <functional>
 
 #include "backend/backend.h"
+#include "comm/communicator.h"
 #include "model/bucket_store.h"
 
 namespace llmrun {
 
-// What the forward keeps for the backward, for N = batch * seq tokens.
+// What the forward keeps for the backward, for N = batch * seq tokens. Under tensor
+// parallelism the qkv/attn/up/act columns are this rank's heads and hidden units; under
+// sequence parallelism the residual stream and norms hold only this rank's N / tp rows.
 struct BlockActivations {
   Tensor input;                           // [N, d] residual stream into the block
   Tensor norm1, norm1_mean, norm1_rstd;   // [N, d], [N], [N]
@@ -33,11 +36,26 @@ struct BlockScratch {
   Tensor d_up;    // [N, ffn] or [N, 2 ffn]
 };
 
+// Tensor parallelism inside a block (Megatron): qkv and up are column-parallel, out and down
+// row-parallel; each row-parallel output is summed across the group (all-reduce), or with
+// sequence parallelism reduce-scattered over the token rows, whose norm outputs are then
+// all-gathered before the next column-parallel GEMM. A null comm is one rank.
+struct BlockComm {
+  Communicator* tp = nullptr;
+  bool sequence_parallel = false;
+  Tensor gathered;  // [N, d] scratch: all-gathered rows (sequence parallel)
+  Tensor partial;   // [N, d] scratch: a row-parallel GEMM's partial sums
+  bool active() const { return tp != nullptr && tp->size() > 1; }
+};
+
 // Allocates a tensor of the given type and shape (an arena owned by the caller).
 using TensorAllocator = std::function<Tensor(DType, std::initializer_list<int64_t>)>;
-// One block's activation buffers for n tokens, except input/output (the residual stream,
-// owned by the caller) and lse (training only: its shape depends on batch and seq).
-BlockActivations allocate_block_activations(const ModelConfig& cfg, int64_t n, const TensorAllocator& alloc);
+// One block's activation buffers for n tokens (n_rows of them in the residual stream and
+// norms: n / tp under sequence parallelism, else n), except input/output (the residual
+// stream, owned by the caller) and lse (training only: its shape depends on batch and seq).
+// with_attention = false leaves attn empty (selective recompute shares one across layers).
+BlockActivations allocate_block_activations(const ModelConfig& cfg, int64_t n, const TensorAllocator& alloc,
+                                            int64_t n_rows = -1, bool with_attention = true);
 // The first n rows of every activation of `a` (buffers planned for more tokens).
 BlockActivations first_rows(const BlockActivations& a, int64_t n);
 
@@ -45,12 +63,12 @@ BlockActivations first_rows(const BlockActivations& a, int64_t n);
 using AttentionCore = std::function<void(const Tensor& qkv, Tensor attn)>;
 
 void block_forward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, BlockActivations& a,
-                   const Tensor& positions, const AttentionCore& core);
+                   const Tensor& positions, const AttentionCore& core, const BlockComm& comm = {});
 
 // d_resid holds dL/d(output) on entry and dL/d(input) on return. Parameter gradients are
 // accumulated into g.
 void block_backward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, const BlockTensors& g,
                     const BlockActivations& a, const BlockScratch& s, Tensor d_resid,
-                    const Tensor& positions, const AttentionShape& shape);
+                    const Tensor& positions, const AttentionShape& shape, const BlockComm& comm = {});
 
 }  // namespace llmrun

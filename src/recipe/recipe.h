@@ -63,9 +63,14 @@ struct ParallelSection {
   int tp = 1, pp = 1;
   int dp = 1;    // resolved: `auto` (the default) fills launch.nproc / (tp * pp)
   int zero = 0;  // 0: all-reduce gradients; 1: shard optimizer state; 2: + gradients; 3: + parameters
+  bool sequence_parallel = false;  // tp > 1: shard the residual stream and norms over tokens
+  std::string pp_schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  int virtual_stages = 1;            // model chunks per pipeline rank (interleaved)
+  std::vector<int> pp_layers;        // blocks per stage (empty: as even as possible)
 };
 
 struct MemorySection {
+  std::string recompute = "none";  // none | selective (attention) | full (whole blocks)
   std::string offload_optimizer = "none";  // none | cpu | nvme
   std::string nvme_path;                   // directory for nvme offload files
   int64_t offload_buffer_mb = 64;          // nvme: staging memory for streaming the state

@@ -10,8 +10,10 @@ namespace llmrun::recipe_detail {
 
 namespace {
 void read_memory(const MapReader& top, Locator& loc, const std::filesystem::path& base, Recipe& r) {
-  const MapReader mem(top.node("memory"), "memory", loc, {"offload"},
-                      {{"recompute", "activation recompute is not in this build yet"}});
+  const MapReader mem(top.node("memory"), "memory", loc, {"offload", "recompute"});
+  r.memory.recompute = mem.string("recompute").value_or("none");
+  if (r.memory.recompute != "none" && r.memory.recompute != "selective" && r.memory.recompute != "full")
+    loc.fail("memory.recompute", "'" + r.memory.recompute + "' is not one of none, selective, full");
   const MapReader o(mem.has("offload") ? mem.node("offload") : YAML::Node(), "memory.offload", loc, {"optimizer", "nvme_path", "buffer_mb"},
                     {{"params", "parameter offload is not in this build yet"}});
   r.memory.offload_optimizer = o.string("optimizer").value_or("none");
@@ -33,6 +35,48 @@ void read_memory(const MapReader& top, Locator& loc, const std::filesystem::path
 }
 }  // namespace
 
+// Whether the model splits the way parallel.tp / pp ask; every refusal says why.
+void check_model_parallel(const Recipe& r, Locator& loc) {
+  const ParallelSection& p = r.parallel;
+  const ModelConfig& m = r.model;
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) loc.fail("parallel.tp", what);
+  };
+  const std::string tp = "tp=" + std::to_string(p.tp);
+  need(m.heads % p.tp == 0, tp + " does not divide model.heads=" + std::to_string(m.heads));
+  need(m.kv_heads % p.tp == 0 || p.tp % m.kv_heads == 0,
+       tp + " and model.kv_heads=" + std::to_string(m.kv_heads) + ": one must divide the other");
+  need(m.ffn % p.tp == 0, tp + " does not divide model.ffn=" + std::to_string(m.ffn));
+  need(m.vocab >= p.tp, tp + " exceeds model.vocab");
+  if (p.sequence_parallel && (int64_t(r.train.micro_batch) * m.seq_len) % p.tp != 0)
+    loc.fail("parallel.sequence_parallel", "train.micro_batch x model.seq_len = " +
+                                               std::to_string(int64_t(r.train.micro_batch) * m.seq_len) +
+                                               " tokens do not divide by " + tp);
+  if (p.pp_schedule != "gpipe" && p.pp_schedule != "1f1b" && p.pp_schedule != "interleaved")
+    loc.fail("parallel.pp_schedule", "'" + p.pp_schedule + "' is not one of gpipe, 1f1b, interleaved");
+  if (p.pp_schedule == "interleaved" && p.virtual_stages < 2)
+    loc.fail("parallel.virtual_stages", "the interleaved schedule needs virtual_stages >= 2");
+  if (p.pp_schedule != "interleaved" && p.virtual_stages != 1)
+    loc.fail("parallel.virtual_stages", "only the interleaved schedule runs several model chunks per stage");
+  const int chunks = p.pp * p.virtual_stages;
+  if (m.layers < chunks)
+    loc.fail("parallel.pp", std::to_string(m.layers) + " blocks cannot fill pp x virtual_stages = " +
+                                std::to_string(chunks) + " pipeline stages");
+  if (!p.pp_layers.empty()) {
+    if (p.virtual_stages != 1) loc.fail("parallel.pp_layers", "uneven splits work with one model chunk per stage");
+    int total = 0;
+    for (int n : p.pp_layers) total += n;
+    if (int(p.pp_layers.size()) != p.pp || total != m.layers)
+      loc.fail("parallel.pp_layers", "needs " + std::to_string(p.pp) + " block counts summing to model.layers=" +
+                                         std::to_string(m.layers));
+  }
+  if (p.pp != 1) loc.fail("parallel.pp", "pipeline parallelism is not in this build yet; use pp: 1");
+  if (p.pp > 1 && p.zero >= 2)
+    loc.fail("parallel.zero", "ZeRO-" + std::to_string(p.zero) +
+                                  " shards gradients or parameters per layer, which pipeline stages cannot do; "
+                                  "use zero: 0 or 1 with pp > 1");
+}
+
 void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::path& base, Recipe& r) {
   read_memory(top, loc, base, r);
   const MapReader l(top.node("launch"), "launch", loc, {"nproc", "mpirun_args", "timeout_s"});
@@ -46,15 +90,22 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
       r.launch.mpirun_args.push_back(read_string(args[i], "launch.mpirun_args." + std::to_string(i), loc));
   }
 
-  const MapReader p(top.node("parallel"), "parallel", loc, {"tp", "pp", "dp", "zero"},
-                    {{"sequence_parallel", "tensor parallelism is not in this build"},
-                     {"pp_schedule", "pipeline parallelism is not in this build"},
-                     {"virtual_stages", "pipeline parallelism is not in this build"}});
-  r.parallel.tp = int(p.integer("tp", 1, 1 << 20).value_or(1));
-  r.parallel.pp = int(p.integer("pp", 1, 1 << 20).value_or(1));
-  if (r.parallel.tp != 1) loc.fail("parallel.tp", "tensor parallelism is not in this build yet; use tp: 1");
-  if (r.parallel.pp != 1) loc.fail("parallel.pp", "pipeline parallelism is not in this build yet; use pp: 1");
-  r.parallel.zero = int(p.integer("zero", 0, 3).value_or(0));
+  const MapReader p(top.node("parallel"), "parallel", loc,
+                    {"tp", "pp", "dp", "zero", "sequence_parallel", "pp_schedule", "virtual_stages", "pp_layers"});
+  ParallelSection& par = r.parallel;
+  par.tp = int(p.integer("tp", 1, 1 << 20).value_or(1));
+  par.pp = int(p.integer("pp", 1, 1 << 20).value_or(1));
+  par.zero = int(p.integer("zero", 0, 3).value_or(0));
+  par.sequence_parallel = p.boolean("sequence_parallel").value_or(false);
+  par.pp_schedule = p.string("pp_schedule").value_or("1f1b");
+  par.virtual_stages = int(p.integer("virtual_stages", 1, 1 << 10).value_or(1));
+  if (p.has("pp_layers")) {
+    const YAML::Node layers = p.node("pp_layers");
+    if (!layers.IsSequence()) loc.fail("parallel.pp_layers", "expected a list of block counts, one per stage");
+    for (size_t i = 0; i < layers.size(); ++i)
+      par.pp_layers.push_back(int(read_integer(layers[i], "parallel.pp_layers." + std::to_string(i), loc, 1, 1 << 20)));
+  }
+  check_model_parallel(r, loc);
   const int model_ranks = r.parallel.tp * r.parallel.pp;
   const bool dp_auto = !p.has("dp") || (p.node("dp").IsScalar() && p.node("dp").Scalar() == "auto");
   if (dp_auto) {

@@ -7,6 +7,7 @@
 
 #include "ckpt/checkpoint_recipe.h"
 #include "ckpt/training_checkpoint.h"
+#include "train/model_parallel_io.h"
 
 namespace llmrun {
 
@@ -33,7 +34,18 @@ int64_t RunCheckpoints::resume() {
   CheckpointReader ckpt(step_dir);
   check_resume_compatible(ckpt.state().recipe, r_, step_dir.string());
   Backend& be = model_.backend();
-  if (opt_.unsharded_m()) {  // ZeRO-0: read straight into the live buffers
+  if (model_parallel()) {
+    // The files hold full tensors: read them whole, keep this rank's parts.
+    const std::vector<BucketLayout> full_layout = model_layout(model_.config());
+    const int pad = r_.parallel.dp;
+    BucketStore params(be, model_.layout(), pad), m(be, model_.layout(), pad), v(be, model_.layout(), pad);
+    for (auto [group, local] : {std::pair{kParamsGroup, &params}, {kExpAvgGroup, &m}, {kExpAvgSqGroup, &v}}) {
+      BucketStore full(be, full_layout);
+      ckpt.read_group(group, full, be);
+      extract_local_model(be, full, *local);
+    }
+    opt_.load_state(params, m, v, ckpt.state().step);
+  } else if (opt_.unsharded_m()) {  // ZeRO-0: read straight into the live buffers
     ckpt.read_group(kParamsGroup, model_.params(), be);
     ckpt.read_group(kExpAvgGroup, *opt_.unsharded_m(), be);
     ckpt.read_group(kExpAvgSqGroup, *opt_.unsharded_v(), be);
@@ -84,9 +96,24 @@ void RunCheckpoints::save(int64_t step) {
     src_m = m.get();
     src_v = v.get();
   }
+  // Under tensor/pipeline parallelism rank 0 assembles the full tensors of every part.
+  const std::vector<BucketLayout> full_layout = model_layout(model_.config());
+  std::unique_ptr<BucketStore> full[3];
+  if (model_parallel()) {
+    const BucketStore* parts[3] = {src_params, src_m, src_v};
+    for (int i = 0; i < 3; ++i) {
+      if (topo_.is_logger()) full[i] = std::make_unique<BucketStore>(be, full_layout);
+      gather_full_model(r_, topo_, be, *parts[i], full[i].get());
+    }
+    if (topo_.is_logger()) {
+      src_params = full[0].get();
+      src_m = full[1].get();
+      src_v = full[2].get();
+    }
+  }
   if (topo_.is_logger()) {
-    CheckpointTensors t{&model_.layout(), bucket_source(be, *src_params), bucket_source(be, *src_m),
-                        bucket_source(be, *src_v)};
+    CheckpointTensors t{model_parallel() ? &full_layout : &model_.layout(), bucket_source(be, *src_params),
+                        bucket_source(be, *src_m), bucket_source(be, *src_v)};
     const fs::path dir = save_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, st, t, tok_, model_.config());
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     spdlog::info("checkpoint {} ({:.2f} s)", dir.string(), s);

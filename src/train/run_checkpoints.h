@@ -29,6 +29,7 @@ class RunCheckpoints {
   bool enabled() const { return !r_.checkpoint.dir.empty(); }
 
  private:
+  bool model_parallel() const { return r_.parallel.tp * r_.parallel.pp > 1; }
   const Recipe& r_;
   Transformer& model_;
   ZeroOptimizer& opt_;

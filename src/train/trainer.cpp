@@ -13,6 +13,8 @@
 #include "comm/topology.h"
 #include "data/tokenizer.h"
 #include "data/training_data.h"
+#include "train/model_parallel_io.h"
+#include "train/model_partition.h"
 #include "train/peak_flops.h"
 #include "train/progress.h"
 #include "train/run_checkpoints.h"
@@ -74,7 +76,9 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
   std::unique_ptr<Validator> validator;
   if (!r.data.valid.empty()) validator = std::make_unique<Validator>(r, *tokenizer);
 
-  Transformer model(*backend, r.model, ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp));
+  const ModelParallel parallel{model_shard(r, topo.tp().rank(), topo.pp().rank()), &topo.tp()};
+  Transformer model(*backend, r.model, ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp), parallel);
+  model.set_recompute(parse_recompute(r.memory.recompute));
   model.init_weights(r.train.seed);
   if (!r.model_from.empty()) {
     import_hf_tensors(*backend, model.params(), HfWeightFiles(r.model_from));
@@ -83,6 +87,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
   ZeroOptimizer opt(model, topo.dp(), r.parallel.zero,
                     {float(r.train.beta1), float(r.train.beta2), float(r.train.eps), float(r.train.weight_decay)},
                     {r.memory.offload_optimizer, r.memory.nvme_path, r.memory.offload_buffer_mb << 20});
+  opt.set_norm_groups({&topo.tp(), &topo.pp()});
   RunCheckpoints checkpoints(r, model, opt, data, *tokenizer, topo);
   const int64_t first_step = checkpoints.resume() + 1;
   std::optional<MetricsWriter> metrics;
@@ -164,7 +169,15 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
     // (metrics, and training checkpoints step-N/ once resume exists).
     const std::string model_dir = (std::filesystem::path(r.checkpoint.dir) / "model").string();
     opt.acquire_full_params();  // a collective under ZeRO-3
-    if (topo.is_logger()) save_model_dir(model_dir, model, *tokenizer);
+    if (r.parallel.tp * r.parallel.pp == 1) {
+      if (topo.is_logger()) save_model_dir(model_dir, model, *tokenizer);
+    } else {
+      // The parts of every model-parallel rank come together in one whole model on rank 0.
+      std::unique_ptr<Transformer> whole;
+      if (topo.is_logger()) whole = std::make_unique<Transformer>(*backend, r.model);
+      gather_full_model(r, topo, *backend, model.params(), whole ? &whole->params() : nullptr);
+      if (whole) save_model_dir(model_dir, *whole, *tokenizer);
+    }
     opt.release_full_params();
     spdlog::info("saved model to {}", model_dir);
   }

@@ -118,7 +118,10 @@ void ZeroOptimizer::acquire(int b, Phase phase) {
 void ZeroOptimizer::release(int b, Phase phase) {
   if (phase == Phase::backward && --grad_refs_[b] == 0) {
     BucketStore& grads = model_.grads();
-    const bool last_micro = micro_left_ == 1;
+    const bool last_micro = ++released_[b] == micro_batches_;
+    // Sums across tensor-parallel ranks come before the data-parallel reduction: each
+    // micro-batch's gradient under ZeRO-2/3 (reduced one by one), the accumulated one otherwise.
+    if (stage_ >= 2 || last_micro) model_.reduce_partial_grads(b);
     if (stage_ >= 2) {
       Tensor full = grads.bucket(b);
       Tensor recv = recv_storage_[b].as(DType::f32, {shard_numel_[b]});
@@ -131,7 +134,6 @@ void ZeroOptimizer::release(int b, Phase phase) {
                              : dp_.ireduce_scatter(full, full.flat(0, shard_numel_[b]));
       reduces_.push_back({b, std::move(req), Tensor(), Tensor()});
     }
-    if (b == 0) --micro_left_;  // bucket 0 is the last one a backward releases
   }
   if (stage_ == 3 && --param_refs_[b] == 0) {
     free_slot(model_.params().bucket(b));
@@ -157,7 +159,8 @@ void ZeroOptimizer::drain_reduces(bool all) {
 }
 
 void ZeroOptimizer::begin_step(int micro_batches) {
-  micro_left_ = micro_batches;
+  micro_batches_ = micro_batches;
+  released_.assign(model_.params().num_buckets(), 0);
   for (int b = 0; b < model_.params().num_buckets(); ++b) {
     if (stage_ >= 2)
       be_.fill(grad_shard_[b].as(DType::f32, {shard_numel_[b]}), 0.0f);
@@ -178,9 +181,18 @@ Tensor owned_grad(const BucketStore& grads, const std::vector<Buffer>& grad_shar
 double ZeroOptimizer::finish_gradients() {
   drain_reduces(true);
   double sq = 0;
-  for (int b = 0; b < model_.params().num_buckets(); ++b)
-    sq += be_.sum_squares(owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b));
+  for (int b = 0; b < model_.params().num_buckets(); ++b) {
+    const Tensor g = owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b);
+    const int64_t lo = stage_ == 0 ? 0 : shard_numel_[b] * dp_.rank(), hi = lo + g.numel();
+    // A tensor that several model-parallel ranks hold counts once in the global norm.
+    for (const ParamSpec& spec : model_.layout()[b].params) {
+      const int64_t begin = std::max(lo, spec.offset), end = std::min(hi, spec.offset + spec.numel());
+      if (begin >= end || spec.tied_copy) continue;
+      sq += be_.sum_squares(g.flat(begin - lo, end - begin)) / spec.shard.replicas;
+    }
+  }
   if (stage_ > 0) sq = dp_.all_reduce_scalar(sq, ReduceOp::sum);
+  for (Communicator* group : norm_groups_) sq = group->all_reduce_scalar(sq, ReduceOp::sum);
   return std::sqrt(sq);
 }
 

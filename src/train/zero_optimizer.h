@@ -39,6 +39,9 @@ class ZeroOptimizer final : public BucketHooks {
 
   // Sets up a step: `micro_batches` backward passes follow before finish_gradients().
   void begin_step(int micro_batches);
+  // Model-parallel groups (tensor, pipeline) whose ranks hold other parts of the model: the
+  // gradient norm sums over them too.
+  void set_norm_groups(std::vector<Communicator*> groups) { norm_groups_ = std::move(groups); }
   // Waits for all reductions; returns the global gradient norm (before clipping).
   double finish_gradients();
   void scale_gradients(float factor);
@@ -89,7 +92,9 @@ class ZeroOptimizer final : public BucketHooks {
   int stage_;
   AdamWConfig cfg_;
   int64_t steps_ = 0;
-  int micro_left_ = 0;
+  int micro_batches_ = 1;
+  std::vector<int> released_;  // backward releases of each bucket in this step
+  std::vector<Communicator*> norm_groups_;
   double comm_wait_s_ = 0;
 
   std::vector<int64_t> shard_numel_;

@@ -573,6 +573,66 @@ TEST_F(CpuBackendTest, SoftmaxCrossEntropyLossAndGradient) {
   fd_check(logits.f32(), x.f32(), idx, loss, 1e-2f, 1e-2, 3e-5, "xent dlogits");
 }
 
+TEST_F(CpuBackendTest, EmbeddingSkipsNegativeIds) {
+  const int d = 70;
+  Tensor table = randn({5, d});
+  Tensor ids = ints({3}, {2, -1, 4});
+  Tensor out = randn({3, d});
+  be->embedding_fwd(out, ids, table, false);
+  for (int c = 0; c < d; ++c) EXPECT_EQ(out.f32()[d + c], 0.0f);
+  Tensor acc = randn({3, d}), keep = clone(acc);
+  be->embedding_fwd(acc, ids, table, true);
+  for (int c = 0; c < d; ++c) EXPECT_EQ(acc.f32()[d + c], keep.f32()[d + c]);
+  Tensor dtable = make({5, d});
+  be->embedding_bwd(dtable, randn({3, d}), ids);
+  double touched = 0;
+  for (int r : {0, 1, 3})
+    for (int c = 0; c < d; ++c) touched += std::abs(dtable.f32()[r * d + c]);
+  EXPECT_EQ(touched, 0.0);
+}
+
+// The vocabulary split across "ranks" (column blocks, uneven) with the reductions done by
+// hand gives the fused loss and gradient.
+TEST_F(CpuBackendTest, VocabParallelCrossEntropyMatchesFused) {
+  const int n = 5, v = 301;
+  Tensor logits = randn({n, v});
+  Tensor targets = ints({n}, {0, 300, -1, 150, 151});
+  Tensor want_loss = make({n}), want_grad = clone(logits);
+  be->softmax_xent(want_loss, want_grad, targets, 0.5f);
+  const std::vector<int> cuts = {0, 150, 151, 301};
+  const int ranks = int(cuts.size()) - 1;
+  std::vector<Tensor> parts;
+  Tensor row_max = make({n}), sums = make({2 * n}), part_max = make({n}), part_sums = make({2 * n});
+  be->fill(row_max, -1e30f);
+  for (int r = 0; r < ranks; ++r) {
+    const int w = cuts[r + 1] - cuts[r];
+    Tensor part = make({n, w});
+    be->copy_cols(part, logits, cuts[r]);
+    parts.push_back(part);
+    be->xent_row_max(part_max, part);
+    for (int i = 0; i < n; ++i) row_max.f32()[i] = std::max(row_max.f32()[i], part_max.f32()[i]);
+  }
+  std::vector<Tensor> local_targets;
+  for (int r = 0; r < ranks; ++r) {
+    Tensor t = ints({n}, {0, 0, 0, 0, 0});
+    for (int i = 0; i < n; ++i) {
+      const int g = targets.i32()[i];
+      t.i32()[i] = g < 0 ? -1 : (g >= cuts[r] && g < cuts[r + 1] ? g - cuts[r] : -2);
+    }
+    local_targets.push_back(t);
+    be->xent_partials(part_sums, parts[r], row_max, t);
+    for (int i = 0; i < 2 * n; ++i) sums.f32()[i] += part_sums.f32()[i];
+  }
+  for (int r = 0; r < ranks; ++r) {
+    Tensor losses = make({n});
+    be->xent_finish(losses, parts[r], row_max, sums, local_targets[r], 0.5f);
+    expect_close(losses.f32(), to_double(want_loss), 1e-6, 1e-6, "vocab-parallel loss");
+    Tensor want_part = make({n, cuts[r + 1] - cuts[r]});
+    be->copy_cols(want_part, want_grad, cuts[r]);
+    expect_close(parts[r].f32(), to_double(want_part), 1e-5, 1e-8, "vocab-parallel grad");
+  }
+}
+
 // ------------------------------------------------------------------------------ adamw
 
 TEST_F(CpuBackendTest, AdamWMatchesDoubleReference) {

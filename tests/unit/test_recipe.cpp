@@ -324,16 +324,18 @@ TEST_F(RecipeTest, UnwritableOutputs) {
 }
 
 TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
-  EXPECT_HAS(error_of(kGpt2 + "parallel:\n  tp: 2\n"),
-             at(10, 7) + "parallel.tp: tensor parallelism is not in this build yet");
-  EXPECT_HAS(error_of(kGpt2 + "memory: {recompute: full}\n"),
-             "memory.recompute: not supported by this build");
+  EXPECT_HAS(error_of(kGpt2 + "parallel:\n  tp: 3\n"), at(10, 7) + "parallel.tp: tp=3 does not divide model.heads=4");
+  EXPECT_HAS(error_of(kGpt2 + "parallel: {tp: 4}\nlaunch: {nproc: 4}\n", {"model.ffn=6"}),
+             "parallel.tp: tp=4 does not divide model.ffn=6");
+  EXPECT_HAS(error_of(kGpt2 + "parallel: {tp: 2, sequence_parallel: true}\nlaunch: {nproc: 2}\n",
+                      {"train.micro_batch=1", "model.seq_len=31"}),
+             "parallel.sequence_parallel: train.micro_batch x model.seq_len = 31 tokens do not divide by tp=2");
+  EXPECT_HAS(error_of(kGpt2 + "memory: {recompute: some}\n"),
+             "memory.recompute: 'some' is not one of none, selective, full");
   EXPECT_HAS(error_of(kGpt2 + "memory: {offload: {optimizer: nvme}}\n"),
              "memory.offload.nvme_path: missing");
   EXPECT_HAS(error_of(kGpt2 + "memory: {offload: {optimizer: disk}}\n"),
              "memory.offload.optimizer: 'disk' is not one of none, cpu, nvme");
-  EXPECT_HAS(error_of(kGpt2 + "parallel: {sequence_parallel: true}\n"),
-             "parallel.sequence_parallel: not supported by this build");
   EXPECT_HAS(error_of(kGpt2 + "precision: {fp8: {enabled: false}}\n"),
              "precision.fp8: not supported");
   EXPECT_HAS(
@@ -393,8 +395,7 @@ TEST_F(RecipeTest, BadSetIsRejected) {
   EXPECT_HAS(error_of(kGpt2, {"train..steps=3"}), "--set train..steps=3: empty name");
   EXPECT_HAS(error_of(kGpt2, {"model.foo=1"}), "--set model.foo=1: model.foo: unknown key");
   EXPECT_HAS(error_of(kGpt2, {"modle.layers=1"}), "--set modle.layers=1: modle: unknown key");
-  EXPECT_HAS(error_of(kGpt2, {"parallel.tp=2"}),
-             "--set parallel.tp=2: parallel.tp: tensor parallelism is not in this build yet");
+  EXPECT_HAS(error_of(kGpt2, {"parallel.tp=3"}), "--set parallel.tp=3: parallel.tp: tp=3 does not divide model.heads=4");
   EXPECT_HAS(error_of(kGpt2, {"model.layers.x=1"}),
              "--set model.layers.x=1: model.layers: holds the value '2', it has no key 'x'");
   EXPECT_HAS(error_of(kGpt2, {"train.lr=[1"}), "--set train.lr=[1: cannot parse the value");

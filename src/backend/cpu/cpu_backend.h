@@ -59,6 +59,10 @@ class CpuBackend final : public Backend {
   void embedding_bwd(Tensor dtable, const Tensor& dout, const Tensor& ids) override;
   void softmax_xent(Tensor losses, Tensor logits, const Tensor& targets,
                     float grad_scale) override;
+  void xent_row_max(Tensor row_max, const Tensor& logits) override;
+  void xent_partials(Tensor sums, const Tensor& logits, const Tensor& row_max, const Tensor& targets) override;
+  void xent_finish(Tensor losses, Tensor logits, const Tensor& row_max, const Tensor& sums, const Tensor& targets,
+                   float grad_scale) override;
 
   void adamw(Tensor params, const Tensor& grads, Tensor m, Tensor v,
              const AdamWParams& hp) override;

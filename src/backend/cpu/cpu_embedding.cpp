@@ -13,7 +13,7 @@ namespace {
 
 void check_ids(const int32_t* ids, int64_t n, int64_t vocab) {
   for (int64_t i = 0; i < n; ++i)
-    LLMRUN_CHECK(ids[i] >= 0 && ids[i] < vocab,
+    LLMRUN_CHECK(ids[i] < vocab,
                  "embedding: id " + std::to_string(ids[i]) + " outside vocabulary of " +
                      std::to_string(vocab));
 }
@@ -34,8 +34,12 @@ void CpuBackend::embedding_fwd(Tensor out, const Tensor& ids, const Tensor& tabl
   float* o = out.f32();
 #pragma omp parallel for num_threads(threads_) if (n * d > cpu::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const float* src = t + static_cast<int64_t>(idp[i]) * d;
     float* dst = o + i * d;
+    if (idp[i] < 0) {
+      if (!accumulate) std::memset(dst, 0, d * sizeof(float));
+      continue;
+    }
+    const float* src = t + static_cast<int64_t>(idp[i]) * d;
     if (accumulate) {
 #pragma omp simd
       for (int64_t c = 0; c < d; ++c) dst[c] += src[c];
@@ -64,6 +68,7 @@ void CpuBackend::embedding_bwd(Tensor dtable, const Tensor& dout, const Tensor& 
     int64_t c0, c1;
     cpu::split_range(d, omp_get_num_threads(), omp_get_thread_num(), c0, c1);
     for (int64_t i = 0; i < n; ++i) {
+      if (idp[i] < 0) continue;
       float* dst = dt + static_cast<int64_t>(idp[i]) * d;
       const float* src = g + i * d;
 #pragma omp simd
