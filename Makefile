@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps configure build test demo format clean
+.PHONY: deps configure build test test-full demo format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -15,6 +15,10 @@ build: configure
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j 2
+
+# The whole tensor x pipeline x data parallel equivalence matrix (CI runs a subset).
+test-full: build
+	@cd $(BUILD) && LLMRUN_TEST_FULL=1 ctest --output-on-failure -j 2
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)/llmrun

@@ -19,6 +19,7 @@ Transformer::Transformer(Backend& backend, const ModelConfig& cfg, const StoreOp
       params_(backend, layout_, stores.pad_multiple, stores.allocate_params),
       grads_(backend, layout_, stores.pad_multiple, stores.allocate_grads) {
   comm_.tp = parallel.tp;
+  pp_ = parallel.pp;
   comm_.sequence_parallel = parallel.shard.sequence_parallel;
   const int tp_size = parallel.tp ? parallel.tp->size() : 1;
   LLMRUN_CHECK(tp_size == shard_.tp, "Transformer: tensor-parallel group size differs from the shard's tp");
@@ -76,16 +77,21 @@ void Transformer::reduce_partial_grads(int b) {
   }
 }
 
+TensorAllocator Transformer::arena_allocator(std::vector<Buffer>& arena) {
+  return [this, &arena](DType t, std::initializer_list<int64_t> dims) {
+    Tensor probe(nullptr, t, dims);
+    arena.push_back(be_.allocate(probe.bytes()));
+    activation_bytes_ += probe.bytes();
+    return arena.back().as(t, dims);
+  };
+}
+
 void Transformer::plan_activations(int batch, int seq) {
   if (batch == batch_ && seq == seq_) return;
   arena_.clear();
+  slots_.clear();
   activation_bytes_ = 0;
-  auto alloc = [&](DType t, std::initializer_list<int64_t> dims) {
-    Tensor probe(nullptr, t, dims);
-    arena_.push_back(be_.allocate(probe.bytes()));
-    activation_bytes_ += probe.bytes();
-    return arena_.back().as(t, dims);
-  };
+  const TensorAllocator alloc = arena_allocator(arena_);
   const ModelConfig& bc = block_cfg_;
   const int64_t n = int64_t(batch) * seq, d = cfg_.d_model, f = bc.ffn;
   const int64_t attn_cols = int64_t(bc.heads) * bc.head_dim();
@@ -94,36 +100,19 @@ void Transformer::plan_activations(int batch, int seq) {
   const bool sp = tp_active() && comm_.sequence_parallel;
   LLMRUN_CHECK(!sp || n % shard_.tp == 0, "sequence parallelism: batch * seq tokens must divide by tp");
   const int64_t rows = sp ? n / shard_.tp : n;
+  batch_ = batch;
+  seq_ = seq;
   rows_ = rows;
 
-  std::vector<Tensor> resid;
-  for (int l = 0; l <= cfg_.layers; ++l) resid.push_back(alloc(DType::f32, {rows, d}));
   // Recompute shares one set of buffers across the layers: every activation (full) or the
   // attention output and its log-sum-exp (selective).
-  BlockActivations shared;
-  if (recompute_ == Recompute::full) shared = allocate_block_activations(bc, n, alloc, rows);
-  if (recompute_ == Recompute::selective) shared.attn = alloc(DType::f32, {n, attn_cols});
-  if (recompute_ != Recompute::none) shared.lse = alloc(DType::f32, {batch, bc.heads, seq});
-  acts_.assign(cfg_.layers, {});
-  for (int l = 0; l < cfg_.layers; ++l) {
-    BlockActivations& a = acts_[l];
-    if (recompute_ == Recompute::full) {
-      a = shared;
-    } else if (recompute_ == Recompute::selective) {
-      a = allocate_block_activations(bc, n, alloc, rows, /*with_attention=*/false);
-      a.attn = shared.attn;
-      a.lse = shared.lse;
-    } else {
-      a = allocate_block_activations(bc, n, alloc, rows);
-      a.lse = alloc(DType::f32, {batch, bc.heads, seq});
-    }
-    a.input = resid[l];
-    a.output = resid[l + 1];
-  }
+  shared_ = BlockActivations{};
+  if (recompute_ == Recompute::full) shared_ = allocate_block_activations(bc, n, alloc, rows);
+  if (recompute_ == Recompute::selective) shared_.attn = alloc(DType::f32, {n, attn_cols});
+  if (recompute_ != Recompute::none) shared_.lse = alloc(DType::f32, {batch, bc.heads, seq});
   if (tp_active()) {
     comm_.partial = alloc(DType::f32, {n, d});
     if (sp) comm_.gathered = alloc(DType::f32, {n, d});
-    local_ids_ = alloc(DType::i32, {n});
     local_targets_ = alloc(DType::i32, {n});
     row_positions_ = alloc(DType::i32, {rows});
     row_max_ = alloc(DType::f32, {n});
@@ -134,18 +123,77 @@ void Transformer::plan_activations(int batch, int seq) {
   scratch_.d_qkv = alloc(DType::f32, {n, qkv_cols});
   scratch_.d_act = alloc(DType::f32, {n, f});
   scratch_.d_up = alloc(DType::f32, {n, up_cols});
-  ids_ = alloc(DType::i32, {n});
   targets_ = alloc(DType::i32, {n});
   positions_ = alloc(DType::i32, {n});
-  final_norm_ = alloc(DType::f32, {rows, d});
-  final_mean_ = alloc(DType::f32, {rows});
-  final_rstd_ = alloc(DType::f32, {rows});
-  head_input_ = sp ? alloc(DType::f32, {n, d}) : final_norm_;
-  logits_ = alloc(DType::f32, {n, vocab_.second - vocab_.first});
   losses_ = alloc(DType::f32, {n});
   d_resid_ = alloc(DType::f32, {rows, d});
-  batch_ = batch;
-  seq_ = seq;
+}
+
+void Transformer::allocate_slot(MicroState& m) {
+  const TensorAllocator alloc = arena_allocator(m.arena);
+  const ModelConfig& bc = block_cfg_;
+  const int64_t n = int64_t(batch_) * seq_, d = cfg_.d_model, rows = rows_;
+  std::vector<Tensor> resid(size_t(cfg_.layers) + 1);
+  for (int l = m.begin; l <= m.end; ++l) resid[size_t(l)] = alloc(DType::f32, {rows, d});
+  m.acts.assign(size_t(cfg_.layers), {});
+  for (int l = m.begin; l < m.end; ++l) {
+    BlockActivations& a = m.acts[size_t(l)];
+    if (recompute_ == Recompute::full) {
+      a = shared_;
+    } else if (recompute_ == Recompute::selective) {
+      a = allocate_block_activations(bc, n, alloc, rows, /*with_attention=*/false);
+      a.attn = shared_.attn;
+      a.lse = shared_.lse;
+    } else {
+      a = allocate_block_activations(bc, n, alloc, rows);
+      a.lse = alloc(DType::f32, {batch_, bc.heads, seq_});
+    }
+    a.input = resid[size_t(l)];
+    a.output = resid[size_t(l) + 1];
+  }
+  if (starts_model(m)) {
+    m.ids = alloc(DType::i32, {n});
+    if (tp_active()) m.local_ids = alloc(DType::i32, {n});
+  }
+  if (ends_model(m)) {
+    m.final_norm = alloc(DType::f32, {rows, d});
+    m.final_mean = alloc(DType::f32, {rows});
+    m.final_rstd = alloc(DType::f32, {rows});
+    m.head_input = rows == n ? m.final_norm : alloc(DType::f32, {n, d});
+    m.logits = alloc(DType::f32, {n, vocab_.second - vocab_.first});
+  }
+}
+
+int Transformer::acquire_slot(int begin, int end, int batch, int seq) {
+  LLMRUN_CHECK(begin < end, "acquire_slot: a chunk needs at least one block");
+  LLMRUN_CHECK(seq <= cfg_.seq_len, "sequence longer than the model's context");
+  plan_activations(batch, seq);
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (!slots_[i]->in_use && slots_[i]->begin == begin && slots_[i]->end == end) {
+      slots_[i]->in_use = true;
+      return int(i);
+    }
+  auto m = std::make_unique<MicroState>();
+  m->begin = begin;
+  m->end = end;
+  m->in_use = true;
+  allocate_slot(*m);
+  slots_.push_back(std::move(m));
+  return int(slots_.size()) - 1;
+}
+
+void Transformer::release_slot(int slot) { slots_[size_t(slot)]->in_use = false; }
+
+Tensor Transformer::chunk_output(int slot) const {
+  const MicroState& m = *slots_[size_t(slot)];
+  return m.acts[size_t(m.end) - 1].output;
+}
+
+void Transformer::upload_positions(int64_t n, int seq, int first_position) {
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(first_position + i % seq);
+  upload_ids(positions_.slice(0, n), pos.data(), n);
+  if (tp_active()) upload_ids(row_positions_, pos.data() + (rows_ == n ? 0 : rows_ * shard_.tp_rank), rows_);
 }
 
 void Transformer::upload_ids(Tensor dst, const int32_t* host, int64_t n) {
@@ -153,43 +201,44 @@ void Transformer::upload_ids(Tensor dst, const int32_t* host, int64_t n) {
 }
 
 void Transformer::upload_tokens(const int32_t* tokens, int64_t n) {
-  upload_ids(ids_, tokens, n);
+  upload_ids(m_->ids, tokens, n);
   if (!tp_active()) return;
   std::vector<int32_t> local(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
     local[i] = tokens[i] >= vocab_.first && tokens[i] < vocab_.second ? int32_t(tokens[i] - vocab_.first) : -1;
-  upload_ids(local_ids_, local.data(), n);
+  upload_ids(m_->local_ids, local.data(), n);
 }
 
 void Transformer::embed_training(Tensor x0) {
   if (!tp_active()) {
-    embed(x0, ids_, positions_);
+    embed(x0, m_->ids, positions_);
     return;
   }
   // Each rank looks up the tokens its slice of the table holds (zeros elsewhere); the sum
   // over the group is the embedding.
   if (comm_.sequence_parallel) {
-    be_.embedding_fwd(comm_.partial, local_ids_, params_.tensor(0, 0), false);
+    be_.embedding_fwd(comm_.partial, m_->local_ids, params_.tensor(0, 0), false);
     comm_.tp->reduce_scatter(comm_.partial, x0);
   } else {
-    be_.embedding_fwd(x0, local_ids_, params_.tensor(0, 0), false);
+    be_.embedding_fwd(x0, m_->local_ids, params_.tensor(0, 0), false);
     comm_.tp->all_reduce(x0, ReduceOp::sum);
   }
   if (cfg_.arch == Arch::gpt2) be_.embedding_fwd(x0, row_positions_, params_.tensor(0, 1), true);
 }
 
 double Transformer::cross_entropy(float grad_scale) {
+  const Tensor logits = m_->logits;
   if (!tp_active()) {
-    be_.softmax_xent(losses_, logits_, targets_, grad_scale);
+    be_.softmax_xent(losses_, logits, targets_, grad_scale);
     return be_.sum(losses_);
   }
   // Vocab-parallel: the full logits never exist on one rank; only per-row maxima, sums of
   // exponentials and target logits cross the group.
-  be_.xent_row_max(row_max_, logits_);
+  be_.xent_row_max(row_max_, logits);
   comm_.tp->all_reduce(row_max_, ReduceOp::max);
-  be_.xent_partials(xent_sums_, logits_, row_max_, local_targets_);
+  be_.xent_partials(xent_sums_, logits, row_max_, local_targets_);
   comm_.tp->all_reduce(xent_sums_, ReduceOp::sum);
-  be_.xent_finish(losses_, logits_, row_max_, xent_sums_, local_targets_, grad_scale);
+  be_.xent_finish(losses_, logits, row_max_, xent_sums_, local_targets_, grad_scale);
   return be_.sum(losses_);
 }
 
@@ -207,38 +256,46 @@ void Transformer::head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor
     be_.rmsnorm_fwd(norm, rstd, x, e.norm_w, cfg_.norm_eps);
   // Under sequence parallelism every rank's rows meet again for the vocab-parallel head.
   const bool gather = training && tp_active() && comm_.sequence_parallel;
-  if (gather) comm_.tp->all_gather(norm, head_input_);
-  be_.matmul(logits, gather ? head_input_ : norm, e.head, false, true);
+  if (gather) comm_.tp->all_gather(norm, m_->head_input);
+  be_.matmul(logits, gather ? m_->head_input : norm, e.head, false, true);
 }
 
 void Transformer::forward(const int32_t* tokens, int batch, int seq) {
-  LLMRUN_CHECK(seq <= cfg_.seq_len, "sequence longer than the model's context");
-  plan_activations(batch, seq);
-  const int64_t n = int64_t(batch) * seq;
-  upload_tokens(tokens, n);
-  std::vector<int32_t> pos(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i % seq);
-  upload_ids(positions_, pos.data(), n);
-  if (tp_active()) upload_ids(row_positions_, pos.data() + (rows_ == n ? 0 : rows_ * shard_.tp_rank), rows_);
+  const int slot = acquire_slot(0, cfg_.layers, batch, seq);
+  release_slot(slot);  // one micro-batch at a time: its buffers serve the next one too
+  forward_chunk(slot, tokens, nullptr);
+}
 
+void Transformer::forward_chunk(int slot, const int32_t* tokens, const Tensor* input) {
+  m_ = slots_[size_t(slot)].get();
+  MicroState& m = *m_;
+  const int64_t n = int64_t(batch_) * seq_;
+  upload_positions(n, seq_, 0);
   using P = BucketHooks::Phase;
-  acquire(0, P::forward);
-  embed_training(acts_[0].input);
-  if (!cfg_.tie_embeddings) release(0, P::forward);  // a tied head reads it again at the end
+  if (starts_model(m)) {
+    upload_tokens(tokens, n);
+    acquire(0, P::forward);
+    embed_training(m.acts[size_t(m.begin)].input);
+    if (!head_reads_table()) release(0, P::forward);  // a tied head reads it again at the end
+  } else {
+    be_.copy(m.acts[size_t(m.begin)].input, *input);
+  }
 
-  const AttentionShape shape{batch, seq, block_cfg_.heads, block_cfg_.kv_heads, block_cfg_.head_dim()};
-  for (int l = 0; l < cfg_.layers; ++l) {
-    BlockActivations& a = acts_[l];
+  const AttentionShape shape{batch_, seq_, block_cfg_.heads, block_cfg_.kv_heads, block_cfg_.head_dim()};
+  for (int l = m.begin; l < m.end; ++l) {
+    BlockActivations& a = m.acts[size_t(l)];
     acquire(l + 1, P::forward);
     block_forward(
         be_, block_cfg_, block_tensors(cfg_, params_, l), a, positions_,
         [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, comm_);
     release(l + 1, P::forward);
   }
-  acquire(head_bucket(), P::forward);
-  head_forward(acts_.back().output, final_norm_, final_mean_, final_rstd_, logits_, true);
-  release(head_bucket(), P::forward);
-  if (cfg_.tie_embeddings) release(0, P::forward);
+  if (ends_model(m)) {
+    acquire(head_bucket(), P::forward);
+    head_forward(chunk_output(slot), m.final_norm, m.final_mean, m.final_rstd, m.logits, true);
+    release(head_bucket(), P::forward);
+    if (head_reads_table()) release(0, P::forward);
+  }
 }
 
 void Transformer::upload_targets(const int32_t* targets) {
@@ -254,68 +311,109 @@ void Transformer::upload_targets(const int32_t* targets) {
 }
 
 double Transformer::loss(const int32_t* targets) {
+  LLMRUN_CHECK(m_ && ends_model(*m_), "loss: no forward through the head");
   upload_targets(targets);
   return cross_entropy(0.0f);
 }
 
-double Transformer::backward(const int32_t* targets, float grad_scale) {
-  upload_targets(targets);
-  const double loss_sum = cross_entropy(grad_scale);
+double Transformer::loss_chunk(int slot, const int32_t* targets) {
+  m_ = slots_[size_t(slot)].get();
+  return loss(targets);
+}
 
+double Transformer::backward(const int32_t* targets, float grad_scale) {
+  LLMRUN_CHECK(m_ != nullptr, "backward: no forward");
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].get() == m_) return backward_chunk(int(i), targets, nullptr, grad_scale);
+  LLMRUN_CHECK(false, "backward: the forward's buffers are gone");
+  return 0;
+}
+
+double Transformer::backward_chunk(int slot, const int32_t* targets, const Tensor* d_output, float grad_scale) {
+  m_ = slots_[size_t(slot)].get();
+  MicroState& m = *m_;
+  upload_positions(int64_t(batch_) * seq_, seq_, 0);
   using P = BucketHooks::Phase;
-  if (cfg_.tie_embeddings) acquire(0, P::backward);  // the head's gradient lands in bucket 0
-  acquire(head_bucket(), P::backward);
-  const HeadTensors e = head_tensors(cfg_, params_);
-  const HeadTensors ge = head_tensors(cfg_, grads_);
-  const Tensor& last = acts_.back().output;
-  // logits_ now holds dL/dlogits (this rank's vocabulary columns).
-  be_.matmul(ge.head, logits_, head_input_, true, false, 1.0f, 1.0f);
-  if (!tp_active()) {
-    be_.matmul(scratch_.d_norm, logits_, e.head, false, false);
-  } else if (comm_.sequence_parallel) {
-    be_.matmul(comm_.partial, logits_, e.head, false, false);
-    comm_.tp->reduce_scatter(comm_.partial, scratch_.d_norm);
+  double loss_sum = 0;
+  if (ends_model(m)) {
+    upload_targets(targets);
+    loss_sum = cross_entropy(grad_scale);
+    if (head_reads_table()) acquire(0, P::backward);  // the head's gradient lands in bucket 0
+    acquire(head_bucket(), P::backward);
+    const HeadTensors e = head_tensors(cfg_, params_);
+    const HeadTensors ge = head_tensors(cfg_, grads_);
+    const Tensor last = chunk_output(slot);
+    // m.logits now holds dL/dlogits (this rank's vocabulary columns).
+    be_.matmul(ge.head, m.logits, m.head_input, true, false, 1.0f, 1.0f);
+    if (!tp_active()) {
+      be_.matmul(scratch_.d_norm, m.logits, e.head, false, false);
+    } else if (comm_.sequence_parallel) {
+      be_.matmul(comm_.partial, m.logits, e.head, false, false);
+      comm_.tp->reduce_scatter(comm_.partial, scratch_.d_norm);
+    } else {
+      be_.matmul(scratch_.d_norm, m.logits, e.head, false, false);
+      comm_.tp->all_reduce(scratch_.d_norm, ReduceOp::sum);
+    }
+    if (cfg_.arch == Arch::gpt2)
+      be_.layernorm_bwd(d_resid_, ge.norm_w, ge.norm_b, scratch_.d_norm, last, e.norm_w, m.final_mean,
+                        m.final_rstd, false);
+    else
+      be_.rmsnorm_bwd(d_resid_, ge.norm_w, scratch_.d_norm, last, e.norm_w, m.final_rstd, false);
+    release(head_bucket(), P::backward);
   } else {
-    be_.matmul(scratch_.d_norm, logits_, e.head, false, false);
-    comm_.tp->all_reduce(scratch_.d_norm, ReduceOp::sum);
+    be_.copy(d_resid_, *d_output);
   }
-  if (cfg_.arch == Arch::gpt2)
-    be_.layernorm_bwd(d_resid_, ge.norm_w, ge.norm_b, scratch_.d_norm, last, e.norm_w, final_mean_,
-                      final_rstd_, false);
-  else
-    be_.rmsnorm_bwd(d_resid_, ge.norm_w, scratch_.d_norm, last, e.norm_w, final_rstd_, false);
-  release(head_bucket(), P::backward);
 
   const AttentionShape shape{batch_, seq_, block_cfg_.heads, block_cfg_.kv_heads, block_cfg_.head_dim()};
-  for (int l = cfg_.layers - 1; l >= 0; --l) {
+  for (int l = m.end - 1; l >= m.begin; --l) {
     acquire(l + 1, P::backward);
-    BlockActivations& a = acts_[l];
+    BlockActivations& a = m.acts[size_t(l)];
     if (recompute_ == Recompute::full)
       block_forward(
           be_, block_cfg_, block_tensors(cfg_, params_, l), a, positions_,
           [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, comm_);
     else if (recompute_ == Recompute::selective)
       be_.attention_fwd(a.attn, a.lse, a.qkv, shape);
-    block_backward(be_, block_cfg_, block_tensors(cfg_, params_, l), block_tensors(cfg_, grads_, l), acts_[l],
-                   scratch_, d_resid_, positions_, shape, comm_);
+    block_backward(be_, block_cfg_, block_tensors(cfg_, params_, l), block_tensors(cfg_, grads_, l), a, scratch_,
+                   d_resid_, positions_, shape, comm_);
     release(l + 1, P::backward);
   }
 
-  if (!cfg_.tie_embeddings) acquire(0, P::backward);
-  if (!tp_active()) {
-    be_.embedding_bwd(grads_.tensor(0, 0), d_resid_, ids_);
-    if (cfg_.arch == Arch::gpt2) be_.embedding_bwd(grads_.tensor(0, 1), d_resid_, positions_);
-  } else {
-    Tensor d_all = d_resid_;
-    if (comm_.sequence_parallel) {
-      comm_.tp->all_gather(d_resid_, comm_.gathered);
-      d_all = comm_.gathered;
+  if (starts_model(m)) {
+    if (!head_reads_table()) acquire(0, P::backward);
+    if (!tp_active()) {
+      be_.embedding_bwd(grads_.tensor(0, 0), d_resid_, m.ids);
+      if (cfg_.arch == Arch::gpt2) be_.embedding_bwd(grads_.tensor(0, 1), d_resid_, positions_);
+    } else {
+      Tensor d_all = d_resid_;
+      if (comm_.sequence_parallel) {
+        comm_.tp->all_gather(d_resid_, comm_.gathered);
+        d_all = comm_.gathered;
+      }
+      be_.embedding_bwd(grads_.tensor(0, 0), d_all, m.local_ids);
+      if (cfg_.arch == Arch::gpt2) be_.embedding_bwd(grads_.tensor(0, 1), d_resid_, row_positions_);
     }
-    be_.embedding_bwd(grads_.tensor(0, 0), d_all, local_ids_);
-    if (cfg_.arch == Arch::gpt2) be_.embedding_bwd(grads_.tensor(0, 1), d_resid_, row_positions_);
+    release(0, P::backward);
   }
-  release(0, P::backward);
   return loss_sum;
+}
+
+bool Transformer::tied_across_stages(int bucket) const {
+  if (!cfg_.tie_embeddings || shard_.embedding == shard_.head) return false;
+  return (bucket == 0 && shard_.embedding) || (bucket == head_bucket() && shard_.head);
+}
+
+void Transformer::sync_tied_grads(int bucket) {
+  LLMRUN_CHECK(tied_across_stages(bucket) && pp_ != nullptr, "sync_tied_grads: not a tied bucket");
+  const int n = static_cast<int>(layout_[size_t(bucket)].params.size());
+  const Tensor mine = grads_.tensor(bucket, bucket == 0 ? 0 : n - 1).view({layout_[size_t(bucket)].params[bucket == 0 ? 0 : size_t(n) - 1].numel()});
+  const int peer = shard_.embedding ? pp_->size() - 1 : 0;
+  Buffer theirs = be_.allocate(mine.bytes());
+  const Tensor t = theirs.as(DType::f32, {mine.numel()});
+  auto sent = pp_->isend(mine, peer, 1 << 20);
+  pp_->recv(t, peer, 1 << 20);
+  sent->wait();
+  be_.add(mine, mine, t);  // a + b on one stage, b + a on the other: the same floats
 }
 
 KvCache Transformer::make_cache(int max_tokens) {
@@ -336,13 +434,14 @@ void Transformer::forward_cached(const int32_t* tokens, int n, KvCache& cache, T
                "GPT-2 context exceeds its position table");
   // Generation reuses the training activation plan with batch 1 and seq n: the block code is
   // the same, only the attention core reads and extends the cache.
-  plan_activations(1, n);
-  upload_ids(ids_, tokens, n);
-  std::vector<int32_t> pos(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) pos[i] = cache.length + i;
-  upload_ids(positions_, pos.data(), n);
+  const int slot = acquire_slot(0, cfg_.layers, 1, n);
+  release_slot(slot);
+  m_ = slots_[size_t(slot)].get();
+  MicroState& m = *m_;
+  upload_ids(m.ids, tokens, n);
+  upload_positions(n, n, cache.length);
 
-  embed(acts_[0].input, ids_, positions_);
+  embed(m.acts[0].input, m.ids, positions_);
 
   const int hd = cfg_.head_dim();
   const int64_t kv_cols = int64_t(cfg_.kv_heads) * hd;
@@ -358,12 +457,12 @@ void Transformer::forward_cached(const int32_t* tokens, int n, KvCache& cache, T
       be_.attention_cached(attn, q, k_all.slice(0, total), v_all.slice(0, total), cache.length,
                            cfg_.heads, cfg_.kv_heads, hd);
     };
-    block_forward(be_, cfg_, block_tensors(cfg_, params_, l), acts_[l], positions_, core);
+    block_forward(be_, cfg_, block_tensors(cfg_, params_, l), m.acts[size_t(l)], positions_, core);
   }
   cache.length = total;
 
-  head_forward(acts_.back().output.slice(n - 1, n), final_norm_.slice(0, 1), final_mean_.slice(0, 1),
-               final_rstd_.slice(0, 1), last_logits.view({1, cfg_.vocab}));
+  head_forward(chunk_output(slot).slice(n - 1, n), m.final_norm.slice(0, 1), m.final_mean.slice(0, 1),
+               m.final_rstd.slice(0, 1), last_logits.view({1, cfg_.vocab}));
 }
 
 }  // namespace llmrun

@@ -48,6 +48,7 @@ Recompute parse_recompute(const std::string& name);  // none | selective | full
 struct ModelParallel {
   ModelShard shard;
   Communicator* tp = nullptr;  // null or size 1: no tensor parallelism
+  Communicator* pp = nullptr;  // pipeline group: ties the first and last stage's token tables
 };
 
 class Transformer {
@@ -79,7 +80,7 @@ class Transformer {
 
   // Training forward over tokens [batch, seq] (host memory); logits() holds the result.
   void forward(const int32_t* tokens, int batch, int seq);
-  Tensor logits() const { return logits_; }
+  Tensor logits() const { return m_->logits; }
   // Cross-entropy against targets [batch, seq] (host; < 0 ignored) and the full backward,
   // accumulating grad_scale * dLoss_sum/dparam into grads(). Returns the summed loss.
   // Consumes logits() (overwritten by their gradient).
@@ -103,11 +104,50 @@ class Transformer {
   void forward_batch(const int32_t* tokens, const int32_t* positions, int n, const LayerAttention& attention,
                      const int32_t* logit_rows, int n_logits, Tensor logits);
 
-  // Activation bytes planned for the current (batch, seq).
+  // Pipeline parallelism: one micro-batch through blocks [begin, end) of this rank (a model
+  // chunk) as a unit of the schedule. Each unit in flight has its own activation buffers (a
+  // slot, reused once released); the backward temporaries are shared.
+  int acquire_slot(int begin, int end, int batch, int seq);
+  void release_slot(int slot);
+  // tokens [batch, seq] when the chunk starts with the embedding, else input [rows, d] from
+  // the previous stage.
+  void forward_chunk(int slot, const int32_t* tokens, const Tensor* input);
+  Tensor chunk_output(int slot) const;  // [rows, d] for the next stage
+  // targets when the chunk ends with the head (returns the summed loss), else d_output
+  // [rows, d] from the next stage (returns 0). Afterwards input_grad() holds dL/d(input).
+  double backward_chunk(int slot, const int32_t* targets, const Tensor* d_output, float grad_scale);
+  Tensor input_grad() const { return d_resid_; }
+  // Forward only, for validation: the summed loss when the chunk ends with the head.
+  double loss_chunk(int slot, const int32_t* targets);
+
+  // With tied embeddings split over pipeline stages, the first stage's token table and the
+  // last stage's copy of it get the sum of both gradients (a pipeline-group exchange); the
+  // optimizer then updates both alike. True for the bucket that needs it on this rank.
+  bool tied_across_stages(int bucket) const;
+  void sync_tied_grads(int bucket);
+
+  // Activation bytes planned: the shared buffers and every slot allocated so far.
   size_t activation_bytes() const { return activation_bytes_; }
 
  private:
-  void plan_activations(int batch, int seq);
+  // One unit's activations: blocks [begin, end), with the embedding's ids when it starts at
+  // block 0 and the head's buffers when it ends the model on this rank.
+  struct MicroState {
+    int begin = 0, end = 0;
+    bool in_use = false;
+    std::vector<Buffer> arena;
+    std::vector<BlockActivations> acts;  // by global layer; [begin, end) allocated
+    Tensor ids, local_ids;               // first chunk: tokens, and as this vocab slice sees them
+    Tensor final_norm, final_mean, final_rstd, head_input, logits;  // last chunk
+  };
+  void plan_activations(int batch, int seq);  // shared buffers (+ slot 0 for the whole model)
+  TensorAllocator arena_allocator(std::vector<Buffer>& arena);
+  void allocate_slot(MicroState& m);
+  bool starts_model(const MicroState& m) const { return m.begin == 0 && shard_.embedding; }
+  bool ends_model(const MicroState& m) const { return m.end == cfg_.layers && shard_.head; }
+  // The head reads bucket 0's table (tied, both on this rank): bucket 0 stays acquired.
+  bool head_reads_table() const { return cfg_.tie_embeddings && shard_.embedding && shard_.head; }
+  void upload_positions(int64_t n, int seq, int first_position);
   void acquire(int bucket, BucketHooks::Phase p) {
     if (hooks_) hooks_->acquire(bucket, p);
   }
@@ -117,10 +157,10 @@ class Transformer {
   int head_bucket() const { return cfg_.layers + 1; }
   bool tp_active() const { return comm_.active(); }
   void upload_ids(Tensor dst, const int32_t* host, int64_t n);
-  void upload_tokens(const int32_t* tokens, int64_t n);  // ids_ (+ this rank's local_ids_)
+  void upload_tokens(const int32_t* tokens, int64_t n);  // m_->ids (+ this rank's m_->local_ids)
   void embed(Tensor x0, const Tensor& ids, const Tensor& positions);  // token (+ position) embedding
   void embed_training(Tensor x0);  // vocab-parallel under tensor parallelism
-  // Summed cross-entropy of logits_ against targets_; logits_ becomes grad_scale * dLoss/dlogits.
+  // Summed cross-entropy of m_->logits against targets_, which become grad_scale * dLoss/dlogits.
   double cross_entropy(float grad_scale);
   void upload_targets(const int32_t* targets);  // targets_ (+ local_targets_)
   // Final norm of rows x, then logits = norm @ head^T (training: of every tensor-parallel
@@ -138,16 +178,19 @@ class Transformer {
   BucketHooks* hooks_ = nullptr;
   Recompute recompute_ = Recompute::none;
 
+  Communicator* pp_ = nullptr;
   int batch_ = 0, seq_ = 0;
   int64_t rows_ = 0;  // residual-stream rows on this rank: batch * seq, / tp with sequence parallelism
   size_t activation_bytes_ = 0;
-  std::vector<Buffer> arena_;
-  std::vector<BlockActivations> acts_;
+  std::vector<Buffer> arena_;  // shared buffers
+  std::vector<std::unique_ptr<MicroState>> slots_;
+  MicroState* m_ = nullptr;    // the unit being computed
+  BlockActivations shared_;    // recompute's buffers, shared by all layers and slots
   BlockScratch scratch_;
-  Tensor ids_, targets_, positions_, final_norm_, final_mean_, final_rstd_, logits_, losses_, d_resid_;
-  // Tensor parallelism: ids and targets as this rank's vocabulary slice sees them, the
-  // positions of its own rows, the gathered final norm, the vocab-parallel loss's reductions.
-  Tensor local_ids_, local_targets_, row_positions_, head_input_, row_max_, xent_sums_;
+  Tensor targets_, positions_, losses_, d_resid_;
+  // Tensor parallelism: targets as this rank's vocabulary slice sees them, the positions of
+  // its own rows, the vocab-parallel loss's reductions.
+  Tensor local_targets_, row_positions_, row_max_, xent_sums_;
 
   // Inference buffers for forward_batch (see transformer_batch.cpp).
   struct BatchPlan {

@@ -4,7 +4,9 @@
 
 #include <climits>
 
+#include "parallel/schedule.h"
 #include "recipe/recipe_internal.h"
+#include "util/error.h"
 
 namespace llmrun::recipe_detail {
 
@@ -70,7 +72,6 @@ void check_model_parallel(const Recipe& r, Locator& loc) {
       loc.fail("parallel.pp_layers", "needs " + std::to_string(p.pp) + " block counts summing to model.layers=" +
                                          std::to_string(m.layers));
   }
-  if (p.pp != 1) loc.fail("parallel.pp", "pipeline parallelism is not in this build yet; use pp: 1");
   if (p.pp > 1 && p.zero >= 2)
     loc.fail("parallel.zero", "ZeRO-" + std::to_string(p.zero) +
                                   " shards gradients or parameters per layer, which pipeline stages cannot do; "
@@ -128,6 +129,16 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
              std::to_string(r.train.global_batch) + " is not a multiple of train.micro_batch x parallel.dp = " +
                  std::to_string(per_step),
              "train.micro_batch");
+  if (r.parallel.pp > 1 && r.train.global_batch % per_step == 0) {
+    // The pipeline's micro-batches are the step's gradient-accumulation steps.
+    const PipelineShape shape{r.parallel.pp, int(r.train.global_batch / per_step), r.parallel.virtual_stages};
+    try {
+      check_pipeline_shape(parse_pipeline_schedule(r.parallel.pp_schedule), shape);
+    } catch (const UserError& e) {
+      loc.fail("parallel.pp_schedule", std::string(e.what()) + " (micro-batches per step = train.global_batch / "
+                                       "(train.micro_batch x parallel.dp) = " + std::to_string(shape.micro_batches) + ")");
+    }
+  }
 }
 
 }  // namespace llmrun::recipe_detail

@@ -81,6 +81,7 @@ void MetricsWriter::write(const StepReport& r) {
                    {"lr", r.stats.lr},               {"grad_norm", r.stats.grad_norm},
                    {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
                    {"step_s", r.step_seconds},       {"comm_share", r.comm_share},
+                   {"pipeline_idle", r.pipeline_idle},
                    {"mem_params", r.memory.params},  {"mem_grads", r.memory.grads},
                    {"mem_optimizer", r.memory.optimizer}, {"mem_buffers", r.memory.buffers},
                    {"mem_activations", r.activation_bytes}};

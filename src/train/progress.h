@@ -18,6 +18,7 @@ struct StepReport {
   double mfu = 0;            // fraction of the peak
   double eta_seconds = 0;
   double comm_share = 0;     // fraction of the step spent waiting for communication
+  double pipeline_idle = 0;  // fraction of the step this pipeline stage waited on the others
   TrainingMemory memory;     // persistent bytes per rank
   size_t activation_bytes = 0;
   bool multi_rank = false;   // adds communication share and memory per rank to the line

@@ -7,6 +7,7 @@
 #include "comm/communicator.h"
 #include "model/transformer.h"
 #include "train/lr_schedule.h"
+#include "train/pipeline_runner.h"
 #include "train/zero_optimizer.h"
 
 namespace llmrun {
@@ -30,7 +31,9 @@ using BatchSource = std::function<void(int32_t* windows)>;
 
 class TrainStep {
  public:
-  TrainStep(Transformer& model, ZeroOptimizer& opt, Communicator& dp, const LrSchedule& lr, const StepShape& shape);
+  // With a pipeline, its stages run the micro-batches by its schedule and pp sums the loss.
+  TrainStep(Transformer& model, ZeroOptimizer& opt, Communicator& dp, const LrSchedule& lr, const StepShape& shape,
+            PipelineRunner* pipeline = nullptr, Communicator* pp = nullptr);
   StepStats run(const BatchSource& next_batch);
 
  private:
@@ -39,6 +42,8 @@ class TrainStep {
   Communicator& dp_;
   LrSchedule lr_;
   StepShape shape_;
+  PipelineRunner* pipeline_;
+  Communicator* pp_;
   std::vector<int32_t> windows_, inputs_, targets_;
 };
 

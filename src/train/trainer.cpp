@@ -76,7 +76,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
   std::unique_ptr<Validator> validator;
   if (!r.data.valid.empty()) validator = std::make_unique<Validator>(r, *tokenizer);
 
-  const ModelParallel parallel{model_shard(r, topo.tp().rank(), topo.pp().rank()), &topo.tp()};
+  const ModelParallel parallel{model_shard(r, topo.tp().rank(), topo.pp().rank()), &topo.tp(), &topo.pp()};
   Transformer model(*backend, r.model, ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp), parallel);
   model.set_recompute(parse_recompute(r.memory.recompute));
   model.init_weights(r.train.seed);
@@ -94,7 +94,12 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
   if (topo.is_logger()) metrics.emplace(r.logging.metrics, first_step - 1);
   LrSchedule lr{r.train.lr, r.train.min_lr, r.train.warmup, r.train.steps, r.train.schedule};
   StepShape shape{r.train.micro_batch, r.model.seq_len, r.grad_accum_steps(), float(r.train.clip)};
-  TrainStep step(model, opt, topo.dp(), lr, shape);
+  std::unique_ptr<PipelineRunner> pipeline;
+  if (r.parallel.pp > 1)
+    pipeline = std::make_unique<PipelineRunner>(model, topo.pp(), parse_pipeline_schedule(r.parallel.pp_schedule),
+                                                pipeline_partition(r), r.grad_accum_steps(), r.train.micro_batch,
+                                                r.model.seq_len);
+  TrainStep step(model, opt, topo.dp(), lr, shape, pipeline.get(), &topo.pp());
 
   const PeakFlops peak = measured_peak_flops(*backend);
   const double flops_per_token = r.model.train_flops_per_token(r.model.seq_len);
@@ -115,7 +120,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
   const auto t_start = std::chrono::steady_clock::now();
   for (int64_t s = first_step; s <= r.train.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
-    const double comm0 = opt.comm_wait_seconds();
+    const double comm0 = opt.comm_wait_seconds(), idle0 = pipeline ? pipeline->idle_seconds() : 0;
     StepReport rep;
     batches.start_step();
     rep.stats = step.run([&](int32_t* windows) { batches.next(windows, r.train.micro_batch); });
@@ -125,6 +130,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
     rep.tokens_per_s = double(r.tokens_per_step()) / rep.step_seconds;
     rep.mfu = flops_per_token * rep.tokens_per_s / (peak.flops * world);
     rep.comm_share = (opt.comm_wait_seconds() - comm0) / rep.step_seconds;
+    if (pipeline) rep.pipeline_idle = (pipeline->idle_seconds() - idle0) / rep.step_seconds;
     rep.memory = opt.memory();
     rep.activation_bytes = model.activation_bytes();
     rep.multi_rank = world > 1;
@@ -136,7 +142,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
       if (logged) metrics->write(rep);
     }
     if (validator && ((r.train.eval_every > 0 && s % r.train.eval_every == 0) || s == r.train.steps)) {
-      const double val = validator->loss(model);
+      const double val = validator->loss(model, pipeline.get(), topo.pp());
       if (topo.is_logger()) {
         progress.finish();
         spdlog::info("step {}: val_loss {:.4f} val_ppl {:.2f}", s, val, std::exp(val));

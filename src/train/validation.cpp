@@ -13,7 +13,7 @@ Validator::Validator(const Recipe& r, const Tokenizer& tok)
   targets_.resize(inputs_.size());
 }
 
-double Validator::loss(Transformer& model) {
+double Validator::loss(Transformer& model, PipelineRunner* pipeline, Communicator& pp) {
   data_.restore(start_);
   double sum = 0;
   for (int b = 0; b < batches_; ++b) {
@@ -23,6 +23,10 @@ double Validator::loss(Transformer& model) {
         inputs_[size_t(i) * seq_ + t] = windows_[size_t(i) * (seq_ + 1) + t];
         targets_[size_t(i) * seq_ + t] = windows_[size_t(i) * (seq_ + 1) + t + 1];
       }
+    if (pipeline) {
+      sum += pp.all_reduce_scalar(pipeline->forward_loss(inputs_.data(), targets_.data()), ReduceOp::sum);
+      continue;
+    }
     model.forward(inputs_.data(), micro_batch_, seq_);
     sum += model.loss(targets_.data());
   }

@@ -6,6 +6,7 @@
 
 #include "data/training_data.h"
 #include "model/transformer.h"
+#include "train/pipeline_runner.h"
 
 namespace llmrun {
 
@@ -13,7 +14,8 @@ class Validator {
  public:
   Validator(const Recipe& r, const Tokenizer& tok);
   // Mean cross-entropy per token over the validation batches.
-  double loss(Transformer& model);
+  // With a pipeline the stages run the forward in turn and pp sums the last stage's loss.
+  double loss(Transformer& model, PipelineRunner* pipeline, Communicator& pp);
   size_t tokens() const { return data_.tokens(); }
 
  private:

@@ -122,7 +122,10 @@ void ZeroOptimizer::release(int b, Phase phase) {
     // Sums across tensor-parallel ranks come before the data-parallel reduction: each
     // micro-batch's gradient under ZeRO-2/3 (reduced one by one), the accumulated one otherwise.
     if (stage_ >= 2 || last_micro) model_.reduce_partial_grads(b);
-    if (stage_ >= 2) {
+    if (model_.tied_across_stages(b)) {
+      // Waits for finish_gradients: the tied table's two stages exchange gradients there, once
+      // both backwards are done (here the last stage would wait on the first one's backward).
+    } else if (stage_ >= 2) {
       Tensor full = grads.bucket(b);
       Tensor recv = recv_storage_[b].as(DType::f32, {shard_numel_[b]});
       reduces_.push_back({b, dp_.ireduce_scatter(full, recv), full, recv});
@@ -180,6 +183,14 @@ Tensor owned_grad(const BucketStore& grads, const std::vector<Buffer>& grad_shar
 
 double ZeroOptimizer::finish_gradients() {
   drain_reduces(true);
+  for (int b = 0; b < model_.params().num_buckets(); ++b) {
+    if (!model_.tied_across_stages(b)) continue;
+    model_.sync_tied_grads(b);
+    if (dp_.size() > 1) {
+      Tensor full = model_.grads().bucket(b);
+      wait(stage_ == 0 ? *dp_.iall_reduce(full, ReduceOp::sum) : *dp_.ireduce_scatter(full, full.flat(0, shard_numel_[b])));
+    }
+  }
   double sq = 0;
   for (int b = 0; b < model_.params().num_buckets(); ++b) {
     const Tensor g = owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b);

@@ -60,6 +60,10 @@ LAYOUTS=(
   "tp2 2 parallel.tp=2"
   "tp4-sp 4 parallel.tp=4 parallel.sequence_parallel=true"
   "tp2-dp2-zero3-sp 4 parallel.tp=2 parallel.zero=3 parallel.sequence_parallel=true"
+  "pp2-1f1b 2 parallel.pp=2"
+  "pp4-gpipe 4 parallel.pp=4 parallel.pp_schedule=gpipe"
+  "pp2-interleaved 2 parallel.pp=2 parallel.pp_schedule=interleaved parallel.virtual_stages=2"
+  "tp2-pp2-dp2-zero1-sp 8 parallel.tp=2 parallel.pp=2 parallel.zero=1 parallel.sequence_parallel=true"
 )
 if [ "${LLMRUN_TEST_FULL:-0}" = 1 ]; then
   LAYOUTS+=(
@@ -67,6 +71,11 @@ if [ "${LLMRUN_TEST_FULL:-0}" = 1 ]; then
     "tp2-sp 2 parallel.tp=2 parallel.sequence_parallel=true"
     "tp2-dp2-zero1 4 parallel.tp=2 parallel.zero=1"
     "tp2-dp2-zero2 4 parallel.tp=2 parallel.zero=2"
+    "pp4-1f1b 4 parallel.pp=4"
+    "pp2-gpipe-uneven 2 parallel.pp=2 parallel.pp_schedule=gpipe parallel.pp_layers=[3,1]"
+    "pp2-dp2 4 parallel.pp=2"
+    "tp2-pp2 4 parallel.tp=2 parallel.pp=2 memory.recompute=selective"
+    "tp4-pp2-sp 8 parallel.tp=4 parallel.pp=2 parallel.sequence_parallel=true memory.recompute=full"
   )
 fi
 for arch in gpt2 llama; do
@@ -109,4 +118,6 @@ reshard() {  # NAME FROM_NPROC FROM_SETTINGS -- TO_NPROC TO_SETTINGS
 reshard reshard-tp2-to-tp4 2 parallel.tp=2 -- 4 parallel.tp=4 parallel.sequence_parallel=true
 reshard reshard-tp4-to-tp1 4 parallel.tp=4 -- 1
 reshard reshard-tp2dp2z3-to-tp2 4 parallel.tp=2 parallel.zero=3 -- 2 parallel.tp=2
+reshard reshard-tp2pp2dp2-to-pp4 8 parallel.tp=2 parallel.pp=2 parallel.zero=1 -- 4 parallel.pp=4
+reshard reshard-pp4-to-tp4 4 parallel.pp=4 -- 4 parallel.tp=4
 echo "model parallel: all layouts match the single-rank run"
