@@ -3,10 +3,13 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/convert.h"
 #include "cli/commands.h"
 #include "comm/launcher.h"
+#include "plan/from_recipe.h"
 #include "recipe/recipe.h"
 #include "train/trainer.h"
+#include "util/error.h"
 
 namespace llmrun::cli {
 
@@ -16,7 +19,20 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   bool dry_run = false;
   int nproc = 0;
+  std::string gpu_mem;
 };
+
+// The planner models every layout; the trainer runs data parallelism (ZeRO 0-3) so far.
+void refuse_layouts_the_trainer_lacks(const Recipe& r) {
+  auto refuse = [&](const std::string& key, const std::string& what) {
+    throw UserError(r.source + ": " + key + ": " + what +
+                    " is not in this trainer yet (llmrun plan models it; train with the default)");
+  };
+  if (r.parallel.tp > 1) refuse("parallel.tp", "tensor parallelism");
+  if (r.parallel.pp > 1) refuse("parallel.pp", "pipeline parallelism");
+  if (r.parallel.sequence_parallel) refuse("parallel.sequence_parallel", "sequence parallelism");
+  if (r.memory.recompute != "none") refuse("memory.recompute", "activation recompute");
+}
 }  // namespace
 
 Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) {
@@ -26,6 +42,9 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
   app->add_option("--set", args->overrides, "Override a recipe value, e.g. --set train.lr=1e-3 (repeatable)");
   app->add_flag("--dry-run", args->dry_run, "Print the resolved recipe with derived values and exit");
   app->add_option("--nproc", args->nproc, "Ranks to start (same as --set launch.nproc=N)")->check(CLI::PositiveNumber);
+  app->add_option("--gpu-mem", args->gpu_mem,
+                  "Per-rank memory budget, e.g. 80GB (same as --set memory.budget_bytes=...): refuse to start when "
+                  "llmrun plan predicts a rank will not fit");
   return {app, [args, argv]() {
             const LaunchEnvironment env = detect_launch_environment();
             std::vector<std::string> overrides = args->overrides;
@@ -34,11 +53,15 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
               overrides.push_back("launch.nproc=" + std::to_string(env.world_size));
             else if (args->nproc > 0)
               overrides.push_back("launch.nproc=" + std::to_string(args->nproc));
+            if (!args->gpu_mem.empty())
+              overrides.push_back("memory.budget_bytes=" + std::to_string(parse_byte_size(args->gpu_mem, "--gpu-mem")));
             Recipe r = load_recipe(args->recipe, overrides);
             if (args->dry_run) {
               std::fputs(describe_recipe(r).c_str(), stdout);
               return 0;
             }
+            refuse_layouts_the_trainer_lacks(r);
+            check_recipe_memory_budget(r);  // the same prediction and message as llmrun plan
             if (!env.under_launcher && r.launch.nproc > 1)
               return run_under_mpirun(r.launch.nproc, r.launch.mpirun_args, argv);
             run_training(r, env);

@@ -63,12 +63,18 @@ struct ParallelSection {
   int tp = 1, pp = 1;
   int dp = 1;    // resolved: `auto` (the default) fills launch.nproc / (tp * pp)
   int zero = 0;  // 0: all-reduce gradients; 1: shard optimizer state; 2: + gradients; 3: + parameters
+  bool sequence_parallel = false;
+  std::string pp_schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  int virtual_stages = 1;            // model chunks per pipeline rank (interleaved)
+  std::vector<int> pp_layers;        // blocks per virtual stage; empty: an even split
 };
 
 struct MemorySection {
   std::string offload_optimizer = "none";  // none | cpu | nvme
   std::string nvme_path;                   // directory for nvme offload files
   int64_t offload_buffer_mb = 64;          // nvme: staging memory for streaming the state
+  std::string recompute = "none";          // none | selective | full
+  int64_t budget_bytes = 0;                // per-rank device memory; > 0: refuse layouts predicted not to fit
 };
 
 struct LaunchSection {

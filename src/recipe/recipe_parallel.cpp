@@ -4,14 +4,28 @@
 
 #include <climits>
 
+#include "ckpt/convert.h"
+#include "parallel/schedule.h"
 #include "recipe/recipe_internal.h"
+#include "util/error.h"
 
 namespace llmrun::recipe_detail {
 
 namespace {
 void read_memory(const MapReader& top, Locator& loc, const std::filesystem::path& base, Recipe& r) {
-  const MapReader mem(top.node("memory"), "memory", loc, {"offload"},
-                      {{"recompute", "activation recompute is not in this build yet"}});
+  const MapReader mem(top.node("memory"), "memory", loc, {"offload", "recompute", "budget_bytes"});
+  r.memory.recompute = mem.string("recompute").value_or("none");
+  if (r.memory.recompute != "none" && r.memory.recompute != "selective" && r.memory.recompute != "full")
+    loc.fail("memory.recompute", "'" + r.memory.recompute + "' is not one of none, selective, full");
+  if (mem.has("budget_bytes")) {
+    const YAML::Node b = mem.node("budget_bytes");
+    if (!b.IsScalar()) loc.fail("memory.budget_bytes", "expected a size such as 80GB or 80000000000, got " + show(b));
+    try {
+      r.memory.budget_bytes = int64_t(parse_byte_size(b.Scalar(), "memory.budget_bytes"));
+    } catch (const UserError&) {
+      loc.fail("memory.budget_bytes", "'" + b.Scalar() + "' is not a size such as 80GB, 512MB, 1GiB or a byte count");
+    }
+  }
   const MapReader o(mem.has("offload") ? mem.node("offload") : YAML::Node(), "memory.offload", loc, {"optimizer", "nvme_path", "buffer_mb"},
                     {{"params", "parameter offload is not in this build yet"}});
   r.memory.offload_optimizer = o.string("optimizer").value_or("none");
@@ -46,15 +60,25 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
       r.launch.mpirun_args.push_back(read_string(args[i], "launch.mpirun_args." + std::to_string(i), loc));
   }
 
-  const MapReader p(top.node("parallel"), "parallel", loc, {"tp", "pp", "dp", "zero"},
-                    {{"sequence_parallel", "tensor parallelism is not in this build"},
-                     {"pp_schedule", "pipeline parallelism is not in this build"},
-                     {"virtual_stages", "pipeline parallelism is not in this build"}});
+  const MapReader p(top.node("parallel"), "parallel", loc,
+                    {"tp", "pp", "dp", "zero", "sequence_parallel", "pp_schedule", "virtual_stages", "pp_layers"});
   r.parallel.tp = int(p.integer("tp", 1, 1 << 20).value_or(1));
   r.parallel.pp = int(p.integer("pp", 1, 1 << 20).value_or(1));
-  if (r.parallel.tp != 1) loc.fail("parallel.tp", "tensor parallelism is not in this build yet; use tp: 1");
-  if (r.parallel.pp != 1) loc.fail("parallel.pp", "pipeline parallelism is not in this build yet; use pp: 1");
   r.parallel.zero = int(p.integer("zero", 0, 3).value_or(0));
+  r.parallel.sequence_parallel = p.boolean("sequence_parallel").value_or(false);
+  r.parallel.pp_schedule = p.string("pp_schedule").value_or("1f1b");
+  try {
+    parse_pipeline_schedule(r.parallel.pp_schedule);
+  } catch (const UserError& e) {
+    loc.fail("parallel.pp_schedule", e.what());
+  }
+  r.parallel.virtual_stages = int(p.integer("virtual_stages", 1, 1 << 20).value_or(1));
+  if (p.has("pp_layers")) {
+    const YAML::Node list = p.node("pp_layers");
+    if (!list.IsSequence()) loc.fail("parallel.pp_layers", "expected a list of block counts, one per virtual stage, got " + show(list));
+    for (size_t i = 0; i < list.size(); ++i)
+      r.parallel.pp_layers.push_back(int(read_integer(list[i], "parallel.pp_layers." + std::to_string(i), loc, 1, 1 << 20)));
+  }
   const int model_ranks = r.parallel.tp * r.parallel.pp;
   const bool dp_auto = !p.has("dp") || (p.node("dp").IsScalar() && p.node("dp").Scalar() == "auto");
   if (dp_auto) {
