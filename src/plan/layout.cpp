@@ -49,9 +49,8 @@ std::optional<LayoutProblem> layout_problem(const TrainingShape& s, const Traini
   if (m.ffn % l.tp != 0)
     return LayoutProblem{"parallel.tp", "model.ffn=" + std::to_string(m.ffn) + " is not divisible by " + tp};
   if (l.zero >= 2 && l.pp > 1)
-    return LayoutProblem{"parallel.zero", "ZeRO-" + std::to_string(l.zero) +
-                                              " shards gradients across micro-batches, which pipeline parallelism "
-                                              "keeps in flight: use zero 0 or 1 with pp=" + std::to_string(l.pp)};
+    return LayoutProblem{"parallel.zero", "ZeRO-2/3 shard gradients across micro-batches, which pipeline "
+                                          "parallelism keeps in flight: use zero 0 or 1 with pp > 1"};
   if (l.sequence_parallel && l.tp == 1)
     return LayoutProblem{"parallel.sequence_parallel", "needs parallel.tp > 1 (it shards along tensor-parallel ranks)"};
   if (l.sequence_parallel && (int64_t(s.micro_batch) * m.seq_len) % l.tp != 0)

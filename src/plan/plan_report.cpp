@@ -1,5 +1,6 @@
 #include "plan/plan_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -231,13 +232,18 @@ std::string search_text(const LayoutSearch& s, int nproc, int top) {
   std::ostringstream o;
   o << "layouts for " << nproc << " ranks: " << s.considered << " considered, " << s.ranked.size() << " valid, "
     << s.considered - static_cast<int>(s.ranked.size()) << " excluded\n";
-  o << "rank  layout                                          step s      tokens/s    MFU    bubble  peak bytes/rank\n";
+  size_t width = 6;
+  for (int i = 0; i < static_cast<int>(s.ranked.size()) && i < top; ++i)
+    width = std::max(width, s.ranked[i].layout.describe().size() + 2);
+  std::string header = "rank  layout";
+  header.resize(6 + width, ' ');
+  o << header << "step s      tokens/s    MFU    bubble  peak bytes/rank\n";
   for (int i = 0; i < static_cast<int>(s.ranked.size()) && i < top; ++i) {
     const RankedLayout& r = s.ranked[i];
     std::string line = std::to_string(i + 1);
     line.resize(6, ' ');
     line += r.layout.describe();
-    line.resize(54, ' ');
+    line.resize(6 + width, ' ');
     auto col = [&](const std::string& c, size_t w) {
       line += c;
       line.resize(line.size() + (c.size() < w ? w - c.size() : 1), ' ');

@@ -69,7 +69,7 @@ expect_exit 2 "--gpu-mem lots: expected a size" "$LLMRUN" plan r.yaml --gpu-mem 
 "$LLMRUN" plan r.yaml --search --nproc 4 --peak-flops 1e11 --json search.json > search.txt || { cat search.txt; fail "search"; }
 grep -qE "^layouts for 4 ranks: [0-9]+ considered, [0-9]+ valid, [0-9]+ excluded$" search.txt || { cat search.txt; fail "search header"; }
 grep -qE "^1     tp" search.txt || fail "no ranked layout"
-grep -q "parallel.zero: ZeRO-2 shards gradients across micro-batches" search.txt || fail "zero/pp exclusion"
+grep -q "parallel.zero: ZeRO-2/3 shard gradients across micro-batches" search.txt || fail "zero/pp exclusion"
 grep -q "with dp=1 every stage is ZeRO-0" search.txt || fail "dp1 zero exclusion"
 /usr/bin/python3 - <<'PY' || fail "search JSON"
 import json

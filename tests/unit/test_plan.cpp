@@ -224,7 +224,7 @@ TEST(PlanSearch, RanksValidLayoutsAndSaysWhyOthersAreOut) {
   };
   EXPECT_TRUE(has_reason("model.heads=4 is not divisible by tp=8"));
   EXPECT_TRUE(has_reason("pipeline stages but the model has only 4 layers"));  // pp 8, or pp 4 x V 2
-  EXPECT_TRUE(has_reason("ZeRO-2 shards gradients"));
+  EXPECT_TRUE(has_reason("ZeRO-2/3 shard gradients"));
   EXPECT_TRUE(has_reason("with dp=1 every stage is ZeRO-0"));
   for (const RankedLayout& r : s.ranked) {
     EXPECT_EQ(r.layout.world(), 8);

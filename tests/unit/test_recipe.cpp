@@ -378,7 +378,7 @@ TEST_F(RecipeTest, ModelParallelLayouts) {
              "parallel.tp: model.heads=2 is not divisible by tp=4");
   EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=4"})),
              "parallel.pp: pp x virtual_stages = 4 pipeline stages but the model has only 2 layers");
-  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.zero=2"})), "parallel.zero: ZeRO-2 shards gradients");
+  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.zero=2"})), "parallel.zero: ZeRO-2/3 shard gradients");
   EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.pp_layers=[1, 2]"})),
              "parallel.pp_layers sums to 3 blocks but model.layers is 2");
   EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.virtual_stages=2",
