@@ -31,6 +31,11 @@ assert a["full"] < a["selective"] < a["none"], a
 assert p["micro_batches"] == 8 and p["step"]["step_s"] > 0
 PY
 
+# Without --peak-flops the step time uses this machine's measured sgemm peak.
+"$LLMRUN" plan r.yaml > measured.txt || fail "plan with the measured peak"
+grep -qE "^predicted step \(peak [0-9.e+]+ FLOP/s per rank from this machine's CPU with [0-9]+ threads per rank" measured.txt ||
+  { cat measured.txt; fail "measured peak"; }
+
 # dp 2, ZeRO-1: the moments halve; reduce-scatter + all-gather of the padded buckets.
 "$LLMRUN" plan r.yaml --nproc 2 --set parallel.zero=1 --peak-flops 1e11 > dp.txt || fail "plan dp2"
 grep -qE "^  optimizer \(AdamW m\+v\) +173824 " dp.txt || { cat dp.txt; fail "ZeRO-1 optimizer bytes"; }
