@@ -1,5 +1,7 @@
 #include "model/param_layout.h"
 
+#include <algorithm>
+
 namespace llmrun {
 
 int64_t ParamSpec::numel() const {
@@ -24,7 +26,10 @@ ModelConfig tp_block_config(const ModelConfig& cfg, int tp) {
 }
 
 std::pair<int64_t, int64_t> vocab_range(int64_t vocab, int tp, int rank) {
-  return {vocab * rank / tp, vocab * (rank + 1) / tp};
+  // The first vocab % tp ranks hold one row more.
+  const int64_t base = vocab / tp, extra = vocab % tp;
+  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
+  return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
 namespace {

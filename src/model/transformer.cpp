@@ -25,13 +25,6 @@ Transformer::Transformer(Backend& backend, const ModelConfig& cfg, const StoreOp
   LLMRUN_CHECK(tp_size == shard_.tp, "Transformer: tensor-parallel group size differs from the shard's tp");
 }
 
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::none;
-  if (name == "selective") return Recompute::selective;
-  LLMRUN_CHECK(name == "full", "unknown recompute mode " + name);
-  return Recompute::full;
-}
-
 void Transformer::init_weights(uint64_t seed) {
   const float std_normal = 0.02f;
   const float std_residual = 0.02f / std::sqrt(2.0f * cfg_.layers);

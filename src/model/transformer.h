@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "model/bucket_store.h"
+#include "model/recompute.h"
 #include "model/transformer_block.h"
 
 namespace llmrun {
@@ -37,12 +38,6 @@ struct StoreOptions {
   bool allocate_params = true;
   bool allocate_grads = true;
 };
-
-// Activation recompute (Megatron's): `full` keeps only each block's input and re-runs the
-// block's forward before its backward; `selective` keeps everything but the attention core's
-// output, recomputed from the stored q/k/v. Either gives bitwise the same numbers.
-enum class Recompute { none, selective, full };
-Recompute parse_recompute(const std::string& name);  // none | selective | full
 
 // The part of the model this rank holds and the tensor-parallel group it shares it with.
 struct ModelParallel {

@@ -71,6 +71,7 @@ struct ParallelSection {
 
 struct MemorySection {
   std::string recompute = "none";  // none | selective (attention) | full (whole blocks)
+  int64_t budget_bytes = 0;        // per-rank device memory; > 0: refuse layouts predicted not to fit
   std::string offload_optimizer = "none";  // none | cpu | nvme
   std::string nvme_path;                   // directory for nvme offload files
   int64_t offload_buffer_mb = 64;          // nvme: staging memory for streaming the state

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "plan/from_recipe.h"
+#include "plan/memory_budget.h"
 #include "recipe/recipe.h"
 
 namespace llmrun {
@@ -124,8 +126,16 @@ std::string describe_recipe(const Recipe& r) {
   o << "logging:\n  every: " << r.logging.every << "\n  metrics: " << str(r.logging.metrics)
     << "\n";
   o << "parallel:\n  tp: " << r.parallel.tp << "\n  pp: " << r.parallel.pp << "\n  dp: " << r.parallel.dp
-    << "\n  zero: " << r.parallel.zero << "\n";
-  o << "memory:\n  offload:\n    optimizer: " << r.memory.offload_optimizer << "\n";
+    << "\n  zero: " << r.parallel.zero << "\n  sequence_parallel: " << (r.parallel.sequence_parallel ? "true" : "false")
+    << "\n  pp_schedule: " << r.parallel.pp_schedule << "\n  virtual_stages: " << r.parallel.virtual_stages << "\n";
+  if (!r.parallel.pp_layers.empty()) {
+    o << "  pp_layers: [";
+    for (size_t i = 0; i < r.parallel.pp_layers.size(); ++i) o << (i ? ", " : "") << r.parallel.pp_layers[i];
+    o << "]\n";
+  }
+  o << "memory:\n  recompute: " << r.memory.recompute << "\n";
+  if (r.memory.budget_bytes > 0) o << "  budget_bytes: " << r.memory.budget_bytes << "\n";
+  o << "  offload:\n    optimizer: " << r.memory.offload_optimizer << "\n";
   if (!r.memory.nvme_path.empty()) o << "    nvme_path: " << str(r.memory.nvme_path) << "\n";
   o << "    buffer_mb: " << r.memory.offload_buffer_mb << "\n";
   o << "launch:\n  nproc: " << r.launch.nproc << "\n  timeout_s: " << num(r.launch.timeout_s)
@@ -146,16 +156,16 @@ std::string describe_recipe(const Recipe& r) {
     << "  total_tokens: " << num(double(r.tokens_per_step()) * double(t.steps)) << "\n"
     << "  flops_per_token: " << num(flops_token) << "  # " << human(flops_token, kFlops) << "\n"
     << "  flops_per_step: " << num(flops_step) << "  # " << human(flops_step, kFlops) << "\n";
-  // ZeRO's fp32 accounting per rank: 4 bytes a parameter each for weights and gradients, 8 for
-  // AdamW's moments; stage 1 shards the moments, 2 also the gradients, 3 also the weights.
-  const double psi = double(m.param_count()), n = r.parallel.dp;
-  const int z = r.parallel.zero;
-  const double params = 4 * psi / (z >= 3 ? n : 1), grads = 4 * psi / (z >= 2 ? n : 1),
-               optim = 8 * psi / (z >= 1 ? n : 1);
-  o << "  memory_per_rank:  # ZeRO-" << z << " over dp=" << r.parallel.dp << ", before activations\n"
-    << "    params: " << num(params) << "  # " << human(params, kBytes) << "\n"
-    << "    grads: " << num(grads) << "  # " << human(grads, kBytes) << "\n"
-    << "    optimizer: " << num(optim) << "  # " << human(optim, kBytes) << "\n";
+  // The planner's per-rank memory (llmrun plan prints the whole breakdown).
+  const std::vector<StageMemory> stages = plan_memory(training_shape(r), training_layout(r));
+  const StageMemory& top = peak_stage(stages);
+  o << "  memory_per_rank:  # ZeRO-" << r.parallel.zero << " over dp=" << r.parallel.dp << ", pipeline stage "
+    << top.stage << " (the largest; llmrun plan shows every stage)\n"
+    << "    params: " << num(top.params) << "  # " << human(top.params, kBytes) << "\n"
+    << "    grads: " << num(top.grads) << "  # " << human(top.grads, kBytes) << "\n"
+    << "    optimizer: " << num(top.optimizer) << "  # " << human(top.optimizer, kBytes) << "\n"
+    << "    activations: " << num(top.activations) << "  # " << human(top.activations, kBytes) << "\n"
+    << "    peak: " << num(top.peak) << "  # " << human(top.peak, kBytes) << "\n";
   return o.str();
 }
 

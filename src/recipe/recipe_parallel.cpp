@@ -4,6 +4,7 @@
 
 #include <climits>
 
+#include "ckpt/convert.h"
 #include "parallel/schedule.h"
 #include "recipe/recipe_internal.h"
 #include "util/error.h"
@@ -12,7 +13,16 @@ namespace llmrun::recipe_detail {
 
 namespace {
 void read_memory(const MapReader& top, Locator& loc, const std::filesystem::path& base, Recipe& r) {
-  const MapReader mem(top.node("memory"), "memory", loc, {"offload", "recompute"});
+  const MapReader mem(top.node("memory"), "memory", loc, {"offload", "recompute", "budget_bytes"});
+  if (mem.has("budget_bytes")) {
+    const YAML::Node b = mem.node("budget_bytes");
+    if (!b.IsScalar()) loc.fail("memory.budget_bytes", "expected a size such as 80GB or 80000000000, got " + show(b));
+    try {
+      r.memory.budget_bytes = int64_t(parse_byte_size(b.Scalar(), "memory.budget_bytes"));
+    } catch (const UserError&) {
+      loc.fail("memory.budget_bytes", "'" + b.Scalar() + "' is not a size such as 80GB, 512MB, 1GiB or a byte count");
+    }
+  }
   r.memory.recompute = mem.string("recompute").value_or("none");
   if (r.memory.recompute != "none" && r.memory.recompute != "selective" && r.memory.recompute != "full")
     loc.fail("memory.recompute", "'" + r.memory.recompute + "' is not one of none, selective, full");
@@ -37,47 +47,6 @@ void read_memory(const MapReader& top, Locator& loc, const std::filesystem::path
 }
 }  // namespace
 
-// Whether the model splits the way parallel.tp / pp ask; every refusal says why.
-void check_model_parallel(const Recipe& r, Locator& loc) {
-  const ParallelSection& p = r.parallel;
-  const ModelConfig& m = r.model;
-  auto need = [&](bool ok, const std::string& what) {
-    if (!ok) loc.fail("parallel.tp", what);
-  };
-  const std::string tp = "tp=" + std::to_string(p.tp);
-  need(m.heads % p.tp == 0, tp + " does not divide model.heads=" + std::to_string(m.heads));
-  need(m.kv_heads % p.tp == 0 || p.tp % m.kv_heads == 0,
-       tp + " and model.kv_heads=" + std::to_string(m.kv_heads) + ": one must divide the other");
-  need(m.ffn % p.tp == 0, tp + " does not divide model.ffn=" + std::to_string(m.ffn));
-  need(m.vocab >= p.tp, tp + " exceeds model.vocab");
-  if (p.sequence_parallel && (int64_t(r.train.micro_batch) * m.seq_len) % p.tp != 0)
-    loc.fail("parallel.sequence_parallel", "train.micro_batch x model.seq_len = " +
-                                               std::to_string(int64_t(r.train.micro_batch) * m.seq_len) +
-                                               " tokens do not divide by " + tp);
-  if (p.pp_schedule != "gpipe" && p.pp_schedule != "1f1b" && p.pp_schedule != "interleaved")
-    loc.fail("parallel.pp_schedule", "'" + p.pp_schedule + "' is not one of gpipe, 1f1b, interleaved");
-  if (p.pp_schedule == "interleaved" && p.virtual_stages < 2)
-    loc.fail("parallel.virtual_stages", "the interleaved schedule needs virtual_stages >= 2");
-  if (p.pp_schedule != "interleaved" && p.virtual_stages != 1)
-    loc.fail("parallel.virtual_stages", "only the interleaved schedule runs several model chunks per stage");
-  const int chunks = p.pp * p.virtual_stages;
-  if (m.layers < chunks)
-    loc.fail("parallel.pp", std::to_string(m.layers) + " blocks cannot fill pp x virtual_stages = " +
-                                std::to_string(chunks) + " pipeline stages");
-  if (!p.pp_layers.empty()) {
-    if (p.virtual_stages != 1) loc.fail("parallel.pp_layers", "uneven splits work with one model chunk per stage");
-    int total = 0;
-    for (int n : p.pp_layers) total += n;
-    if (int(p.pp_layers.size()) != p.pp || total != m.layers)
-      loc.fail("parallel.pp_layers", "needs " + std::to_string(p.pp) + " block counts summing to model.layers=" +
-                                         std::to_string(m.layers));
-  }
-  if (p.pp > 1 && p.zero >= 2)
-    loc.fail("parallel.zero", "ZeRO-" + std::to_string(p.zero) +
-                                  " shards gradients or parameters per layer, which pipeline stages cannot do; "
-                                  "use zero: 0 or 1 with pp > 1");
-}
-
 void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::path& base, Recipe& r) {
   read_memory(top, loc, base, r);
   const MapReader l(top.node("launch"), "launch", loc, {"nproc", "mpirun_args", "timeout_s"});
@@ -99,6 +68,11 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
   par.zero = int(p.integer("zero", 0, 3).value_or(0));
   par.sequence_parallel = p.boolean("sequence_parallel").value_or(false);
   par.pp_schedule = p.string("pp_schedule").value_or("1f1b");
+  try {
+    parse_pipeline_schedule(par.pp_schedule);
+  } catch (const UserError& e) {
+    loc.fail("parallel.pp_schedule", e.what());
+  }
   par.virtual_stages = int(p.integer("virtual_stages", 1, 1 << 10).value_or(1));
   if (p.has("pp_layers")) {
     const YAML::Node layers = p.node("pp_layers");
@@ -106,7 +80,6 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
     for (size_t i = 0; i < layers.size(); ++i)
       par.pp_layers.push_back(int(read_integer(layers[i], "parallel.pp_layers." + std::to_string(i), loc, 1, 1 << 20)));
   }
-  check_model_parallel(r, loc);
   const int model_ranks = r.parallel.tp * r.parallel.pp;
   const bool dp_auto = !p.has("dp") || (p.node("dp").IsScalar() && p.node("dp").Scalar() == "auto");
   if (dp_auto) {
@@ -129,16 +102,6 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
              std::to_string(r.train.global_batch) + " is not a multiple of train.micro_batch x parallel.dp = " +
                  std::to_string(per_step),
              "train.micro_batch");
-  if (r.parallel.pp > 1 && r.train.global_batch % per_step == 0) {
-    // The pipeline's micro-batches are the step's gradient-accumulation steps.
-    const PipelineShape shape{r.parallel.pp, int(r.train.global_batch / per_step), r.parallel.virtual_stages};
-    try {
-      check_pipeline_shape(parse_pipeline_schedule(r.parallel.pp_schedule), shape);
-    } catch (const UserError& e) {
-      loc.fail("parallel.pp_schedule", std::string(e.what()) + " (micro-batches per step = train.global_batch / "
-                                       "(train.micro_batch x parallel.dp) = " + std::to_string(shape.micro_batches) + ")");
-    }
-  }
 }
 
 }  // namespace llmrun::recipe_detail

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "plan/from_recipe.h"
 #include "recipe/recipe_internal.h"
 
 namespace llmrun::recipe_detail {
@@ -144,6 +145,13 @@ void check_train(const TrainSection& t, const Locator& loc) {
   if (t.clip < 0) loc.fail("train.clip", "must be >= 0 (0 disables clipping), got " + num(t.clip));
 }
 
+// The tp x pp x dp layout must fit the model and batch (the planner's rules, so `llmrun plan
+// --search` and a recipe agree on what is valid).
+void check_layout(const Recipe& r, const Locator& loc) {
+  if (const auto problem = layout_problem(training_shape(r), training_layout(r)))
+    loc.fail(problem->key, problem->reason);
+}
+
 void check_outputs(const Recipe& r, const Locator& loc) {
   std::error_code ec;
   if (!r.checkpoint.dir.empty()) {
@@ -170,6 +178,7 @@ void validate_recipe(const Recipe& r, const Locator& loc) {
   check_model(r.model, loc);
   check_data(r, loc);
   check_train(r.train, loc);
+  check_layout(r, loc);
   check_outputs(r, loc);
 }
 

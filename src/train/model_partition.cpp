@@ -1,19 +1,16 @@
 #include "train/model_partition.h"
 
+#include "parallel/stage_layers.h"
+
 namespace llmrun {
 
 PipelinePartition pipeline_partition(const Recipe& r) {
   PipelinePartition p;
   p.stages = r.parallel.pp;
   p.chunks = r.parallel.virtual_stages;
-  const int n = p.stages * p.chunks, layers = r.model.layers;
   p.first_block.push_back(0);
-  for (int v = 0; v < n; ++v) {
-    // pp_layers when given; otherwise as even as possible, earlier stages taking the extra
-    // blocks (the last stage also runs the head and the loss).
-    const int count = r.parallel.pp_layers.empty() ? layers / n + (v < layers % n ? 1 : 0) : r.parallel.pp_layers[size_t(v)];
+  for (int count : virtual_stage_layers(r.model.layers, p.stages, p.chunks, r.parallel.pp_layers))
     p.first_block.push_back(p.first_block.back() + count);
-  }
   return p;
 }
 

@@ -324,18 +324,22 @@ TEST_F(RecipeTest, UnwritableOutputs) {
 }
 
 TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
-  EXPECT_HAS(error_of(kGpt2 + "parallel:\n  tp: 3\n"), at(10, 7) + "parallel.tp: tp=3 does not divide model.heads=4");
+  EXPECT_HAS(error_of(kGpt2 + "parallel:\n  tp: 3\n"), at(10, 7) + "parallel.tp: model.heads=4 is not divisible by tp=3");
   EXPECT_HAS(error_of(kGpt2 + "parallel: {tp: 4}\nlaunch: {nproc: 4}\n", {"model.ffn=6"}),
-             "parallel.tp: tp=4 does not divide model.ffn=6");
+             "parallel.tp: model.ffn=6 is not divisible by tp=4");
   EXPECT_HAS(error_of(kGpt2 + "parallel: {tp: 2, sequence_parallel: true}\nlaunch: {nproc: 2}\n",
                       {"train.micro_batch=1", "model.seq_len=31"}),
-             "parallel.sequence_parallel: train.micro_batch x model.seq_len = 31 tokens do not divide by tp=2");
+             "parallel.sequence_parallel: micro_batch x seq_len = 31 tokens do not split evenly over tp=2");
   EXPECT_HAS(error_of(kGpt2 + "memory: {recompute: some}\n"),
              "memory.recompute: 'some' is not one of none, selective, full");
+  EXPECT_HAS(error_of(kGpt2 + "memory: {budget_bytes: lots}\n"),
+             "memory.budget_bytes: 'lots' is not a size such as 80GB");
   EXPECT_HAS(error_of(kGpt2 + "memory: {offload: {optimizer: nvme}}\n"),
              "memory.offload.nvme_path: missing");
   EXPECT_HAS(error_of(kGpt2 + "memory: {offload: {optimizer: disk}}\n"),
              "memory.offload.optimizer: 'disk' is not one of none, cpu, nvme");
+  EXPECT_HAS(error_of(kGpt2 + "parallel: {sequence_parallel: true}\n"),
+             "parallel.sequence_parallel: needs parallel.tp > 1");
   EXPECT_HAS(error_of(kGpt2 + "precision: {fp8: {enabled: false}}\n"),
              "precision.fp8: not supported");
   EXPECT_HAS(
@@ -361,6 +365,35 @@ TEST_F(RecipeTest, CheckpointCadenceAndResume) {
              at(10, 10) + "checkpoint.every: needs checkpoint.dir");
   EXPECT_HAS(error_of(kGpt2 + "checkpoint: {resume: auto}\n"), "checkpoint.resume: needs checkpoint.dir");
   EXPECT_HAS(error_of(kGpt2 + "checkpoint: {dir: out, keep: -1}\n"), "checkpoint.keep");
+}
+
+// Model-parallel layouts load (llmrun plan models them) when they fit the model and batch;
+// the reasons for refusing one name the key to change.
+TEST_F(RecipeTest, ModelParallelLayouts) {
+  const std::vector<std::string> four = {"launch.nproc=4", "train.global_batch=8", "train.micro_batch=2"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), four.begin(), four.end());
+    return extra;
+  };
+  const Recipe r = load_recipe(write("r.yaml", kGpt2), with({"parallel.tp=2", "parallel.pp=2", "memory.recompute=full",
+                                                              "parallel.sequence_parallel=true", "memory.budget_bytes=2GiB"}));
+  EXPECT_EQ(r.parallel.dp, 1);
+  EXPECT_EQ(r.memory.recompute, "full");
+  EXPECT_EQ(r.memory.budget_bytes, int64_t(2) << 30);
+  EXPECT_HAS(error_of(kGpt2, with({"parallel.tp=4", "model.heads=2", "model.d_model=64"})),
+             "parallel.tp: model.heads=2 is not divisible by tp=4");
+  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=4"})),
+             "parallel.pp: pp x virtual_stages = 4 pipeline stages but the model has only 2 layers");
+  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.zero=2"})), "parallel.zero: ZeRO-2/3 shard gradients");
+  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.pp_layers=[1, 2]"})),
+             "parallel.pp_layers sums to 3 blocks but model.layers is 2");
+  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.virtual_stages=2",
+                                   "model.layers=4", "train.global_batch=6"})),
+             "train.global_batch: 6 is not a multiple of train.micro_batch x parallel.dp = 4");
+  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.virtual_stages=2",
+                                   "model.layers=4", "parallel.dp=2", "parallel.tp=1", "train.global_batch=4"})),
+             "parallel.virtual_stages: pipeline schedule interleaved: the micro-batches per step (1) must be a multiple of parallel.pp (2)");
+  EXPECT_HAS(error_of(kGpt2, with({"parallel.virtual_stages=2"})), "parallel.virtual_stages: needs parallel.pp_schedule=interleaved");
 }
 
 TEST_F(RecipeTest, SetOverridesApplyWithTheSameChecks) {
@@ -395,7 +428,9 @@ TEST_F(RecipeTest, BadSetIsRejected) {
   EXPECT_HAS(error_of(kGpt2, {"train..steps=3"}), "--set train..steps=3: empty name");
   EXPECT_HAS(error_of(kGpt2, {"model.foo=1"}), "--set model.foo=1: model.foo: unknown key");
   EXPECT_HAS(error_of(kGpt2, {"modle.layers=1"}), "--set modle.layers=1: modle: unknown key");
-  EXPECT_HAS(error_of(kGpt2, {"parallel.tp=3"}), "--set parallel.tp=3: parallel.tp: tp=3 does not divide model.heads=4");
+  EXPECT_HAS(error_of(kGpt2, {"parallel.tp=3"}), "--set parallel.tp=3: parallel.tp: model.heads=4 is not divisible by tp=3");
+  EXPECT_HAS(error_of(kGpt2, {"parallel.pp_schedule=zigzag"}),
+             "--set parallel.pp_schedule=zigzag: parallel.pp_schedule: unknown pipeline schedule 'zigzag'");
   EXPECT_HAS(error_of(kGpt2, {"model.layers.x=1"}),
              "--set model.layers.x=1: model.layers: holds the value '2', it has no key 'x'");
   EXPECT_HAS(error_of(kGpt2, {"train.lr=[1"}), "--set train.lr=[1: cannot parse the value");

@@ -1,0 +1,23 @@
+#pragma once
+// The per-rank memory budget: the refusal that `llmrun plan` and `llmrun train` print when a
+// rank is predicted not to fit. (Sizes such as 80GB are read by ckpt/convert.h's parse_byte_size.)
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/memory_model.h"
+
+namespace llmrun {
+
+// "1.2 GB (1234567890 bytes)"
+std::string format_bytes(double bytes);
+
+// The stage with the largest predicted peak.
+const StageMemory& peak_stage(const std::vector<StageMemory>& stages);
+
+// Empty when every rank fits `budget_bytes` (or the budget is 0); else the refusal message,
+// which names the rank, its predicted peak and what it consists of, and ways to shrink it.
+std::string memory_budget_problem(const std::vector<StageMemory>& stages, const TrainingLayout& l,
+                                  int64_t budget_bytes);
+
+}  // namespace llmrun

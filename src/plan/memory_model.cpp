@@ -1,0 +1,155 @@
+#include "plan/memory_model.h"
+
+#include <algorithm>
+
+#include "parallel/stage_layers.h"
+#include "util/error.h"
+
+namespace llmrun {
+
+int64_t vocab_rows(int64_t vocab, int tp, int rank) { return vocab / tp + (rank < vocab % tp ? 1 : 0); }
+
+namespace {
+
+// One tensor-parallel rank's shapes for one micro-batch.
+struct RankDims {
+  bool gpt2;
+  int64_t d, f, vocab, seq, mb;
+  int64_t heads, qkv_cols, attn_cols, up_cols;
+  int64_t n, n_seq;  // tokens of a micro-batch; of them, the rows of a sequence-parallel shard
+};
+
+RankDims rank_dims(const TrainingShape& s, const TrainingLayout& l) {
+  const ModelConfig& m = s.model;
+  RankDims x{};
+  x.gpt2 = m.arch == Arch::gpt2;
+  x.d = m.d_model;
+  x.f = m.ffn / l.tp;
+  x.vocab = vocab_rows(m.vocab, l.tp, 0);
+  x.seq = m.seq_len;
+  x.mb = s.micro_batch;
+  x.heads = m.heads / l.tp;
+  const int64_t kv = std::max(m.kv_heads / l.tp, 1);
+  x.qkv_cols = (x.heads + 2 * kv) * m.head_dim();
+  x.attn_cols = x.heads * m.head_dim();
+  x.up_cols = x.gpt2 ? x.f : 2 * x.f;
+  x.n = x.mb * x.seq;
+  x.n_seq = l.sequence_parallel ? x.n / l.tp : x.n;
+  return x;
+}
+
+int64_t block_params(const RankDims& x) {
+  const int64_t d = x.d;
+  if (x.gpt2)  // ln_1, c_attn (+bias), c_proj (+replicated bias), ln_2, c_fc (+bias), c_proj (+replicated bias)
+    return 2 * d + x.qkv_cols * d + x.qkv_cols + d * x.attn_cols + d + 2 * d + x.f * d + x.f + d * x.f + d;
+  return 2 * d + x.qkv_cols * d + d * x.attn_cols + 2 * x.f * d + d * x.f;  // norms, qkv, o, gate|up, down
+}
+
+// Floats one block keeps from its forward for its backward (one micro-batch).
+double block_saved(const RankDims& x, Recompute r) {
+  const double input = double(x.n_seq) * x.d;
+  if (r == Recompute::full) return input;  // everything else is rebuilt from the block's input
+  // norm outputs with their mean and rstd, qkv after RoPE, mid residual, up/gate and activation.
+  double f = input + 2 * (double(x.n_seq) * x.d + 2.0 * x.n_seq) + double(x.n) * x.qkv_cols + double(x.n_seq) * x.d +
+             double(x.n) * x.up_cols + double(x.n) * x.f;
+  if (r == Recompute::none) f += double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq;  // attention out, LSE
+  return f;
+}
+
+}  // namespace
+
+std::vector<StageMemory> plan_memory(const TrainingShape& s, const TrainingLayout& l) {
+  if (const auto problem = layout_problem(s, l)) throw UserError(problem->key + ": " + problem->reason);
+  const ModelConfig& m = s.model;
+  const RankDims x = rank_dims(s, l);
+  const int P = l.pp, V = l.virtual_stages, M = micro_batches_per_step(s, l);
+  const std::vector<int> per_virtual = virtual_stage_layers(m.layers, P, V, l.pp_layers);
+  const PipelineShape pipe{P, M, V};
+  const bool pipelined = P > 1;
+  const double param_bytes = s.compute == "fp32" ? 4 : 2;
+  const double master_bytes = s.compute == "fp32" ? 0 : 4;  // fp32 weights are their own master copy
+  auto padded = [&](int64_t n) { return (n + l.dp - 1) / l.dp * l.dp; };
+
+  std::vector<StageMemory> out;
+  for (int p = 0; p < P; ++p) {
+    StageMemory st;
+    st.stage = p;
+    st.embedding = p == 0;
+    st.head = p == P - 1;
+    std::vector<std::vector<int>> chunks;
+    for (int c = 0; c < V; ++c) {
+      chunks.push_back(chunk_blocks(per_virtual, P, p, c));
+      st.blocks.insert(st.blocks.end(), chunks.back().begin(), chunks.back().end());
+    }
+
+    // Parameters, bucket by bucket.
+    std::vector<int64_t> buckets;
+    if (st.embedding) buckets.push_back(x.vocab * x.d + (x.gpt2 ? int64_t(m.seq_len) * x.d : 0));
+    for (size_t i = 0; i < st.blocks.size(); ++i) buckets.push_back(block_params(x));
+    if (st.head) {
+      int64_t n = x.gpt2 ? 2 * x.d : x.d;  // final norm
+      if (!m.tie_embeddings || pipelined) n += x.vocab * x.d;  // head, or the last stage's tied copy
+      buckets.push_back(n);
+    }
+    for (int64_t n : buckets) {
+      st.param_elements += padded(n);
+      st.largest_bucket = std::max(st.largest_bucket, padded(n));
+    }
+    st.buckets = static_cast<int>(buckets.size());
+    st.shard_elements = st.param_elements / l.dp;
+    const double owned = double(l.zero >= 1 ? st.shard_elements : st.param_elements);
+    st.params = param_bytes * double(l.zero >= 3 ? st.shard_elements : st.param_elements);
+    st.grads = 4.0 * double(l.zero >= 2 ? st.shard_elements : st.param_elements);
+    const double optimizer = (8 + master_bytes) * owned;
+    (s.offload_optimizer == "none" ? st.optimizer : st.optimizer_offloaded) = optimizer;
+    // ZeRO-2/3: each bucket's full gradient lives in a slot until its reduce-scatter is done
+    // (one per bucket at most), ZeRO-3 adds the gathered parameters in use and the prefetched
+    // ones (and a tied token table held from the embedding to the head); plus one shard-sized
+    // receive buffer per bucket.
+    if (l.zero >= 2) {
+      int slots = st.buckets;
+      if (l.zero == 3) slots += 2 + (m.tie_embeddings && !pipelined ? 1 : 0);
+      st.buffers = 4.0 * (double(slots) * double(st.largest_bucket) + double(st.shard_elements));
+    }
+
+    // Activations. A unit is one micro-batch through one chunk; the last virtual stage also
+    // keeps the final residual (the head's input).
+    const int last_virtual = P * V - 1;
+    auto unit_floats = [&](int chunk, Recompute r) {
+      double f = double(chunks[chunk].size()) * block_saved(x, r);
+      if (virtual_stage(pipe, p, chunk) == last_virtual) f += double(x.n_seq) * x.d;
+      return f;
+    };
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+      for (int c = 0; c < V; ++c) st.act_per_micro[static_cast<int>(r)] += 4.0 * unit_floats(c, r);
+    // Walk this stage's instruction list: a forward adds its unit, a backward frees it.
+    const PipelineSchedule sched = pipelined ? l.schedule : PipelineSchedule::one_f_one_b;
+    st.max_in_flight = max_in_flight(sched, pipe, p);
+    double alive = 0;
+    for (const PipeOp& op : pipeline_ops(sched, pipe, p)) {
+      if (op.kind == PipeOpKind::forward) alive += 4.0 * unit_floats(op.chunk, l.recompute);
+      if (op.kind == PipeOpKind::backward) alive -= 4.0 * unit_floats(op.chunk, l.recompute);
+      st.act_in_flight = std::max(st.act_in_flight, alive);
+    }
+    double ws = double(x.n) /*positions*/ + double(x.n_seq) * x.d /*residual gradient*/;
+    if (!st.blocks.empty()) {
+      // Backward scratch shared by all blocks: d_norm, d_attn, d_qkv, d_act, d_up.
+      ws += double(x.n) * (x.d + x.attn_cols + x.qkv_cols + x.f + x.up_cols);
+      if (l.recompute == Recompute::selective) ws += double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq;
+      if (l.recompute == Recompute::full) ws += block_saved(x, Recompute::none) - double(x.n_seq) * x.d;
+    }
+    if (st.embedding) ws += double(x.n);  // token ids
+    // The head runs forward, loss and backward back to back: its buffers exist once.
+    if (st.head) ws += double(x.n) * x.d + 2.0 * x.n_seq + double(x.n) * x.vocab + 2.0 * x.n;  // norm, stats, logits, losses, targets
+    if (pipelined) ws += 2.0 * double(x.n_seq) * x.d;  // activation and gradient arriving from neighbours
+    st.act_workspace = 4.0 * ws;
+    st.activations = st.act_in_flight + st.act_workspace;
+    st.peak = st.params + st.grads + st.optimizer + st.buffers + st.activations;
+    st.kv_cache_per_sequence = 2.0 * 4.0 * double(st.blocks.size()) * double(std::max(m.kv_heads / l.tp, 1)) *
+                               m.head_dim() * double(m.seq_len);
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+}  // namespace llmrun

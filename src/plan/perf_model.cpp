@@ -1,0 +1,68 @@
+#include "plan/perf_model.h"
+
+#include <algorithm>
+
+#include "parallel/pipeline_sim.h"
+#include "plan/comm_model.h"
+#include "plan/memory_model.h"
+#include "util/error.h"
+
+namespace llmrun {
+
+StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l, const PerfAssumptions& a) {
+  if (!(a.peak_flops > 0) || !(a.bandwidth > 0) || !(a.tp_bandwidth > 0))
+    throw UserError("plan: the peak FLOP/s and bandwidths must be positive");
+  const ModelConfig& m = s.model;
+  const std::vector<StageMemory> mem = plan_memory(s, l);
+  const std::vector<StageComm> comm = plan_communication(s, l);
+  const int M = micro_batches_per_step(s, l);
+  const double tokens = double(s.micro_batch) * m.seq_len;
+  // Per token, one tensor-parallel rank's forward FLOPs of one block and of the head.
+  const double heads = double(m.heads / l.tp), kv = std::max(m.kv_heads / l.tp, 1), hd = m.head_dim();
+  const double d = m.d_model, f = double(m.ffn / l.tp), up = m.arch == Arch::gpt2 ? f : 2 * f;
+  const double block_weights = (heads + 2 * kv) * hd * d + d * heads * hd + up * d + d * f;
+  const double attention_fwd = 4.0 * m.seq_len * heads * hd;
+  const double block_fwd = 2.0 * block_weights + attention_fwd;
+  const double head_fwd = 2.0 * double(vocab_rows(m.vocab, l.tp, 0)) * d;
+  double recompute = 0;
+  if (l.recompute == Recompute::full) recompute = block_fwd;
+  if (l.recompute == Recompute::selective) recompute = attention_fwd;
+  const double act = 4.0 * tokens * d;
+  const double T = l.tp > 1 ? 2.0 * (l.tp - 1) / l.tp : 0.0;  // all-reduce bytes sent per byte
+
+  StepPrediction p;
+  for (const StageMemory& st : mem) {
+    const double blocks = double(st.blocks.size());
+    double fwd = tokens * (blocks * block_fwd + (st.head ? head_fwd : 0)) / a.peak_flops;
+    double bwd = tokens * (blocks * (2 * block_fwd + recompute) + (st.head ? 2 * head_fwd : 0)) / a.peak_flops;
+    const double tp_each = 2 * blocks * act * T / a.tp_bandwidth;  // two all-reduces per block each way
+    fwd += tp_each;
+    bwd += tp_each;
+    if (fwd + bwd > p.forward_s + p.backward_s) {
+      p.forward_s = fwd;
+      p.backward_s = bwd;
+      p.tp_comm_s = 2 * tp_each * M;
+    }
+  }
+  p.compute_s = (p.forward_s + p.backward_s) * M;
+  if (l.pp > 1) {
+    const double msg = (l.sequence_parallel ? act / l.tp : act) / a.bandwidth;
+    const PipelineSimulation sim = simulate_pipeline(l.schedule, {l.pp, M, l.virtual_stages}, p.forward_s,
+                                                     p.backward_s, msg);
+    p.pipeline_s = sim.makespan;
+    p.bubble = sim.bubble_fraction;
+  } else {
+    p.pipeline_s = p.compute_s;
+  }
+  for (const StageComm& c : comm) {
+    p.dp_comm_s = std::max(p.dp_comm_s, c.sent_outside_pipeline() / a.bandwidth);
+  }
+  p.step_s = p.pipeline_s + p.dp_comm_s;
+  const double step_tokens = double(s.global_batch) * m.seq_len;
+  p.tokens_per_s = step_tokens / p.step_s;
+  p.model_flops = m.train_flops_per_token(m.seq_len) * step_tokens;
+  p.mfu = p.model_flops / (p.step_s * l.world() * a.peak_flops);
+  return p;
+}
+
+}  // namespace llmrun
