@@ -324,7 +324,7 @@ TEST_F(RecipeTest, UnwritableOutputs) {
 }
 
 TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
-  EXPECT_HAS(error_of(kGpt2 + "parallel:\n  tp: 3\n"), at(10, 7) + "parallel.tp: model.heads=4 is not divisible by tp=3");
+  EXPECT_HAS(error_of(kGpt2 + "parallel:\n  tp: 3\nlaunch: {nproc: 3}\n"), at(10, 7) + "parallel.tp: model.heads=4 is not divisible by tp=3");
   EXPECT_HAS(error_of(kGpt2 + "parallel: {tp: 4}\nlaunch: {nproc: 4}\n", {"model.ffn=6"}),
              "parallel.tp: model.ffn=6 is not divisible by tp=4");
   EXPECT_HAS(error_of(kGpt2 + "parallel: {tp: 2, sequence_parallel: true}\nlaunch: {nproc: 2}\n",
@@ -428,7 +428,7 @@ TEST_F(RecipeTest, BadSetIsRejected) {
   EXPECT_HAS(error_of(kGpt2, {"train..steps=3"}), "--set train..steps=3: empty name");
   EXPECT_HAS(error_of(kGpt2, {"model.foo=1"}), "--set model.foo=1: model.foo: unknown key");
   EXPECT_HAS(error_of(kGpt2, {"modle.layers=1"}), "--set modle.layers=1: modle: unknown key");
-  EXPECT_HAS(error_of(kGpt2, {"parallel.tp=3"}), "--set parallel.tp=3: parallel.tp: model.heads=4 is not divisible by tp=3");
+  EXPECT_HAS(error_of(kGpt2, {"parallel.tp=3", "launch.nproc=3"}), "--set parallel.tp=3: parallel.tp: model.heads=4 is not divisible by tp=3");
   EXPECT_HAS(error_of(kGpt2, {"parallel.pp_schedule=zigzag"}),
              "--set parallel.pp_schedule=zigzag: parallel.pp_schedule: unknown pipeline schedule 'zigzag'");
   EXPECT_HAS(error_of(kGpt2, {"model.layers.x=1"}),
