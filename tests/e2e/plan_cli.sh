@@ -91,8 +91,8 @@ grep -q "predicted peak memory per rank above the budget of 400.00 KB" tight.txt
 expect_exit 2 "no layout of 4 ranks can train" "$LLMRUN" plan r.yaml --search --nproc 4 --gpu-mem 1KB --peak-flops 1e11
 expect_exit 2 "plan --search needs --nproc" "$LLMRUN" plan r.yaml --search
 
-# Layouts the planner models but the trainer does not run yet are refused before starting.
-expect_exit 2 "parallel.pp: pipeline parallelism is not in this trainer yet" "$LLMRUN" train r.yaml --nproc 2 --set parallel.pp=2
-expect_exit 2 "memory.recompute: activation recompute is not in this trainer yet" "$LLMRUN" train r.yaml --set memory.recompute=full
+# Layouts that cannot work are refused before launch, by plan and train alike.
+expect_exit 2 "parallel.tp: model.heads=4 is not divisible by tp=8" "$LLMRUN" train r.yaml --nproc 8 --set parallel.tp=8
+expect_exit 2 "parallel.zero: ZeRO-2/3" "$LLMRUN" train r.yaml --nproc 2 --set parallel.pp=2 --set parallel.zero=2
 expect_exit 2 "parallel.tp: model.heads=4 is not divisible by tp=8" "$LLMRUN" plan r.yaml --nproc 8 --set parallel.tp=8
 echo "plan CLI ok"
