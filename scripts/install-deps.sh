@@ -12,6 +12,7 @@ PACKAGES=(
   nodejs
   libgtest-dev googletest
   python3-torch python3-numpy
+  librsvg2-bin
 )
 
 missing=()
