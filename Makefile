@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps configure build test demo format clean
+.PHONY: deps configure build test test-slurm demo format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -15,6 +15,11 @@ build: configure
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j 2
+
+# The Slurm integration test alone (also part of `make test`): starts a private munge +
+# slurmctld + slurmd, runs scripts/slurm/train.sbatch through two requeues, stops them.
+test-slurm: build
+	@bash tests/slurm/run.sh $(BUILD)/llmrun .
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)/llmrun
