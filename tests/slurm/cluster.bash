@@ -32,7 +32,7 @@ slurm_up() {
   export SLURM_CONF=$d/etc/slurm.conf
   node=$(hostname -s)
   cpus=$(nproc); [ "$cpus" -ge 2 ] || cpus=2
-  mkdir -p "$d"/{munge,state,spool,log,run/munge,etc}
+  mkdir -p "$d"/{munge,state,spool,log,run/munge,etc,pmix}
   chmod 700 "$d/munge"; chmod 755 "$d/run/munge" "$d/run" "$d"
   mungekey -c -k "$d/munge/munge.key" 2>"$d/log/mungekey.log" || { SLURM_UP_ERROR="mungekey failed: $(cat "$d/log/mungekey.log")"; return 1; }
   munged --key-file="$d/munge/munge.key" --socket="$d/run/munge/munge.socket.2" --pid-file="$d/run/munge/munged.pid" \
@@ -49,8 +49,12 @@ slurm_up() {
 NodeName=$node Name=gpu File=/dev/null
 NodeName=$node Name=gpu File=/dev/zero
 GRES
+  # Two clusters on one machine (two test runs at once) must not share PMIx's per-job temp
+  # dirs, which are named by job id: a private base dir, and job ids that differ anyway.
+  echo "PMIxCliTmpDirBase=$d/pmix" > "$d/etc/mpi.conf"
   cat > "$d/etc/slurm.conf" <<CONF
 ClusterName=llmrun-test
+FirstJobId=$(( (RANDOM % 9000 + 1000) * 100 ))
 SlurmctldHost=$node(127.0.0.1)
 SlurmctldPort=$(_free_port)
 SlurmdPort=$(_free_port)
