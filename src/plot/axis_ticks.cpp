@@ -39,6 +39,7 @@ AxisTicks nice_ticks(double data_min, double data_max, int target, bool integer)
 }
 
 std::string format_tick(double value, const AxisTicks& ticks) {
+  if (value == 0) return "0";
   const char* suffix = "";
   double scale = 1;
   const double step = ticks.step;
