@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps configure build test test-full demo format clean
+.PHONY: deps configure build test test-full test-slurm demo format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -13,8 +13,15 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# CTest does not print a skipped test's output; its reason ("SKIPPED: ...") is shown after.
 test: build
-	@cd $(BUILD) && ctest --output-on-failure -j 2
+	@cd $(BUILD) && { ctest --output-on-failure -j 2; rc=$$?; \
+	  grep -h '^SKIPPED:' Testing/Temporary/LastTest.log 2>/dev/null; exit $$rc; }
+
+# The Slurm integration test alone (also part of `make test`): starts a private munge +
+# slurmctld + slurmd, runs scripts/slurm/train.sbatch through two requeues, stops them.
+test-slurm: build
+	@bash tests/slurm/run.sh $(BUILD)/llmrun .
 
 # The whole tensor x pipeline x data parallel equivalence matrix (CI runs a subset).
 test-full: build

@@ -12,6 +12,8 @@ PACKAGES=(
   nodejs
   libgtest-dev googletest
   python3-torch python3-numpy
+  librsvg2-bin      # rsvg-convert: `llmrun plot -o curves.png`
+  slurm-wlm munge   # the Slurm integration test (tests/slurm) starts a private cluster
 )
 
 missing=()

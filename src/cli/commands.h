@@ -22,5 +22,6 @@ Command add_serve_command(CLI::App& root);
 Command add_bench_command(CLI::App& root);
 Command add_data_command(CLI::App& root);
 Command add_plan_command(CLI::App& root);
+Command add_plot_command(CLI::App& root);
 
 }  // namespace llmrun::cli

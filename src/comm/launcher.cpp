@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -30,13 +31,35 @@ LaunchEnvironment detect_launch_environment() {
     e.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1);
     e.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", e.world_size);
   } else if (std::getenv("PMIX_RANK") || (std::getenv("SLURM_PROCID") && std::getenv("SLURM_STEP_ID"))) {
-    // srun --mpi=pmix starts each rank directly.
+    // srun --mpi=pmix starts each rank directly. The step's own counts come first: a step
+    // may use fewer tasks than its job (SLURM_NTASKS in a batch script is the job's).
     e.under_launcher = true;
     e.launcher = "srun";
-    e.world_size = env_int("SLURM_NTASKS", env_int("PMIX_SIZE", 1));
-    e.local_size = env_int("SLURM_NTASKS_PER_NODE", env_int("SLURM_STEP_NUM_TASKS", e.world_size));
+    e.world_size = env_int("SLURM_STEP_NUM_TASKS", env_int("SLURM_NTASKS", env_int("PMIX_SIZE", 1)));
+    const char* per_node = std::getenv("SLURM_STEP_TASKS_PER_NODE");
+    const int here = per_node ? slurm_tasks_on_node(per_node, env_int("SLURM_NODEID", 0)) : 0;
+    e.local_size = here > 0 ? here : env_int("SLURM_NTASKS_PER_NODE", e.world_size);
   }
   return e;
+}
+
+int slurm_tasks_on_node(const std::string& tasks_per_node, int node_id) {
+  // Comma-separated groups "COUNT" or "COUNT(xREPEAT)", in node order.
+  int node = 0;
+  size_t pos = 0;
+  while (pos < tasks_per_node.size()) {
+    size_t end = tasks_per_node.find(',', pos);
+    if (end == std::string::npos) end = tasks_per_node.size();
+    const std::string group = tasks_per_node.substr(pos, end - pos);
+    int count = 0, repeat = 1;
+    char close = 0;
+    const int fields = std::sscanf(group.c_str(), "%d(x%d%c", &count, &repeat, &close);
+    if (fields < 1 || count <= 0 || (fields > 1 && (fields != 3 || close != ')' || repeat <= 0))) return 0;
+    if (node_id < node + repeat) return count;
+    node += repeat;
+    pos = end + 1;
+  }
+  return 0;
 }
 
 int threads_per_rank(int local_ranks) {

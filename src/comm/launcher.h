@@ -16,6 +16,10 @@ struct LaunchEnvironment {
 
 LaunchEnvironment detect_launch_environment();
 
+// This node's task count from Slurm's compressed per-node list (SLURM_STEP_TASKS_PER_NODE,
+// e.g. "4", "2(x3),1"), for node index node_id (SLURM_NODEID); 0 when it cannot be read.
+int slurm_tasks_on_node(const std::string& tasks_per_node, int node_id);
+
 // Runs `mpirun -np nproc [extra args] <this binary> <args>` and returns its exit status.
 // Running as root adds Open MPI's explicit permission; more ranks than cores adds
 // --oversubscribe. SIGTERM/SIGINT to this process reach the ranks as SIGUSR1, which mpirun
