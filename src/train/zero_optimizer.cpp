@@ -180,7 +180,11 @@ double ZeroOptimizer::finish_gradients() {
   double sq = 0;
   for (int b = 0; b < model_.params().num_buckets(); ++b)
     sq += be_.sum_squares(owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b));
-  if (stage_ > 0) sq = dp_.all_reduce_scalar(sq, ReduceOp::sum);
+  if (stage_ > 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    sq = dp_.all_reduce_scalar(sq, ReduceOp::sum);
+    comm_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   return std::sqrt(sq);
 }
 
