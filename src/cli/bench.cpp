@@ -92,7 +92,7 @@ int bench_serve(BenchServeArgs& a) {
 }
 }  // namespace
 
-Command add_bench_command(CLI::App& root) {
+Command add_bench_command(CLI::App& root, const std::vector<std::string>& argv) {
   auto a = std::make_shared<BenchServeArgs>();
   CLI::App* bench = root.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
@@ -109,8 +109,11 @@ Command add_bench_command(CLI::App& root) {
   app->add_option("--threads", a->threads, "With --model-dir: CPU threads for the model")->check(CLI::NonNegativeNumber);
   app->add_option("--max-num-seqs", a->max_num_seqs, "With --model-dir: running batch limit")->check(CLI::Range(1, 4096));
   app->add_option("--max-batched-tokens", a->max_batched_tokens, "With --model-dir: tokens per step")->check(CLI::Range(1, 1 << 20));
-  return {bench, [a, app]() {
-            if (!app->parsed()) throw UserError("bench: choose a benchmark (serve)");
+  const std::vector<Command> others = {add_bench_train_command(*bench, argv), add_bench_kernels_command(*bench)};
+  return {bench, [a, app, others]() {
+            for (const Command& c : others)
+              if (c.app->parsed()) return c.run();
+            if (!app->parsed()) throw UserError("bench: choose a benchmark (serve, train, kernels)");
             return bench_serve(*a);
           }};
 }

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
       llmrun::cli::add_train_command(app, args), llmrun::cli::add_generate_command(app),
       llmrun::cli::add_data_command(app),        llmrun::cli::add_convert_command(app),
       llmrun::cli::add_eval_command(app),        llmrun::cli::add_serve_command(app),
-      llmrun::cli::add_bench_command(app),
+      llmrun::cli::add_bench_command(app, args),
       llmrun::cli::add_plan_command(app),
       llmrun::cli::add_plot_command(app)};
   try {

@@ -1,6 +1,29 @@
 #include "train/train_step.h"
 
+#include <chrono>
+
 namespace llmrun {
+
+namespace {
+// Times one phase of the step: wall time minus the communication waits inside it, which
+// go to comm_wait instead, so the breakdown adds up without double counting.
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(const ZeroOptimizer& opt)
+      : opt_(opt), t0_(std::chrono::steady_clock::now()), c0_(opt.comm_wait_seconds()) {}
+  void stop(double& phase, double& comm_wait) const {
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    const double waited = opt_.comm_wait_seconds() - c0_;
+    phase += wall - waited;
+    comm_wait += waited;
+  }
+
+ private:
+  const ZeroOptimizer& opt_;
+  std::chrono::steady_clock::time_point t0_;
+  double c0_;
+};
+}  // namespace
 
 TrainStep::TrainStep(Transformer& model, ZeroOptimizer& opt, Communicator& dp, const LrSchedule& lr,
                      const StepShape& shape, PipelineRunner* pipeline, Communicator* pp)
@@ -18,6 +41,7 @@ StepStats TrainStep::run(const BatchSource& next_batch) {
   // Every rank scales by the tokens of the whole step, so summing gradients across ranks
   // gives the mean over the global batch: the same numbers as one rank doing it all.
   const double tokens = double(B) * T * shape_.accum * dp_.size();
+  StepStats s;
   opt_.begin_step(shape_.accum);
   double loss_sum = 0;
   const size_t n = size_t(B) * T;
@@ -35,14 +59,32 @@ StepStats TrainStep::run(const BatchSource& next_batch) {
       targets.push_back(targets_.data() + at);
       continue;
     }
+    const PhaseTimer forward(opt_);
     model_.forward(inputs_.data(), B, T);
+    forward.stop(s.forward_s, s.comm_wait_s);
+    const PhaseTimer backward(opt_);
     loss_sum += model_.backward(targets_.data(), float(1.0 / tokens));
+    backward.stop(s.backward_s, s.comm_wait_s);
   }
-  if (pipeline_) loss_sum = pp_->all_reduce_scalar(pipeline_->run(inputs, targets, float(1.0 / tokens)), ReduceOp::sum);
+  if (pipeline_) {
+    // Forwards and backwards interleave by the schedule: the run counts as backward, less the
+    // time spent waiting on other stages (pipeline idle) and on reductions.
+    const double idle0 = pipeline_->idle_seconds();
+    const PhaseTimer run(opt_);
+    loss_sum = pipeline_->run(inputs, targets, float(1.0 / tokens));
+    run.stop(s.backward_s, s.comm_wait_s);
+    s.pipeline_idle_s = pipeline_->idle_seconds() - idle0;
+    s.backward_s -= s.pipeline_idle_s;
+    const auto t_pp = std::chrono::steady_clock::now();
+    loss_sum = pp_->all_reduce_scalar(loss_sum, ReduceOp::sum);
+    s.comm_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_pp).count();
+  }
 
-  StepStats s;
   s.step = opt_.steps_taken() + 1;
+  const auto t_loss = std::chrono::steady_clock::now();
   s.loss = dp_.all_reduce_scalar(loss_sum, ReduceOp::sum) / tokens;
+  s.comm_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_loss).count();
+  const PhaseTimer optimizer(opt_);
   s.grad_norm = opt_.finish_gradients();
   // torch.nn.utils.clip_grad_norm_'s rule, so runs compare step for step with PyTorch.
   if (shape_.clip > 0) {
@@ -51,6 +93,7 @@ StepStats TrainStep::run(const BatchSource& next_batch) {
   }
   s.lr = lr_.at(s.step);
   opt_.step(float(s.lr));
+  optimizer.stop(s.optimizer_s, s.comm_wait_s);
   return s;
 }
 

@@ -17,6 +17,12 @@ struct StepStats {
   double loss = 0;       // mean cross-entropy over the step's tokens on all ranks
   double grad_norm = 0;  // before clipping
   double lr = 0;
+  // Where this rank's step time went, in seconds (steady_clock). The parts do not overlap:
+  // forward, backward and optimizer exclude the communication waits that happen inside them
+  // (ZeRO gathers, gradient reductions, the loss and norm all-reduces), which are comm_wait_s.
+  // What is left of the step (batch assembly) is in none of them.
+  double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0;
+  double pipeline_idle_s = 0;  // pipeline bubbles; 0 while there is no pipeline parallelism
 };
 
 struct StepShape {

@@ -54,7 +54,7 @@ class RankBatches {
 
 }  // namespace
 
-void run_training(const Recipe& r, const LaunchEnvironment& env) {
+void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingObserver& observer) {
   std::optional<MpiRuntime> mpi;
   Topology topo = Topology::single();
   if (env.under_launcher) {
@@ -120,7 +120,6 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
   const auto t_start = std::chrono::steady_clock::now();
   for (int64_t s = first_step; s <= r.train.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
-    const double comm0 = opt.comm_wait_seconds(), idle0 = pipeline ? pipeline->idle_seconds() : 0;
     StepReport rep;
     batches.start_step();
     rep.stats = step.run([&](int32_t* windows) { batches.next(windows, r.train.micro_batch); });
@@ -129,14 +128,15 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
     rep.step_seconds = std::chrono::duration<double>(t1 - t0).count();
     rep.tokens_per_s = double(r.tokens_per_step()) / rep.step_seconds;
     rep.mfu = flops_per_token * rep.tokens_per_s / (peak.flops * world);
-    rep.comm_share = (opt.comm_wait_seconds() - comm0) / rep.step_seconds;
-    if (pipeline) rep.pipeline_idle = (pipeline->idle_seconds() - idle0) / rep.step_seconds;
+    rep.comm_share = rep.stats.comm_wait_s / rep.step_seconds;
+    rep.pipeline_idle = rep.stats.pipeline_idle_s / rep.step_seconds;
     rep.memory = opt.memory();
     rep.activation_bytes = model.activation_bytes();
     rep.multi_rank = world > 1;
     const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
     rep.eta_seconds = elapsed / double(s - first_step + 1) * double(r.train.steps - s);
     const bool logged = s % r.logging.every == 0 || s == r.train.steps || s == 1;
+    if (observer.on_step) observer.on_step(rep);
     if (topo.is_logger()) {
       progress.update(rep, logged);
       if (logged) metrics->write(rep);
@@ -167,6 +167,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
     }
   }
   progress.finish();
+  if (observer.on_finish) observer.on_finish({topo.world(), peak.flops, backend->threads()});
   if (first_step > r.train.steps)
     spdlog::info("the checkpoint is at step {}, train.steps is {}: nothing to train", first_step - 1, r.train.steps);
 

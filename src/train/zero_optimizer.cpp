@@ -202,8 +202,10 @@ double ZeroOptimizer::finish_gradients() {
       sq += be_.sum_squares(g.flat(begin - lo, end - begin)) / spec.shard.replicas;
     }
   }
+  const auto t0 = std::chrono::steady_clock::now();
   if (stage_ > 0) sq = dp_.all_reduce_scalar(sq, ReduceOp::sum);
   for (Communicator* group : norm_groups_) sq = group->all_reduce_scalar(sq, ReduceOp::sum);
+  comm_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return std::sqrt(sq);
 }
 

@@ -1,0 +1,127 @@
+#include "bench/kernel_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <vector>
+
+#include "train/peak_flops.h"
+
+namespace llmrun {
+
+namespace {
+
+// Median seconds of `repeat` calls after one untimed call (first-touch, thread start-up).
+double time_median(Backend& be, int repeat, const std::function<void()>& call) {
+  call();
+  be.synchronize();
+  std::vector<double> t;
+  for (int i = 0; i < repeat; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    be.synchronize();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
+
+Tensor filled(Backend& be, std::vector<Buffer>& keep, std::initializer_list<int64_t> dims, float value) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  keep.push_back(be.allocate(size_t(n) * 4));
+  Tensor t = keep.back().as(DType::f32, dims);
+  be.fill(t, value);
+  return t;
+}
+
+struct Projection {
+  const char* name;
+  int64_t out, in;  // weight [out, in]
+};
+
+}  // namespace
+
+nlohmann::json run_kernel_bench(Backend& be, const ModelConfig& cfg, const KernelBenchOptions& o) {
+  const PeakFlops peak = measured_peak_flops(be);
+  const int64_t M = int64_t(o.micro_batch) * cfg.seq_len, d = cfg.d_model, hd = cfg.head_dim();
+  const int64_t q_cols = int64_t(cfg.heads) * hd, qkv_cols = int64_t(cfg.heads + 2 * cfg.kv_heads) * hd;
+  const int64_t up_cols = cfg.arch == Arch::gpt2 ? cfg.ffn : 2 * int64_t(cfg.ffn);  // Llama: gate and up in one
+  const std::vector<Projection> projections = {
+      {"qkv", qkv_cols, d}, {"out", d, q_cols}, {"up", up_cols, d}, {"down", d, cfg.ffn}, {"lm_head", cfg.vocab, d}};
+
+  nlohmann::json rows = nlohmann::json::array();
+  auto record = [&](const std::string& name, const std::string& shape, double flops, double seconds) {
+    rows.push_back({{"kernel", name},
+                    {"shape", shape},
+                    {"flops", flops},
+                    {"median_ms", seconds * 1e3},
+                    {"gflops", flops / seconds / 1e9},
+                    {"peak_fraction", flops / seconds / peak.flops}});
+  };
+  auto mnk = [](int64_t m, int64_t n, int64_t k) {
+    return "M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k);
+  };
+
+  for (const Projection& p : projections) {
+    std::vector<Buffer> keep;
+    const Tensor x = filled(be, keep, {M, p.in}, 0.01f), w = filled(be, keep, {p.out, p.in}, 0.02f);
+    const Tensor y = filled(be, keep, {M, p.out}, 0.0f), dy = filled(be, keep, {M, p.out}, 0.01f);
+    const Tensor dx = filled(be, keep, {M, p.in}, 0.0f), dw = filled(be, keep, {p.out, p.in}, 0.0f);
+    const double flops = 2.0 * double(M) * double(p.out) * double(p.in);
+    const std::string name = p.name;
+    // The same calls as the model: y = x W^T, dx = dy W, dW += dy^T x.
+    record(name + " fwd", mnk(M, p.out, p.in), flops, time_median(be, o.repeat, [&] { be.matmul(y, x, w, false, true); }));
+    record(name + " bwd dx", mnk(M, p.in, p.out), flops,
+           time_median(be, o.repeat, [&] { be.matmul(dx, dy, w, false, false); }));
+    record(name + " bwd dW", mnk(p.out, p.in, M), flops,
+           time_median(be, o.repeat, [&] { be.matmul(dw, dy, x, true, false, 1.0f, 1.0f); }));
+  }
+
+  {
+    std::vector<Buffer> keep;
+    AttentionShape s;
+    s.batch = o.micro_batch;
+    s.seq = cfg.seq_len;
+    s.heads = cfg.heads;
+    s.kv_heads = cfg.kv_heads;
+    s.head_dim = int(hd);
+    const Tensor qkv = filled(be, keep, {M, qkv_cols}, 0.01f), out = filled(be, keep, {M, q_cols}, 0.0f);
+    const Tensor lse = filled(be, keep, {s.batch, s.heads, s.seq}, 0.0f);
+    const Tensor dout = filled(be, keep, {M, q_cols}, 0.01f), dqkv = filled(be, keep, {M, qkv_cols}, 0.0f);
+    const double fwd = 4.0 * s.batch * s.heads * double(s.seq) * s.seq * s.head_dim / 2;
+    const std::string shape = "B=" + std::to_string(s.batch) + " H=" + std::to_string(s.heads) +
+                              " KV=" + std::to_string(s.kv_heads) + " S=" + std::to_string(s.seq) +
+                              " D=" + std::to_string(s.head_dim);
+    record("attention fwd", shape, fwd, time_median(be, o.repeat, [&] { be.attention_fwd(out, lse, qkv, s); }));
+    record("attention bwd", shape, 2.5 * fwd,
+           time_median(be, o.repeat, [&] { be.attention_bwd(dqkv, dout, qkv, out, lse, s); }));
+  }
+
+  return {{"backend", be.name()},
+          {"threads", be.threads()},
+          {"peak_flops", peak.flops},
+          {"peak_source", peak.source},
+          {"tokens", M},
+          {"repeat", o.repeat},
+          {"kernels", rows}};
+}
+
+std::string format_kernel_bench(const nlohmann::json& r) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "backend %s, %d threads; peak %.1f GFLOP/s (%s); %lld tokens; median of %d\n\n",
+                r["backend"].get<std::string>().c_str(), r["threads"].get<int>(), r["peak_flops"].get<double>() / 1e9,
+                r["peak_source"].get<std::string>().c_str(), r["tokens"].get<long long>(), r["repeat"].get<int>());
+  std::string s = buf;
+  std::snprintf(buf, sizeof buf, "%-16s %-32s %12s %10s %8s\n", "kernel", "shape", "median ms", "GFLOP/s", "of peak");
+  s += buf;
+  for (const auto& k : r["kernels"]) {
+    std::snprintf(buf, sizeof buf, "%-16s %-32s %12.3f %10.1f %7.1f%%\n", k["kernel"].get<std::string>().c_str(),
+                  k["shape"].get<std::string>().c_str(), k["median_ms"].get<double>(), k["gflops"].get<double>(),
+                  100 * k["peak_fraction"].get<double>());
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace llmrun
