@@ -67,8 +67,9 @@ struct ParallelSection {
 
 struct MemorySection {
   std::string offload_optimizer = "none";  // none | cpu | nvme
+  std::string offload_params = "none";     // none | cpu | nvme; needs parallel.zero: 3
   std::string nvme_path;                   // directory for nvme offload files
-  int64_t offload_buffer_mb = 64;          // nvme: staging memory for streaming the state
+  int64_t offload_buffer_mb = 64;          // nvme: staging memory for streaming the state (shared when both stream)
 };
 
 struct LaunchSection {

@@ -1,6 +1,7 @@
 #include <array>
 #include <cctype>
 #include <charconv>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -125,7 +126,8 @@ std::string describe_recipe(const Recipe& r) {
     << "\n";
   o << "parallel:\n  tp: " << r.parallel.tp << "\n  pp: " << r.parallel.pp << "\n  dp: " << r.parallel.dp
     << "\n  zero: " << r.parallel.zero << "\n";
-  o << "memory:\n  offload:\n    optimizer: " << r.memory.offload_optimizer << "\n";
+  o << "memory:\n  offload:\n    optimizer: " << r.memory.offload_optimizer << "\n    params: " << r.memory.offload_params
+    << "\n";
   if (!r.memory.nvme_path.empty()) o << "    nvme_path: " << str(r.memory.nvme_path) << "\n";
   o << "    buffer_mb: " << r.memory.offload_buffer_mb << "\n";
   o << "launch:\n  nproc: " << r.launch.nproc << "\n  timeout_s: " << num(r.launch.timeout_s)
@@ -152,10 +154,20 @@ std::string describe_recipe(const Recipe& r) {
   const int z = r.parallel.zero;
   const double params = 4 * psi / (z >= 3 ? n : 1), grads = 4 * psi / (z >= 2 ? n : 1),
                optim = 8 * psi / (z >= 1 ? n : 1);
-  o << "  memory_per_rank:  # ZeRO-" << z << " over dp=" << r.parallel.dp << ", before activations\n"
-    << "    params: " << num(params) << "  # " << human(params, kBytes) << "\n"
-    << "    grads: " << num(grads) << "  # " << human(grads, kBytes) << "\n"
-    << "    optimizer: " << num(optim) << "  # " << human(optim, kBytes) << "\n";
+  // nvme offload keeps only staging buffers in memory (buffer_mb, split when both stream); the
+  // state itself lives in files under nvme_path.
+  const bool params_nvme = r.memory.offload_params == "nvme", optim_nvme = r.memory.offload_optimizer == "nvme";
+  const double staging = double(r.memory.offload_buffer_mb << 20) / (params_nvme && optim_nvme ? 2 : 1);
+  auto resident = [&](const char* name, double bytes, bool nvme) {
+    const double held = nvme ? std::min(staging, bytes) : bytes;
+    o << "    " << name << ": " << num(held) << "  # " << human(held, kBytes);
+    if (nvme) o << " of staging; " << human(bytes, kBytes) << " in files under nvme_path";
+    o << "\n";
+  };
+  o << "  memory_per_rank:  # ZeRO-" << z << " over dp=" << r.parallel.dp << ", before activations\n";
+  resident("params", params, params_nvme);
+  o << "    grads: " << num(grads) << "  # " << human(grads, kBytes) << "\n";
+  resident("optimizer", optim, optim_nvme);
   return o.str();
 }
 

@@ -82,7 +82,8 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
   }
   ZeroOptimizer opt(model, topo.dp(), r.parallel.zero,
                     {float(r.train.beta1), float(r.train.beta2), float(r.train.eps), float(r.train.weight_decay)},
-                    {r.memory.offload_optimizer, r.memory.nvme_path, r.memory.offload_buffer_mb << 20});
+                    {r.memory.offload_optimizer, r.memory.nvme_path, r.memory.offload_buffer_mb << 20},
+                    {r.memory.offload_params, r.memory.nvme_path, r.memory.offload_buffer_mb << 20});
   RunCheckpoints checkpoints(r, model, opt, data, *tokenizer, topo);
   const int64_t first_step = checkpoints.resume() + 1;
   std::optional<MetricsWriter> metrics;
