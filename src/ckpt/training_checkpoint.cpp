@@ -15,6 +15,7 @@
 #include "util/error.h"
 #include "util/file_io.h"
 #include "util/json_file.h"
+#include "util/mapped_file.h"
 
 namespace llmrun {
 
@@ -46,7 +47,12 @@ int64_t parse_step_name(const std::string& name) {
   return v;
 }
 
-uint64_t file_checksum(const fs::path& path) { return read_file_hashed(path, {}); }
+// Verification before reading: through a populated map, whose pages the SafetensorsFile map
+// of the same file then finds in the page cache (one read from disk, not two).
+uint64_t file_checksum(const fs::path& path) {
+  MappedFile f(path);
+  return xxh64(f.data(), f.size());
+}
 
 void check_checksum(const fs::path& path, uint64_t got, const std::string& want) {
   if (checksum_hex(got) != want)
@@ -380,7 +386,7 @@ void CheckpointReader::read_tensor(const std::string& group, const ParamSpec& sp
 
 void CheckpointReader::ensure_verified(const TensorFile& f) const {
   if (f.verified) return;
-  check_checksum(f.st->path(), file_checksum(f.st->path()), f.xxh64);
+  check_checksum(f.st->path(), read_file_hashed(f.st->path(), {}), f.xxh64);
   f.verified = true;
 }
 

@@ -44,6 +44,8 @@ using TensorSource = std::function<const float*(int bucket, int param, const Par
 // lives on a device).
 TensorSource bucket_source(Backend& be, const BucketStore& store);
 
+// The groups are written at once, each source called from its own thread: sources must not
+// share mutable state.
 struct CheckpointTensors {
   const std::vector<BucketLayout>* layout = nullptr;
   TensorSource params;
