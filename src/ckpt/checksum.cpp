@@ -71,6 +71,37 @@ void Xxh64::update(const void* data, size_t bytes) {
   buffered_ = bytes;
 }
 
+void Xxh64::update_copy(void* dst, const void* src, size_t bytes) {
+  auto* out = static_cast<unsigned char*>(dst);
+  const auto* p = static_cast<const unsigned char*>(src);
+  // Top up a partial stripe through the buffering path, then stream whole stripes.
+  if (buffered_ > 0) {
+    const size_t take = std::min(bytes, 32 - buffered_);
+    std::memcpy(out, p, take);
+    update(p, take);
+    out += take, p += take, bytes -= take;
+    if (bytes == 0) return;
+  }
+  total_ += bytes;
+  uint64_t a = acc_[0], b = acc_[1], c = acc_[2], d = acc_[3];
+  while (bytes >= 32) {
+    const uint64_t w0 = load64(p), w1 = load64(p + 8), w2 = load64(p + 16), w3 = load64(p + 24);
+    std::memcpy(out, &w0, 8);
+    std::memcpy(out + 8, &w1, 8);
+    std::memcpy(out + 16, &w2, 8);
+    std::memcpy(out + 24, &w3, 8);
+    a = round(a, w0);
+    b = round(b, w1);
+    c = round(c, w2);
+    d = round(d, w3);
+    p += 32, out += 32, bytes -= 32;
+  }
+  acc_[0] = a, acc_[1] = b, acc_[2] = c, acc_[3] = d;
+  std::memcpy(out, p, bytes);
+  std::memcpy(buf_, p, bytes);
+  buffered_ = bytes;
+}
+
 uint64_t Xxh64::digest() const {
   uint64_t h;
   if (total_ >= 32) {

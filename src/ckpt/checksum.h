@@ -14,6 +14,9 @@ class Xxh64 {
  public:
   Xxh64();
   void update(const void* data, size_t bytes);
+  // Copies `bytes` from src to dst and hashes them in the same pass: a checkpoint's bytes are
+  // read from memory once, not once for the copy and once more for the checksum.
+  void update_copy(void* dst, const void* src, size_t bytes);
   uint64_t digest() const;
 
  private:

@@ -85,6 +85,7 @@ struct SafetensorsTensor {
   std::vector<int64_t> shape;
   const void* data = nullptr;  // into the read-only map; unaligned in general
   size_t bytes = 0;
+  uint64_t file_offset = 0;    // where the data starts in the file
 
   int64_t numel() const;
   std::string shape_str() const;
@@ -94,7 +95,9 @@ struct SafetensorsTensor {
 // so a corrupt or truncated file fails at open with its name, not mid-load.
 class SafetensorsFile {
  public:
-  explicit SafetensorsFile(const std::filesystem::path& path);
+  // `populate`: map every page now (readers that copy every tensor); false when the tensors are
+  // read another way and only the header is wanted from the map.
+  explicit SafetensorsFile(const std::filesystem::path& path, bool populate = true);
   ~SafetensorsFile();
   SafetensorsFile(SafetensorsFile&&) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&&) noexcept;

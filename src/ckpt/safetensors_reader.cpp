@@ -29,8 +29,8 @@ int64_t SafetensorsTensor::numel() const {
 
 std::string SafetensorsTensor::shape_str() const { return shape_string(shape); }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
-    : path_(path), file_(std::make_unique<MappedFile>(path)) {
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path, bool populate)
+    : path_(path), file_(std::make_unique<MappedFile>(path, populate)) {
   parse_header();
 }
 
@@ -116,6 +116,7 @@ void SafetensorsFile::parse_header() {
                  std::to_string(numel * dt->size));
     t.data = data + begin;
     t.bytes = static_cast<size_t>(end - begin);
+    t.file_offset = 8 + n + begin;
     auto [it, inserted] = tensors_.emplace(name, std::move(t));
     ranges.push_back({begin, end, &it->first});
   }

@@ -2,7 +2,7 @@
 #include <bit>
 #include <nlohmann/json.hpp>
 
-#include "ckpt/checksum.h"
+#include "ckpt/hashed_file_io.h"
 #include "ckpt/safetensors.h"
 #include "util/file_io.h"
 
@@ -59,27 +59,8 @@ void SafetensorsWriter::add_produced(std::string name, DType dtype, std::vector<
 
 namespace {
 
-// Every byte goes through here so the checksum covers exactly what is on disk.
-class HashingWriter {
- public:
-  explicit HashingWriter(const std::filesystem::path& path) : out_(path) {}
-  void write(const void* data, size_t bytes) {
-    hash_.update(data, bytes);
-    out_.write(data, bytes);
-    written_ += bytes;
-  }
-  FileWriter& file() { return out_; }
-  uint64_t written() const { return written_; }
-  uint64_t digest() const { return hash_.digest(); }
-
- private:
-  FileWriter out_;
-  Xxh64 hash_;
-  uint64_t written_ = 0;
-};
-
 // Converts in fixed-size chunks so the extra memory stays small for any tensor size.
-void write_converted(HashingWriter& out, const float* src, size_t n, DType target) {
+void write_converted(HashedFileWriter& out, const float* src, size_t n, DType target) {
   constexpr size_t kChunk = 1 << 16;
   std::vector<uint16_t> buf(std::min(n, kChunk));
   for (size_t begin = 0; begin < n; begin += kChunk) {
@@ -129,7 +110,10 @@ WrittenSafetensors SafetensorsWriter::write(const std::filesystem::path& path, b
   std::vector<const Entry*> order;
   const std::string text = header_text(order);
   WrittenSafetensors info;
-  HashingWriter out(path);
+  uint64_t total = 8 + text.size();
+  for (const Entry* e : order) total += e->bytes;
+  // Every byte goes through the writer, so the checksum covers exactly what is on disk.
+  HashedFileWriter out(path, total);
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
   out.write(len, sizeof len);
@@ -141,10 +125,8 @@ WrittenSafetensors SafetensorsWriter::write(const std::filesystem::path& path, b
       out.write(src, e->bytes);
     else
       write_converted(out, static_cast<const float*>(src), e->bytes / 2, e->dtype);
-    if (e->bytes >= (8u << 20)) out.file().start_writeback();
   }
-  if (sync) out.file().sync();
-  out.file().close();
+  out.finish(sync);
   info.bytes = out.written();
   info.checksum = out.digest();
   return info;

@@ -6,9 +6,11 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <future>
 
 #include "ckpt/checkpoint_recipe.h"
 #include "ckpt/checksum.h"
+#include "ckpt/hashed_file_io.h"
 #include "util/atomic_dir.h"
 #include "util/error.h"
 #include "util/file_io.h"
@@ -45,9 +47,17 @@ int64_t parse_step_name(const std::string& name) {
   return v;
 }
 
+// Verification before reading: through a populated map, whose pages the SafetensorsFile map
+// of the same file then finds in the page cache (one read from disk, not two).
 uint64_t file_checksum(const fs::path& path) {
   MappedFile f(path);
   return xxh64(f.data(), f.size());
+}
+
+void check_checksum(const fs::path& path, uint64_t got, const std::string& want) {
+  if (checksum_hex(got) != want)
+    throw UserError(path.string() + ": checksum mismatch (xxh64 " + checksum_hex(got) + ", index.json says " + want +
+                    "): the file is corrupted");
 }
 
 // Writes one tensor group as one safetensors file; appends its index entries and file record.
@@ -154,10 +164,26 @@ fs::path save_training_checkpoint(const fs::path& dir, int keep, const Checkpoin
   std::error_code ec;
   if (fs::is_directory(dir, ec)) remove_stale_temporaries(dir);
   AtomicDir out(final_dir);
+  // The three files are written at once: more requests in flight keep the disk busier, and
+  // one file's copy + hash overlaps another's writes. Index entries keep the group order.
+  const std::pair<const char*, const TensorSource*> groups[] = {
+      {kParamsGroup, &tensors.params}, {kExpAvgGroup, &tensors.exp_avg}, {kExpAvgSqGroup, &tensors.exp_avg_sq}};
+  json group_tensors[3], group_files[3];
+  std::future<void> writing[3];
+  for (int g = 0; g < 3; ++g) {
+    group_tensors[g] = json::array();
+    group_files[g] = json::object();
+    writing[g] = std::async(std::launch::async, [&, g] {
+      write_group(out.path(), groups[g].first, *groups[g].second, layout, group_tensors[g], group_files[g]);
+    });
+  }
+  for (std::future<void>& w : writing) w.wait();
+  for (std::future<void>& w : writing) w.get();  // the first group's error, if any, after all stopped
   json tensor_list = json::array(), files = json::object();
-  write_group(out.path(), kParamsGroup, tensors.params, layout, tensor_list, files);
-  write_group(out.path(), kExpAvgGroup, tensors.exp_avg, layout, tensor_list, files);
-  write_group(out.path(), kExpAvgSqGroup, tensors.exp_avg_sq, layout, tensor_list, files);
+  for (int g = 0; g < 3; ++g) {
+    for (json& t : group_tensors[g]) tensor_list.push_back(std::move(t));
+    files.update(group_files[g]);
+  }
   tokenizer.save(out.path(), cfg.seq_len);
   for (const auto& e : fs::directory_iterator(out.path())) {
     const std::string name = e.path().filename().string();
@@ -212,7 +238,7 @@ fs::path resolve_checkpoint_path(const fs::path& path) {
 
 // ---------------------------------------------------------------------------------------
 
-CheckpointReader::CheckpointReader(const fs::path& step_dir) : dir_(step_dir) {
+CheckpointReader::CheckpointReader(const fs::path& step_dir, CheckpointVerify verify) : dir_(step_dir), verify_(verify) {
   const json index = read_json_file(dir_ / "index.json");
   parse_index(index);
 }
@@ -252,12 +278,17 @@ void CheckpointReader::parse_index(const json& index) {
       throw UserError(path.string() + ": " + std::to_string(size) + " bytes, index.json says " + std::to_string(want_size) +
                       " (truncated or replaced?)");
     const std::string want = rec.value("xxh64", "");
-    const std::string got = checksum_hex(file_checksum(path));
-    if (got != want)
-      throw UserError(path.string() + ": checksum mismatch (xxh64 " + got + ", index.json says " + want +
-                      "): the file is corrupted");
-    if (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors")
-      files_.emplace(name, std::make_unique<SafetensorsFile>(path));
+    const bool tensors = name.size() > 12 && name.substr(name.size() - 12) == ".safetensors";
+    const bool now = !tensors || verify_ == CheckpointVerify::before_reading;
+    if (now) check_checksum(path, file_checksum(path), want);
+    if (tensors) {
+      // Mapped for the header (validated here either way); while_reading copies the data with
+      // reads, so the map need not bring the pages in.
+      TensorFile& f = files_[name];
+      f.st = std::make_unique<SafetensorsFile>(path, /*populate=*/now);
+      f.xxh64 = want;
+      f.verified = now;
+    }
   }
   if (!index.contains("tensors") || !index["tensors"].is_array()) fail("no \"tensors\" list");
   for (const json& t : index["tensors"]) {
@@ -273,10 +304,11 @@ void CheckpointReader::parse_index(const json& index) {
         const std::string file = p.at("file").get<std::string>();
         auto it = files_.find(file);
         if (it == files_.end()) fail("tensor " + name + " is in " + file + ", which is not a listed safetensors file");
-        piece.file = it->second.get();
+        piece.file = &it->second;
         piece.tensor = p.at("tensor").get<std::string>();
-        if (!piece.file->has(piece.tensor)) fail("tensor " + name + ": " + file + " has no tensor " + piece.tensor);
-        const SafetensorsTensor& st = piece.file->info(piece.tensor);
+        const SafetensorsFile& sf = *piece.file->st;
+        if (!sf.has(piece.tensor)) fail("tensor " + name + ": " + file + " has no tensor " + piece.tensor);
+        const SafetensorsTensor& st = sf.info(piece.tensor);
         const json& slice = p.at("global_slice");
         if (slice.size() != e.shape.size()) fail("tensor " + name + ": global_slice " + slice.dump() + " does not match shape");
         std::vector<int64_t> piece_shape;
@@ -289,7 +321,7 @@ void CheckpointReader::parse_index(const json& index) {
           volume *= en - b;
         }
         if (st.dtype != DType::f32 || st.shape != piece_shape)
-          throw UserError(piece.file->path().string() + ": tensor " + piece.tensor + " is " + st.dtype_tag + " " +
+          throw UserError(sf.path().string() + ": tensor " + piece.tensor + " is " + st.dtype_tag + " " +
                           st.shape_str() + ", index.json expects F32 of the slice " + slice.dump());
         covered += volume;
         e.pieces.push_back(std::move(piece));
@@ -327,7 +359,8 @@ void CheckpointReader::read_tensor(const std::string& group, const ParamSpec& sp
   }
   const size_t nd = e.shape.size();
   for (const Piece& p : e.pieces) {
-    const auto* src = static_cast<const unsigned char*>(p.file->info(p.tensor).data);
+    ensure_verified(*p.file);
+    const auto* src = static_cast<const unsigned char*>(p.file->st->info(p.tensor).data);
     if (nd == 0) {
       std::memcpy(dst, src, sizeof(float));
       continue;
@@ -350,11 +383,51 @@ void CheckpointReader::read_tensor(const std::string& group, const ParamSpec& sp
   }
 }
 
+void CheckpointReader::ensure_verified(const TensorFile& f) const {
+  if (f.verified) return;
+  check_checksum(f.st->path(), read_file_hashed(f.st->path(), {}), f.xxh64);
+  f.verified = true;
+}
+
+void CheckpointReader::stream_group(const std::string& group, BucketStore& store,
+                                    std::vector<std::vector<bool>>& filled) const {
+  std::map<const TensorFile*, std::vector<FileRange>> streams;
+  std::vector<std::vector<bool>> planned = filled;
+  const auto& layout = store.layout();
+  for (int b = 0; b < store.num_buckets(); ++b) {
+    for (int p = 0; p < int(layout[b].params.size()); ++p) {
+      const ParamSpec& spec = layout[b].params[p];
+      auto it = tensors_.find(group + "/" + spec.hf_name);
+      const Tensor t = store.tensor(b, p);
+      // Anything unusual (missing, misshapen, sliced, on a device) takes read_tensor's path,
+      // which reports the problem or copies piece by piece.
+      if (it == tensors_.end() || it->second.shape != spec.shape || it->second.pieces.size() != 1 ||
+          t.device != Device::cpu)
+        continue;
+      const Piece& piece = it->second.pieces[0];
+      const SafetensorsTensor& st = piece.file->st->info(piece.tensor);
+      if (piece.file->verified || st.bytes != size_t(spec.numel()) * sizeof(float)) continue;
+      streams[piece.file].push_back({st.file_offset, st.bytes, t.data});
+      planned[b][p] = true;
+    }
+  }
+  for (auto& [file, ranges] : streams) {
+    std::sort(ranges.begin(), ranges.end(), [](const FileRange& a, const FileRange& b) { return a.offset < b.offset; });
+    check_checksum(file->st->path(), read_file_hashed(file->st->path(), ranges), file->xxh64);
+    file->verified = true;
+  }
+  filled = std::move(planned);
+}
+
 void CheckpointReader::read_group(const std::string& group, BucketStore& store, Backend& be) const {
   const auto& layout = store.layout();
+  std::vector<std::vector<bool>> filled(size_t(store.num_buckets()));
+  for (int b = 0; b < store.num_buckets(); ++b) filled[b].assign(layout[b].params.size(), false);
+  if (verify_ == CheckpointVerify::while_reading) stream_group(group, store, filled);
   std::vector<float> staging;
   for (int b = 0; b < store.num_buckets(); ++b) {
     for (int p = 0; p < int(layout[b].params.size()); ++p) {
+      if (filled[b][p]) continue;
       const ParamSpec& spec = layout[b].params[p];
       const Tensor t = store.tensor(b, p);
       if (t.device == Device::cpu) {

@@ -44,6 +44,8 @@ using TensorSource = std::function<const float*(int bucket, int param, const Par
 // lives on a device).
 TensorSource bucket_source(Backend& be, const BucketStore& store);
 
+// The groups are written at once, each source called from its own thread: sources must not
+// share mutable state.
 struct CheckpointTensors {
   const std::vector<BucketLayout>* layout = nullptr;
   TensorSource params;
@@ -68,11 +70,24 @@ std::filesystem::path latest_checkpoint(const std::filesystem::path& dir);
 // A step dir given either itself or a checkpoint dir holding `latest`.
 std::filesystem::path resolve_checkpoint_path(const std::filesystem::path& path);
 
-// A step dir opened for reading: index.json parsed and validated, every file's checksum
-// verified (UserError naming the file on mismatch), tensor files mapped.
+// When a CheckpointReader checks the XXH64 of the tensor files.
+enum class CheckpointVerify {
+  // At open, before anything is read: a damaged checkpoint fails before a single tensor is
+  // used (conversions, which write what they read elsewhere).
+  before_reading,
+  // In the same pass that copies the tensors into a BucketStore (read_group), so each byte is
+  // read once: a damaged file fails when its pass ends, after some tensors were filled. For
+  // callers that drop what they filled on failure (resume). Any other read verifies its file first.
+  while_reading,
+};
+
+// A step dir opened for reading: index.json parsed and validated, every file's size checked,
+// tensor headers validated, checksums verified as `verify` says (UserError naming the file on
+// mismatch).
 class CheckpointReader {
  public:
-  explicit CheckpointReader(const std::filesystem::path& step_dir);
+  explicit CheckpointReader(const std::filesystem::path& step_dir,
+                            CheckpointVerify verify = CheckpointVerify::before_reading);
   ~CheckpointReader();
 
   const std::filesystem::path& dir() const { return dir_; }
@@ -86,8 +101,13 @@ class CheckpointReader {
   void read_tensor(const std::string& group, const ParamSpec& spec, float* dst) const;
 
  private:
+  struct TensorFile {
+    std::unique_ptr<SafetensorsFile> st;
+    std::string xxh64;              // as index.json lists it
+    mutable bool verified = false;
+  };
   struct Piece {
-    const SafetensorsFile* file;
+    const TensorFile* file;
     std::string tensor;
     std::vector<std::pair<int64_t, int64_t>> slice;  // [begin, end) per dimension
   };
@@ -97,10 +117,15 @@ class CheckpointReader {
   };
   [[noreturn]] void fail(const std::string& what) const;
   void parse_index(const nlohmann::json& index);
+  void ensure_verified(const TensorFile& f) const;
+  // Streams the files holding `group`'s unverified whole-tensor pieces straight into the host
+  // tensors of `store`, verifying each file in the same pass; marks the tensors it filled.
+  void stream_group(const std::string& group, BucketStore& store, std::vector<std::vector<bool>>& filled) const;
 
   std::filesystem::path dir_;
+  CheckpointVerify verify_;
   CheckpointState state_;
-  std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, TensorFile> files_;
   std::map<std::string, Entry> tensors_;
 };
 

@@ -73,8 +73,9 @@ struct MemorySection {
   std::string recompute = "none";  // none | selective (attention) | full (whole blocks)
   int64_t budget_bytes = 0;        // per-rank device memory; > 0: refuse layouts predicted not to fit
   std::string offload_optimizer = "none";  // none | cpu | nvme
+  std::string offload_params = "none";     // none | cpu | nvme; needs parallel.zero: 3
   std::string nvme_path;                   // directory for nvme offload files
-  int64_t offload_buffer_mb = 64;          // nvme: staging memory for streaming the state
+  int64_t offload_buffer_mb = 64;          // nvme: staging memory for streaming the state (shared when both stream)
 };
 
 struct LaunchSection {

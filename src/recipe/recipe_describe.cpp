@@ -1,6 +1,7 @@
 #include <array>
 #include <cctype>
 #include <charconv>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -135,7 +136,8 @@ std::string describe_recipe(const Recipe& r) {
   }
   o << "memory:\n  recompute: " << r.memory.recompute << "\n";
   if (r.memory.budget_bytes > 0) o << "  budget_bytes: " << r.memory.budget_bytes << "\n";
-  o << "  offload:\n    optimizer: " << r.memory.offload_optimizer << "\n";
+  o << "  offload:\n    optimizer: " << r.memory.offload_optimizer << "\n    params: " << r.memory.offload_params
+    << "\n";
   if (!r.memory.nvme_path.empty()) o << "    nvme_path: " << str(r.memory.nvme_path) << "\n";
   o << "    buffer_mb: " << r.memory.offload_buffer_mb << "\n";
   o << "launch:\n  nproc: " << r.launch.nproc << "\n  timeout_s: " << num(r.launch.timeout_s)

@@ -1,5 +1,5 @@
 // The parallel, launch and memory sections: how many ranks, how they split the work, and
-// where the optimizer state lives.
+// where the optimizer state and parameter shards live.
 #include <unistd.h>
 
 #include <climits>
@@ -26,21 +26,23 @@ void read_memory(const MapReader& top, Locator& loc, const std::filesystem::path
   r.memory.recompute = mem.string("recompute").value_or("none");
   if (r.memory.recompute != "none" && r.memory.recompute != "selective" && r.memory.recompute != "full")
     loc.fail("memory.recompute", "'" + r.memory.recompute + "' is not one of none, selective, full");
-  const MapReader o(mem.has("offload") ? mem.node("offload") : YAML::Node(), "memory.offload", loc, {"optimizer", "nvme_path", "buffer_mb"},
-                    {{"params", "parameter offload is not in this build yet"}});
+  const MapReader o(mem.has("offload") ? mem.node("offload") : YAML::Node(), "memory.offload", loc,
+                    {"optimizer", "params", "nvme_path", "buffer_mb"});
   r.memory.offload_optimizer = o.string("optimizer").value_or("none");
-  const std::string& kind = r.memory.offload_optimizer;
-  if (kind != "none" && kind != "cpu" && kind != "nvme")
-    loc.fail("memory.offload.optimizer", "'" + kind + "' is not one of none, cpu, nvme");
+  r.memory.offload_params = o.string("params").value_or("none");
+  for (const auto& [key, kind] : {std::pair{"optimizer", r.memory.offload_optimizer}, std::pair{"params", r.memory.offload_params}})
+    if (kind != "none" && kind != "cpu" && kind != "nvme")
+      loc.fail(std::string("memory.offload.") + key, "'" + kind + "' is not one of none, cpu, nvme");
   r.memory.offload_buffer_mb = o.integer("buffer_mb", 1, 1 << 20).value_or(r.memory.offload_buffer_mb);
   if (o.has("nvme_path")) {
     std::filesystem::path p = o.string("nvme_path").value_or("");
     if (p.is_relative()) p = base / p;
     r.memory.nvme_path = p.lexically_normal().string();
   }
-  if (kind == "nvme") {
+  if (r.memory.offload_optimizer == "nvme" || r.memory.offload_params == "nvme") {
+    const std::string who = r.memory.offload_optimizer == "nvme" ? "optimizer" : "params";
     if (r.memory.nvme_path.empty())
-      loc.fail("memory.offload.nvme_path", "missing: optimizer: nvme needs a directory for its files");
+      loc.fail("memory.offload.nvme_path", "missing: " + who + ": nvme needs a directory for its files");
     if (!std::filesystem::is_directory(r.memory.nvme_path) || access(r.memory.nvme_path.c_str(), W_OK) != 0)
       loc.fail("memory.offload.nvme_path", r.memory.nvme_path + " is not a writable directory");
   }
@@ -95,6 +97,12 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
                    std::to_string(r.launch.nproc) + " (set dp: auto, or launch.nproc / --nproc to match)",
                "launch.nproc");
   }
+  // Only ZeRO-3 shards the parameters, and a shard is what parameter offload moves out.
+  if (r.memory.offload_params != "none" && r.parallel.zero != 3)
+    loc.fail("memory.offload.params",
+             r.memory.offload_params + " needs parallel.zero: 3 (parameters are offloaded as ZeRO-3 shards); parallel.zero is " +
+                 std::to_string(r.parallel.zero),
+             "parallel.zero");
   const int64_t per_step = int64_t(r.train.micro_batch) * r.parallel.dp;
   // (A batch that micro_batch alone does not divide is reported by validate_recipe.)
   if (r.train.global_batch % r.train.micro_batch == 0 && r.train.global_batch % per_step != 0)

@@ -31,7 +31,7 @@ int64_t RunCheckpoints::resume() {
     step_dir = resolve_checkpoint_path(mode);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  CheckpointReader ckpt(step_dir);
+  CheckpointReader ckpt(step_dir, CheckpointVerify::while_reading);  // a failed resume drops what it read
   check_resume_compatible(ckpt.state().recipe, r_, step_dir.string());
   Backend& be = model_.backend();
   if (model_parallel()) {

@@ -86,7 +86,8 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
   }
   ZeroOptimizer opt(model, topo.dp(), r.parallel.zero,
                     {float(r.train.beta1), float(r.train.beta2), float(r.train.eps), float(r.train.weight_decay)},
-                    {r.memory.offload_optimizer, r.memory.nvme_path, r.memory.offload_buffer_mb << 20});
+                    {r.memory.offload_optimizer, r.memory.nvme_path, r.memory.offload_buffer_mb << 20},
+                    {r.memory.offload_params, r.memory.nvme_path, r.memory.offload_buffer_mb << 20});
   opt.set_norm_groups({&topo.tp(), &topo.pp()});
   RunCheckpoints checkpoints(r, model, opt, data, *tokenizer, topo);
   const int64_t first_step = checkpoints.resume() + 1;

@@ -1,6 +1,7 @@
 #include "train/zero_optimizer.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -17,13 +18,16 @@ StoreOptions ZeroOptimizer::store_options(int stage, int dp_size) {
 }
 
 ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage, const AdamWConfig& cfg,
-                             const OptimizerOffload& offload)
+                             const ShardOffload& optimizer_offload, const ShardOffload& params_offload)
     : model_(model), be_(model.backend()), dp_(dp), stage_(stage), cfg_(cfg) {
+  LLMRUN_CHECK(params_offload.kind == "none" || stage_ == 3, "parameter offload needs ZeRO-3");
   BucketStore& params = model_.params();
   const int buckets = params.num_buckets();
   param_refs_.assign(buckets, 0);
   grad_refs_.assign(buckets, 0);
   gathering_.resize(buckets);
+  param_staging_.resize(buckets);
+  param_reads_.resize(buckets);
   for (int b = 0; b < buckets; ++b) {
     const int64_t n = params.padded_numel(b);
     const int64_t shard = stage_ == 0 ? n : n / dp_.size();
@@ -33,19 +37,27 @@ ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage, co
       grad_shard_.push_back(be_.allocate(size_t(shard) * 4));
       recv_storage_.push_back(be_.allocate(size_t(shard) * 4));
     }
-    if (stage_ == 3) {
-      param_shard_.push_back(be_.allocate(size_t(shard) * 4));
-      be_.copy(param_shard_.back().as(DType::f32, {shard}), shard_of(params.bucket(b), b));
+  }
+  // Both streamed from files: they share the staging budget.
+  ShardOffload optimizer_where = optimizer_offload, params_where = params_offload;
+  if (optimizer_where.kind == "nvme" && params_where.kind == "nvme") {
+    optimizer_where.buffer_bytes /= 2;
+    params_where.buffer_bytes /= 2;
+  }
+  if (stage_ == 3) {
+    param_shards_ = std::make_unique<ShardStore>(be_, "params", shard_numel_, 1, params_where, dp_.rank());
+    for (int b = 0; b < buckets; ++b) {
+      param_shards_->write(b, 0, shard_of(params.bucket(b), b));
       params.drop(b);
     }
   }
-  moments_ = std::make_unique<MomentStore>(be_, shard_numel_, offload, dp_.rank());
+  moments_ = std::make_unique<ShardStore>(be_, "optimizer", shard_numel_, 2, optimizer_where, dp_.rank());
   if (stage_ == 0 && moments_->in_memory()) {
     m_store_ = std::make_unique<BucketStore>(be_, model_.layout(), dp_.size(), false);
     v_store_ = std::make_unique<BucketStore>(be_, model_.layout(), dp_.size(), false);
     for (int b = 0; b < buckets; ++b) {
-      m_store_->attach(b, moments_->m(b));
-      v_store_->attach(b, moments_->v(b));
+      m_store_->attach(b, moments_->array(b, 0));
+      v_store_->attach(b, moments_->array(b, 1));
     }
   }
   model_.set_hooks(this);
@@ -77,6 +89,21 @@ Tensor ZeroOptimizer::take_slot() {
 // Slots come back as bucket-sized views; the pool keeps them at full size.
 void ZeroOptimizer::free_slot(Tensor slot) { free_slots_.push_back(Tensor(slot.data, DType::f32, {slot_numel_})); }
 
+// ZeRO-3 with offloaded shards: starts reading bucket b's shard into a staging buffer on
+// another thread. Only the gathers are collectives, and they start at the same hooks on every
+// rank whatever the disk does, so all ranks issue them in the same order.
+void ZeroOptimizer::read_param_shard(int b) {
+  const int64_t max_shard = *std::max_element(shard_numel_.begin(), shard_numel_.end());
+  if (free_shard_buffers_.empty()) {
+    shard_buffer_storage_.push_back(be_.allocate(size_t(max_shard) * 4));
+    free_shard_buffers_.push_back(shard_buffer_storage_.back().as(DType::f32, {max_shard}));
+  }
+  const Tensor buf = free_shard_buffers_.back().flat(0, shard_numel_[b]);
+  free_shard_buffers_.pop_back();
+  param_staging_[b] = buf;
+  param_reads_[b] = std::async(std::launch::async, [this, b, buf] { param_shards_->read(b, 0, buf); });
+}
+
 // ZeRO-3: brings bucket b's full parameters into a slot (or starts doing so, for a prefetch).
 void ZeroOptimizer::gather_params(int b, bool blocking) {
   BucketStore& params = model_.params();
@@ -84,11 +111,24 @@ void ZeroOptimizer::gather_params(int b, bool blocking) {
   if (!gathering_[b]) {
     Tensor full = take_slot().flat(0, n);
     params.attach(b, full);  // attached now; only read after the gather completes
-    gathering_[b] = dp_.iall_gather(param_shard_[b].as(DType::f32, {shard_numel_[b]}), full);
+    Tensor shard;
+    if (param_shards_->in_memory()) {
+      shard = param_shards_->array(b, 0);
+    } else {
+      if (!param_reads_[b].valid()) read_param_shard(b);
+      param_reads_[b].get();  // rethrows a failed read
+      shard = param_staging_[b];
+    }
+    gathering_[b] = dp_.iall_gather(shard, full);
   }
   if (blocking) {
     wait(*gathering_[b]);
     gathering_[b].reset();
+    if (!param_staging_[b].empty()) {  // back to the pool at full size
+      const int64_t max_shard = *std::max_element(shard_numel_.begin(), shard_numel_.end());
+      free_shard_buffers_.push_back(Tensor(param_staging_[b].data, DType::f32, {max_shard}));
+      param_staging_[b] = Tensor();
+    }
   }
 }
 
@@ -96,9 +136,14 @@ void ZeroOptimizer::acquire(int b, Phase phase) {
   drain_reduces(false);
   if (stage_ == 3 && param_refs_[b]++ == 0) {
     gather_params(b, true);
-    const int next = phase == Phase::forward ? b + 1 : b - 1;
-    if (next >= 0 && next < model_.params().num_buckets() && param_refs_[next] == 0 && !gathering_[next])
-      gather_params(next, false);
+    const int dir = phase == Phase::forward ? 1 : -1, buckets = model_.params().num_buckets();
+    const int next = b + dir, after = b + 2 * dir;
+    if (next >= 0 && next < buckets && param_refs_[next] == 0 && !gathering_[next]) gather_params(next, false);
+    // Offloaded shards are read one bucket further ahead, so the gather above found its shard
+    // in memory and the next one will too.
+    if (!param_shards_->in_memory() && after >= 0 && after < buckets && param_refs_[after] == 0 &&
+        !gathering_[after] && !param_reads_[after].valid())
+      read_param_shard(after);
   }
   if (phase == Phase::backward && grad_refs_[b]++ == 0 && stage_ >= 2) {
     // The previous micro-batch's reduction of this bucket still uses its receive buffer.
@@ -214,9 +259,10 @@ void ZeroOptimizer::scale_gradients(float factor) {
     be_.scale(owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b), factor);
 }
 
-void ZeroOptimizer::adamw_shard(int b, Tensor params, const Tensor& grads, float lr) {
-  const int64_t lo = stage_ == 0 ? 0 : shard_numel_[b] * dp_.rank();
-  moments_->for_each_chunk(b, [&](int64_t off, Tensor m, Tensor v) {
+void ZeroOptimizer::adamw_shard(int b, Tensor params, int64_t first, const Tensor& grads, float lr) {
+  const int64_t lo = stage_ == 0 ? 0 : shard_numel_[b] * dp_.rank();  // the shard's first bucket element
+  moments_->for_each_chunk(b, first, first + params.numel(), [&](int64_t off, const std::vector<Tensor>& mv) {
+    const Tensor &m = mv[0], &v = mv[1];
     const int64_t c_lo = lo + off, c_hi = c_lo + m.numel();
     for (const ParamSpec& spec : model_.layout()[b].params) {
       const int64_t begin = std::max(c_lo, spec.offset), end = std::min(c_hi, spec.offset + spec.numel());
@@ -229,7 +275,7 @@ void ZeroOptimizer::adamw_shard(int b, Tensor params, const Tensor& grads, float
       hp.weight_decay = spec.decay ? cfg_.weight_decay : 0.0f;
       hp.step = steps_;
       const int64_t x = begin - lo, len = end - begin;
-      be_.adamw(params.flat(x, len), grads.flat(x, len), m.flat(begin - c_lo, len), v.flat(begin - c_lo, len), hp);
+      be_.adamw(params.flat(x - first, len), grads.flat(x, len), m.flat(begin - c_lo, len), v.flat(begin - c_lo, len), hp);
     }
   });
 }
@@ -241,10 +287,11 @@ void ZeroOptimizer::step(float lr) {
   for (int b = 0; b < params.num_buckets(); ++b) {
     const Tensor g = owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b);
     if (stage_ == 3) {
-      adamw_shard(b, param_shard_[b].as(DType::f32, {shard_numel_[b]}), g, lr);
+      // Offloaded shards stream through in chunks (moments chunked within each).
+      param_shards_->for_each_chunk(b, [&](int64_t off, const std::vector<Tensor>& p) { adamw_shard(b, p[0], off, g, lr); });
     } else {
       Tensor full = params.bucket(b);
-      adamw_shard(b, shard_of(full, b), g, lr);
+      adamw_shard(b, shard_of(full, b), 0, g, lr);
       if (stage_ > 0 && dp_.size() > 1) gathers.push_back(dp_.iall_gather(shard_of(full, b), full));
     }
   }
@@ -264,14 +311,16 @@ void ZeroOptimizer::gather_state(BucketStore& params, BucketStore& m, BucketStor
   Buffer staging;  // chunks of every rank, when the moments stream from files
   if (ranks > 1 && !moments_->in_memory()) staging = be_.allocate(size_t(moments_->max_chunk()) * ranks * 4);
   for (int b = 0; b < model_.params().num_buckets(); ++b) {
-    if (stage_ == 3)
-      wait(*dp_.iall_gather(param_shard_[b].as(DType::f32, {shard_numel_[b]}), params.bucket(b)));
-    else
+    if (stage_ == 3) {  // this rank's shard into its place, then gathered in place
+      param_shards_->read(b, 0, shard_of(params.bucket(b), b));
+      wait(*dp_.iall_gather(shard_of(params.bucket(b), b), params.bucket(b)));
+    } else {
       be_.copy(params.bucket(b), model_.params().bucket(b));
+    }
     const int64_t shard = shard_numel_[b];
-    moments_->for_each_chunk(b, [&](int64_t off, Tensor mc, Tensor vc) {
-      const int64_t len = mc.numel();
-      for (auto [chunk, full] : {std::pair{mc, m.bucket(b)}, std::pair{vc, v.bucket(b)}}) {
+    moments_->for_each_chunk(b, [&](int64_t off, const std::vector<Tensor>& mv) {
+      const int64_t len = mv[0].numel();
+      for (auto [chunk, full] : {std::pair{mv[0], m.bucket(b)}, std::pair{mv[1], v.bucket(b)}}) {
         if (ranks == 1) {
           be_.copy(full.flat(off, len), chunk);
         } else if (len == shard) {
@@ -290,13 +339,13 @@ void ZeroOptimizer::load_state(const BucketStore& params, const BucketStore& m, 
                                int64_t steps_taken) {
   for (int b = 0; b < model_.params().num_buckets(); ++b) {
     if (stage_ == 3)
-      be_.copy(param_shard_[b].as(DType::f32, {shard_numel_[b]}), shard_of(params.bucket(b), b));
+      param_shards_->write(b, 0, shard_of(params.bucket(b), b));
     else
       be_.copy(model_.params().bucket(b), params.bucket(b));
     const Tensor mine_m = shard_of(m.bucket(b), b), mine_v = shard_of(v.bucket(b), b);
-    moments_->for_each_chunk(b, [&](int64_t off, Tensor mc, Tensor vc) {
-      be_.copy(mc, mine_m.flat(off, mc.numel()));
-      be_.copy(vc, mine_v.flat(off, vc.numel()));
+    moments_->for_each_chunk(b, [&](int64_t off, const std::vector<Tensor>& mv) {
+      be_.copy(mv[0], mine_m.flat(off, mv[0].numel()));
+      be_.copy(mv[1], mine_v.flat(off, mv[1].numel()));
     });
   }
   steps_ = steps_taken;
@@ -309,10 +358,11 @@ TrainingMemory ZeroOptimizer::memory() const {
     shards += size_t(shard_numel_[b]) * 4;
   }
   TrainingMemory mem;
-  mem.params = stage_ == 3 ? shards : full;
+  mem.params = stage_ == 3 ? param_shards_->resident_bytes() : full;  // offloaded: its staging only
   mem.grads = stage_ >= 2 ? shards : full;
   mem.optimizer = moments_->resident_bytes();  // AdamW m and v (fp32 params are their own master copy)
   mem.buffers = slot_storage_.size() * size_t(slot_numel_) * 4 + (stage_ >= 2 ? shards : 0);
+  for (const Buffer& s : shard_buffer_storage_) mem.buffers += s.bytes();
   return mem;
 }
 

@@ -6,17 +6,21 @@
 //   2: also gradients: a bucket's full gradient exists only during its backward and is
 //      reduce-scattered into the owned shard as soon as that backward ends.
 //   3: also parameters: each rank keeps its shard; a bucket is all-gathered just before it
-//      is used (the next one prefetched) and freed after.
+//      is used (the next one prefetched) and freed after. With parameter offload the shards
+//      live in a ShardStore (host memory, or files): a bucket's shard is read straight into
+//      its rank's range of the gather buffer (asynchronously for the prefetch) and gathered in
+//      place; the optimizer streams shard, moments and gradient chunk by chunk.
 // Bucket b splits into dp equal shards (buckets are padded to a multiple of dp); rank r owns
 // elements [r * n_b / dp, (r + 1) * n_b / dp). Communication is non-blocking and is polled
 // between layers, so it overlaps the backward of the layers below.
 #include <deque>
+#include <future>
 #include <memory>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "model/transformer.h"
-#include "train/moment_store.h"
+#include "train/shard_store.h"
 
 namespace llmrun {
 
@@ -32,8 +36,9 @@ struct TrainingMemory {
 class ZeroOptimizer final : public BucketHooks {
  public:
   // The Transformer must have been built with zero_store_options(stage, dp.size()).
+  // `params_offload` other than none needs stage 3 (the recipe refuses other stages).
   ZeroOptimizer(Transformer& model, Communicator& dp, int stage, const AdamWConfig& cfg,
-                const OptimizerOffload& offload = {});
+                const ShardOffload& optimizer_offload = {}, const ShardOffload& params_offload = {});
   ~ZeroOptimizer() override;
   static StoreOptions store_options(int stage, int dp_size);
 
@@ -57,7 +62,7 @@ class ZeroOptimizer final : public BucketHooks {
   void gather_state(BucketStore& params, BucketStore& m, BucketStore& v);  // a collective
   void load_state(const BucketStore& params, const BucketStore& m, const BucketStore& v, int64_t steps_taken);
   // Stage 0 with moments in memory holds everything unsharded: checkpoints then read and write
-  // the moments in place (no gathered copy). Null otherwise.
+  // the moments in place (no gathered copy). Null otherwise. (Moments are arrays 0 and 1.)
   BucketStore* unsharded_m() { return m_store_.get(); }
   BucketStore* unsharded_v() { return v_store_.get(); }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
@@ -82,9 +87,11 @@ class ZeroOptimizer final : public BucketHooks {
   Tensor take_slot();
   void free_slot(Tensor slot);
   void gather_params(int b, bool blocking);
+  void read_param_shard(int b);
   void drain_reduces(bool all);
   void wait(CommRequest& req);
-  void adamw_shard(int b, Tensor params, const Tensor& grads, float lr);
+  // AdamW on elements [begin, begin + params.numel()) of bucket b's shard.
+  void adamw_shard(int b, Tensor params, int64_t begin, const Tensor& grads, float lr);
 
   Transformer& model_;
   Backend& be_;
@@ -98,9 +105,16 @@ class ZeroOptimizer final : public BucketHooks {
   double comm_wait_s_ = 0;
 
   std::vector<int64_t> shard_numel_;
-  std::unique_ptr<MomentStore> moments_;        // AdamW m, v of the owned shards (whole buckets at stage 0)
+  std::unique_ptr<ShardStore> moments_;        // AdamW m, v of the owned shards (whole buckets at stage 0)
   std::unique_ptr<BucketStore> m_store_, v_store_;  // stage 0: views of m_ and v_ by layout
-  std::vector<Buffer> grad_shard_, param_shard_;
+  std::unique_ptr<ShardStore> param_shards_;   // stage 3: the owned parameter shards
+  // Stage 3 with offloaded shards: shard-sized staging buffers (a pool), the one each bucket's
+  // read or gather is using, and the reads under way (read one bucket ahead of the gathers).
+  std::vector<Buffer> shard_buffer_storage_;
+  std::vector<Tensor> free_shard_buffers_;
+  std::vector<Tensor> param_staging_;
+  std::vector<std::future<void>> param_reads_;
+  std::vector<Buffer> grad_shard_;
   std::vector<int> param_refs_, grad_refs_;
   std::vector<std::unique_ptr<CommRequest>> gathering_;  // ZeRO-3 prefetches by bucket
   std::deque<PendingReduce> reduces_;

@@ -11,7 +11,7 @@
 
 namespace llmrun {
 
-MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
+MappedFile::MappedFile(const std::filesystem::path& path, bool populate) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw_io_error(path, "cannot open", errno);
   struct stat st {};
@@ -29,7 +29,7 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
     // Readers go through whole files front to back (checksums, tensor loads): populating the
     // map up front costs one kernel walk instead of a page fault per 4 KiB, and the kernel
     // still drops these clean pages under memory pressure, so files larger than RAM work.
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
     if (p == MAP_FAILED) {
       int err = errno;
       ::close(fd);

@@ -8,7 +8,9 @@ namespace llmrun {
 
 class MappedFile {
  public:
-  explicit MappedFile(const std::filesystem::path& path);  // UserError if it cannot open/map
+  // UserError if it cannot open/map. `populate` reads the whole file in up front (for readers
+  // that go through all of it); without it pages come in as they are touched.
+  explicit MappedFile(const std::filesystem::path& path, bool populate = true);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

@@ -338,6 +338,14 @@ TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
              "memory.offload.nvme_path: missing");
   EXPECT_HAS(error_of(kGpt2 + "memory: {offload: {optimizer: disk}}\n"),
              "memory.offload.optimizer: 'disk' is not one of none, cpu, nvme");
+  EXPECT_HAS(error_of(kGpt2 + "memory: {offload: {params: disk}}\nparallel: {zero: 3}\n"),
+             "memory.offload.params: 'disk' is not one of none, cpu, nvme");
+  EXPECT_HAS(error_of(kGpt2 + "memory: {offload: {params: nvme}}\nparallel: {zero: 3}\n"),
+             "memory.offload.nvme_path: missing: params: nvme needs a directory");
+  EXPECT_HAS(error_of(kGpt2 + "memory: {offload: {params: cpu}}\nparallel: {zero: 2}\n"),
+             "memory.offload.params: cpu needs parallel.zero: 3 (parameters are offloaded as ZeRO-3 shards); "
+             "parallel.zero is 2");
+  EXPECT_EQ(error_of(kGpt2 + "memory: {offload: {params: cpu}}\nparallel: {zero: 3}\n"), "");
   EXPECT_HAS(error_of(kGpt2 + "parallel: {sequence_parallel: true}\n"),
              "parallel.sequence_parallel: needs parallel.tp > 1");
   EXPECT_HAS(error_of(kGpt2 + "precision: {fp8: {enabled: false}}\n"),

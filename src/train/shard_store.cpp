@@ -1,0 +1,161 @@
+#include "train/shard_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <future>
+
+#include "util/error.h"
+
+namespace llmrun {
+
+namespace {
+[[noreturn]] void io_fail(const std::string& what, const std::string& path) {
+  throw UserError("memory.offload: cannot " + what + " " + path + ": " + std::strerror(errno));
+}
+
+void pread_all(int fd, void* dst, size_t bytes, off_t at, const std::string& path) {
+  char* p = static_cast<char*>(dst);
+  while (bytes > 0) {
+    const ssize_t n = pread(fd, p, bytes, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) io_fail("read", path);
+    p += n, bytes -= size_t(n), at += n;
+  }
+}
+
+void pwrite_all(int fd, const void* src, size_t bytes, off_t at, const std::string& path) {
+  const char* p = static_cast<const char*>(src);
+  while (bytes > 0) {
+    const ssize_t n = pwrite(fd, p, bytes, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) io_fail("write", path);
+    p += n, bytes -= size_t(n), at += n;
+  }
+}
+}  // namespace
+
+ShardStore::ShardStore(Backend& be, std::string name, const std::vector<int64_t>& shard_numel, int arrays,
+                       const ShardOffload& where, int rank)
+    : be_(be), name_(std::move(name)), shard_(shard_numel), arrays_(arrays), where_(where) {
+  if (in_memory()) {
+    for (int64_t n : shard_) {
+      auto& bucket = mem_.emplace_back();
+      // cpu: host memory even when the backend's own memory is a device's.
+      for (int a = 0; a < arrays_; ++a)
+        bucket.push_back(where_.kind == "cpu" ? Buffer::host(size_t(n) * 4) : be.allocate(size_t(n) * 4));
+    }
+    return;
+  }
+  // Two slots of one buffer per array share the budget; none needs to outgrow the largest shard.
+  chunk_ = std::max<int64_t>(1024, where_.buffer_bytes / (2 * arrays_ * 4));
+  chunk_ = std::max<int64_t>(1, std::min(chunk_, *std::max_element(shard_.begin(), shard_.end())));
+  for (auto& slot : slots_)
+    for (int a = 0; a < arrays_; ++a) slot.push_back(Buffer::host(size_t(chunk_) * 4));
+  dir_ = (std::filesystem::path(where_.nvme_path) /
+          ("llmrun-" + name_ + "-" + std::to_string(getpid()) + "-rank" + std::to_string(rank)))
+             .string();
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) throw UserError("memory.offload.nvme_path: cannot create " + dir_ + ": " + ec.message());
+  for (size_t b = 0; b < shard_.size(); ++b) {
+    const std::string path = file(int(b));
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) io_fail("create", path);
+    fds_.push_back(fd);
+    if (ftruncate(fd, off_t(shard_[b]) * 4 * arrays_) != 0) io_fail("size", path);  // zeros
+  }
+}
+
+ShardStore::~ShardStore() {
+  for (int fd : fds_) close(fd);
+  if (!dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+std::string ShardStore::file(int b) const { return dir_ + "/bucket-" + std::to_string(b) + "." + name_; }
+
+Tensor ShardStore::array(int b, int a) const { return mem_[b][a].as(DType::f32, {shard_[b]}); }
+
+int64_t ShardStore::max_chunk() const {
+  int64_t n = 0;
+  for (int64_t s : shard_) n = std::max(n, in_memory() ? s : std::min(s, chunk_));
+  return n;
+}
+
+size_t ShardStore::resident_bytes() const {
+  if (!in_memory()) return size_t(chunk_) * 4 * 2 * arrays_;
+  size_t n = 0;
+  for (int64_t s : shard_) n += size_t(s) * 4 * arrays_;
+  return n;
+}
+
+void ShardStore::read(int b, int a, const Tensor& dst) const {
+  LLMRUN_CHECK(dst.numel() == shard_[b], "whole-shard read of the wrong size");
+  if (in_memory()) return be_.copy(dst, array(b, a));
+  const off_t at = off_t(a) * shard_[b] * 4;
+  if (dst.device == Device::cpu) return pread_all(fds_[b], dst.data, size_t(shard_[b]) * 4, at, file(b));
+  Buffer staging = Buffer::host(size_t(shard_[b]) * 4);
+  pread_all(fds_[b], staging.data(), staging.bytes(), at, file(b));
+  be_.copy(dst, staging.as(DType::f32, {shard_[b]}));
+}
+
+void ShardStore::write(int b, int a, const Tensor& src) {
+  LLMRUN_CHECK(src.numel() == shard_[b], "whole-shard write of the wrong size");
+  if (in_memory()) return be_.copy(array(b, a), src);
+  const off_t at = off_t(a) * shard_[b] * 4;
+  if (src.device == Device::cpu) return pwrite_all(fds_[b], src.data, size_t(shard_[b]) * 4, at, file(b));
+  Buffer staging = Buffer::host(size_t(shard_[b]) * 4);
+  be_.copy(staging.as(DType::f32, {shard_[b]}), src);
+  pwrite_all(fds_[b], staging.data(), staging.bytes(), at, file(b));
+}
+
+void ShardStore::read_chunk(int b, int64_t offset, int64_t len, std::vector<Buffer>& slot) const {
+  for (int a = 0; a < arrays_; ++a)
+    pread_all(fds_[b], slot[a].data(), size_t(len) * 4, off_t(a * shard_[b] + offset) * 4, file(b));
+}
+
+void ShardStore::write_chunk(int b, int64_t offset, int64_t len, const std::vector<Buffer>& slot) const {
+  for (int a = 0; a < arrays_; ++a)
+    pwrite_all(fds_[b], slot[a].data(), size_t(len) * 4, off_t(a * shard_[b] + offset) * 4, file(b));
+}
+
+void ShardStore::for_each_chunk(int b, int64_t begin, int64_t end, const ChunkFn& fn) {
+  LLMRUN_CHECK(0 <= begin && begin <= end && end <= shard_[b], "chunk range outside the shard");
+  if (begin == end) return;
+  std::vector<Tensor> chunk(static_cast<size_t>(arrays_));
+  if (in_memory()) {
+    for (int a = 0; a < arrays_; ++a) chunk[a] = array(b, a).flat(begin, end - begin);
+    fn(begin, chunk);
+    return;
+  }
+  std::future<void> reading, writing;
+  auto len_at = [&](int64_t off) { return std::min(chunk_, end - off); };
+  read_chunk(b, begin, len_at(begin), slots_[0]);
+  int cur = 0;
+  for (int64_t off = begin; off < end; off += chunk_, cur ^= 1) {
+    if (reading.valid()) reading.get();
+    const int64_t next = off + chunk_;
+    if (next < end) {
+      // The other slot is free once its previous chunk has been written back.
+      if (writing.valid()) writing.get();
+      reading = std::async(std::launch::async,
+                           [this, b, next, n = len_at(next), cur] { read_chunk(b, next, n, slots_[cur ^ 1]); });
+    }
+    const int64_t len = len_at(off);
+    for (int a = 0; a < arrays_; ++a) chunk[a] = slots_[cur][a].as(DType::f32, {len});
+    fn(off, chunk);
+    if (writing.valid()) writing.get();
+    writing = std::async(std::launch::async, [this, b, off, len, cur] { write_chunk(b, off, len, slots_[cur]); });
+  }
+  if (reading.valid()) reading.get();
+  if (writing.valid()) writing.get();
+}
+
+}  // namespace llmrun

@@ -1,0 +1,66 @@
+#pragma once
+// Where the fp32 arrays that ZeRO keeps per bucket shard live: AdamW's moments (two arrays per
+// bucket, m and v: memory.offload.optimizer) and, under ZeRO-3, the parameter shards (one
+// array: memory.offload.params). In memory (the backend's, or host memory for `cpu`), or in one
+// file per bucket under memory.offload.nvme_path streamed through a bounded set of staging
+// buffers (`nvme`), so a run whose state exceeds memory still trains.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace llmrun {
+
+struct ShardOffload {
+  std::string kind = "none";          // none | cpu | nvme
+  std::string nvme_path;              // a directory, for nvme
+  int64_t buffer_bytes = 64ll << 20;  // nvme: all staging buffers of one store together
+};
+
+class ShardStore {
+ public:
+  // `arrays` zero-filled arrays of shard_numel[b] floats for every bucket b. `name` ("optimizer",
+  // "params") names the nvme directory, llmrun-<name>-<pid>-rank<rank>, and messages.
+  ShardStore(Backend& be, std::string name, const std::vector<int64_t>& shard_numel, int arrays,
+             const ShardOffload& where, int rank);
+  ~ShardStore();
+  ShardStore(const ShardStore&) = delete;
+  ShardStore& operator=(const ShardStore&) = delete;
+
+  // fn(offset, chunk) over consecutive chunks of elements [begin, end) of bucket b's shard;
+  // chunk[a] is array a from `offset` on. One chunk when in memory. nvme reads the next chunk
+  // ahead and writes each chunk back after fn, on other threads. Every rank with equal shards
+  // sees the same chunk boundaries, so fn may run collectives.
+  using ChunkFn = std::function<void(int64_t offset, const std::vector<Tensor>& chunk)>;
+  void for_each_chunk(int b, int64_t begin, int64_t end, const ChunkFn& fn);
+  void for_each_chunk(int b, const ChunkFn& fn) { for_each_chunk(b, 0, shard_[b], fn); }
+  // Whole-array copies between array a of bucket b and `t` (shard_numel(b) floats). Reads of
+  // different buckets may run on several threads at once.
+  void read(int b, int a, const Tensor& dst) const;
+  void write(int b, int a, const Tensor& src);
+
+  bool in_memory() const { return where_.kind != "nvme"; }
+  Tensor array(int b, int a) const;  // the whole array; only when in_memory()
+  int64_t shard_numel(int b) const { return shard_[b]; }
+  int64_t max_chunk() const;         // elements of the largest chunk for_each_chunk passes
+  size_t resident_bytes() const;     // memory held: the arrays, or the nvme staging buffers
+  std::string file(int b) const;     // nvme: bucket b's file (array a at a * shard_numel(b) floats)
+
+ private:
+  void read_chunk(int b, int64_t offset, int64_t len, std::vector<Buffer>& slot) const;
+  void write_chunk(int b, int64_t offset, int64_t len, const std::vector<Buffer>& slot) const;
+
+  Backend& be_;
+  std::string name_;
+  std::vector<int64_t> shard_;
+  int arrays_;
+  ShardOffload where_;
+  std::vector<std::vector<Buffer>> mem_;  // in memory: [bucket][array]
+  std::string dir_;                       // nvme
+  std::vector<int> fds_;                  // nvme: one file per bucket
+  int64_t chunk_ = 0;
+  std::vector<Buffer> slots_[2];          // nvme: two staging slots of one buffer per array
+};
+
+}  // namespace llmrun
