@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "comm/launcher.h"
 #include "recipe/recipe.h"
+#include "train/fp8_check.h"
 #include "train/trainer.h"
 
 namespace llmrun::cli {
@@ -16,6 +17,8 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   bool dry_run = false;
   int nproc = 0;
+  int64_t fp8_check = 0;
+  double fp8_check_tol = 0.05;
 };
 }  // namespace
 
@@ -26,6 +29,15 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
   app->add_option("--set", args->overrides, "Override a recipe value, e.g. --set train.lr=1e-3 (repeatable)");
   app->add_flag("--dry-run", args->dry_run, "Print the resolved recipe with derived values and exit");
   app->add_option("--nproc", args->nproc, "Ranks to start (same as --set launch.nproc=N)")->check(CLI::PositiveNumber);
+  CLI::Option* check =
+      app->add_option("--fp8-check", args->fp8_check,
+                      "Train N steps with precision.fp8 enabled and N in fp32 from the same start, compare the "
+                      "losses and exit 3 when they differ by more than --fp8-check-tol (writes nothing)")
+          ->check(CLI::PositiveNumber);
+  app->add_option("--fp8-check-tol", args->fp8_check_tol,
+                  "Largest relative loss difference --fp8-check accepts (default 0.05)")
+      ->check(CLI::PositiveNumber)
+      ->needs(check);
   return {app, [args, argv]() {
             const LaunchEnvironment env = detect_launch_environment();
             std::vector<std::string> overrides = args->overrides;
@@ -39,6 +51,7 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
               std::fputs(describe_recipe(r).c_str(), stdout);
               return 0;
             }
+            if (args->fp8_check > 0) return run_fp8_check(r, env, args->fp8_check, args->fp8_check_tol);
             if (!env.under_launcher && r.launch.nproc > 1)
               return run_under_mpirun(r.launch.nproc, r.launch.mpirun_args, argv);
             run_training(r, env);

@@ -88,13 +88,14 @@ void Transformer::embed(Tensor x0, const Tensor& ids, const Tensor& positions) {
   if (cfg_.arch == Arch::gpt2) be_.embedding_fwd(x0, positions, params_.tensor(0, 1), true);
 }
 
-void Transformer::head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits) {
+void Transformer::head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits,
+                               LinearRunner* linear) {
   const HeadTensors e = head_tensors(cfg_, params_);
   if (cfg_.arch == Arch::gpt2)
     be_.layernorm_fwd(norm, mean, rstd, x, e.norm_w, e.norm_b, cfg_.norm_eps);
   else
     be_.rmsnorm_fwd(norm, rstd, x, e.norm_w, cfg_.norm_eps);
-  be_.matmul(logits, norm, e.head, false, true);
+  linear_or_fp32(linear).forward(be_, {cfg_.layers, LinearKind::lm_head}, logits, norm, e.head, nullptr, false);
 }
 
 void Transformer::forward(const int32_t* tokens, int batch, int seq) {
@@ -116,11 +117,11 @@ void Transformer::forward(const int32_t* tokens, int batch, int seq) {
     BlockActivations& a = acts_[l];
     acquire(l + 1, P::forward);
     block_forward(be_, cfg_, block_tensors(cfg_, params_, l), a, positions_,
-                  [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); });
+                  [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, linear_, l);
     release(l + 1, P::forward);
   }
   acquire(head_bucket(), P::forward);
-  head_forward(acts_.back().output, final_norm_, final_mean_, final_rstd_, logits_);
+  head_forward(acts_.back().output, final_norm_, final_mean_, final_rstd_, logits_, linear_);
   release(head_bucket(), P::forward);
   if (cfg_.tie_embeddings) release(0, P::forward);
 }
@@ -144,8 +145,8 @@ double Transformer::backward(const int32_t* targets, float grad_scale) {
   const HeadTensors ge = head_tensors(cfg_, grads_);
   const Tensor& last = acts_.back().output;
   // logits_ now holds dL/dlogits.
-  be_.matmul(ge.head, logits_, final_norm_, true, false, 1.0f, 1.0f);
-  be_.matmul(scratch_.d_norm, logits_, e.head, false, false);
+  linear_or_fp32(linear_).backward(be_, {cfg_.layers, LinearKind::lm_head}, scratch_.d_norm, ge.head, Tensor(),
+                                   logits_, final_norm_, e.head);
   if (cfg_.arch == Arch::gpt2)
     be_.layernorm_bwd(d_resid_, ge.norm_w, ge.norm_b, scratch_.d_norm, last, e.norm_w, final_mean_,
                       final_rstd_, false);
@@ -157,7 +158,7 @@ double Transformer::backward(const int32_t* targets, float grad_scale) {
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     acquire(l + 1, P::backward);
     block_backward(be_, cfg_, block_tensors(cfg_, params_, l), block_tensors(cfg_, grads_, l), acts_[l],
-                   scratch_, d_resid_, positions_, shape);
+                   scratch_, d_resid_, positions_, shape, linear_, l);
     release(l + 1, P::backward);
   }
 

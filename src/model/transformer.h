@@ -42,6 +42,9 @@ class Transformer {
  public:
   Transformer(Backend& backend, const ModelConfig& cfg, const StoreOptions& stores = {});
   void set_hooks(BucketHooks* hooks) { hooks_ = hooks; }
+  // Runs the training path's linear GEMMs (forward(), backward(): blocks and LM head) through
+  // `runner` (an FP8 recipe); null: plain fp32. Generation and serving always run fp32.
+  void set_linear_runner(LinearRunner* runner) { linear_ = runner; }
 
   const ModelConfig& config() const { return cfg_; }
   const std::vector<BucketLayout>& layout() const { return layout_; }
@@ -94,13 +97,15 @@ class Transformer {
   void upload_ids(Tensor dst, const int32_t* host, int64_t n);
   void embed(Tensor x0, const Tensor& ids, const Tensor& positions);  // token (+ position) embedding
   // Final norm of rows x, then logits = norm @ head^T.
-  void head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits);
+  void head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits,
+                    LinearRunner* linear = nullptr);
 
   Backend& be_;
   ModelConfig cfg_;
   std::vector<BucketLayout> layout_;
   BucketStore params_, grads_;
   BucketHooks* hooks_ = nullptr;
+  LinearRunner* linear_ = nullptr;
 
   int batch_ = 0, seq_ = 0;
   size_t activation_bytes_ = 0;

@@ -25,14 +25,6 @@ void norm_backward(Backend& be, const ModelConfig& cfg, Tensor dx, const Tensor&
 
 const Tensor* bias_or_null(const Tensor& b) { return b.empty() ? nullptr : &b; }
 
-// y = x W^T (+ b), and its gradients: dW += dy^T x, db += sum(dy), dx = dy W.
-void linear_backward(Backend& be, Tensor dx, const Tensor& dW, const Tensor& db, const Tensor& dy,
-                     const Tensor& x, const Tensor& W) {
-  be.matmul(dW, dy, x, /*trans_a=*/true, /*trans_b=*/false, 1.0f, 1.0f);
-  if (!db.empty()) be.sum_rows(db, dy, /*accumulate=*/true);
-  be.matmul(dx, dy, W, false, false);
-}
-
 }  // namespace
 
 BlockActivations allocate_block_activations(const ModelConfig& cfg, int64_t n, const TensorAllocator& alloc) {
@@ -66,44 +58,46 @@ BlockActivations first_rows(const BlockActivations& full, int64_t n) {
 }
 
 void block_forward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, BlockActivations& a,
-                   const Tensor& positions, const AttentionCore& core) {
+                   const Tensor& positions, const AttentionCore& core, LinearRunner* linear, int layer) {
+  LinearRunner& lin = linear_or_fp32(linear);
   norm_forward(be, cfg, a.norm1, a.norm1_mean, a.norm1_rstd, a.input, w.norm1_w, w.norm1_b);
-  be.matmul(a.qkv, a.norm1, w.qkv_w, false, true, 1.0f, 0.0f, bias_or_null(w.qkv_b));
+  lin.forward(be, {layer, LinearKind::qkv}, a.qkv, a.norm1, w.qkv_w, bias_or_null(w.qkv_b), false);
   if (cfg.arch == Arch::llama)
     be.rope(a.qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta, false);
   core(a.qkv, a.attn);
   be.copy(a.mid, a.input);
-  be.matmul(a.mid, a.attn, w.out_w, false, true, 1.0f, 1.0f, bias_or_null(w.out_b));
+  lin.forward(be, {layer, LinearKind::out}, a.mid, a.attn, w.out_w, bias_or_null(w.out_b), true);
 
   norm_forward(be, cfg, a.norm2, a.norm2_mean, a.norm2_rstd, a.mid, w.norm2_w, w.norm2_b);
-  be.matmul(a.up, a.norm2, w.up_w, false, true, 1.0f, 0.0f, bias_or_null(w.up_b));
+  lin.forward(be, {layer, LinearKind::up}, a.up, a.norm2, w.up_w, bias_or_null(w.up_b), false);
   if (cfg.arch == Arch::gpt2)
     be.gelu_fwd(a.act, a.up);
   else
     be.swiglu_fwd(a.act, a.up);
   be.copy(a.output, a.mid);
-  be.matmul(a.output, a.act, w.down_w, false, true, 1.0f, 1.0f, bias_or_null(w.down_b));
+  lin.forward(be, {layer, LinearKind::down}, a.output, a.act, w.down_w, bias_or_null(w.down_b), true);
 }
 
 void block_backward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, const BlockTensors& g,
                     const BlockActivations& a, const BlockScratch& s, Tensor d_resid,
-                    const Tensor& positions, const AttentionShape& shape) {
+                    const Tensor& positions, const AttentionShape& shape, LinearRunner* linear, int layer) {
+  LinearRunner& lin = linear_or_fp32(linear);
   // MLP half: d_resid is dL/d(output) = dL/d(mid) through the skip connection.
-  linear_backward(be, s.d_act, g.down_w, g.down_b, d_resid, a.act, w.down_w);
+  lin.backward(be, {layer, LinearKind::down}, s.d_act, g.down_w, g.down_b, d_resid, a.act, w.down_w);
   if (cfg.arch == Arch::gpt2)
     be.gelu_bwd(s.d_up, s.d_act, a.up);
   else
     be.swiglu_bwd(s.d_up, s.d_act, a.up);
-  linear_backward(be, s.d_norm, g.up_w, g.up_b, s.d_up, a.norm2, w.up_w);
+  lin.backward(be, {layer, LinearKind::up}, s.d_norm, g.up_w, g.up_b, s.d_up, a.norm2, w.up_w);
   norm_backward(be, cfg, d_resid, g.norm2_w, g.norm2_b, s.d_norm, a.mid, w.norm2_w, a.norm2_mean,
                 a.norm2_rstd);
 
   // Attention half: d_resid is now dL/d(mid).
-  linear_backward(be, s.d_attn, g.out_w, g.out_b, d_resid, a.attn, w.out_w);
+  lin.backward(be, {layer, LinearKind::out}, s.d_attn, g.out_w, g.out_b, d_resid, a.attn, w.out_w);
   be.attention_bwd(s.d_qkv, s.d_attn, a.qkv, a.attn, a.lse, shape);
   if (cfg.arch == Arch::llama)
     be.rope(s.d_qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta, true);
-  linear_backward(be, s.d_norm, g.qkv_w, g.qkv_b, s.d_qkv, a.norm1, w.qkv_w);
+  lin.backward(be, {layer, LinearKind::qkv}, s.d_norm, g.qkv_w, g.qkv_b, s.d_qkv, a.norm1, w.qkv_w);
   norm_backward(be, cfg, d_resid, g.norm1_w, g.norm1_b, s.d_norm, a.input, w.norm1_w, a.norm1_mean,
                 a.norm1_rstd);
 }

@@ -13,6 +13,7 @@
 #include "comm/topology.h"
 #include "data/tokenizer.h"
 #include "data/training_data.h"
+#include "fp8/fp8_linears.h"
 #include "train/peak_flops.h"
 #include "train/progress.h"
 #include "train/run_checkpoints.h"
@@ -52,7 +53,7 @@ class RankBatches {
 
 }  // namespace
 
-void run_training(const Recipe& r, const LaunchEnvironment& env) {
+void run_training(const Recipe& r, const LaunchEnvironment& env, const StepObserver& observe) {
   std::optional<MpiRuntime> mpi;
   Topology topo = Topology::single();
   if (env.under_launcher) {
@@ -84,6 +85,13 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
                     {float(r.train.beta1), float(r.train.beta2), float(r.train.eps), float(r.train.weight_decay)},
                     {r.memory.offload_optimizer, r.memory.nvme_path, r.memory.offload_buffer_mb << 20});
   RunCheckpoints checkpoints(r, model, opt, data, *tokenizer, topo);
+  // precision.fp8: the linears' GEMMs run in (emulated) FP8; scales travel with checkpoints.
+  std::unique_ptr<Fp8Linears> fp8;
+  if (r.precision.fp8.enabled) {
+    fp8 = std::make_unique<Fp8Linears>(r.precision.fp8, r.model, *backend);
+    model.set_linear_runner(fp8.get());
+    checkpoints.attach_fp8(fp8.get());
+  }
   const int64_t first_step = checkpoints.resume() + 1;
   std::optional<MetricsWriter> metrics;
   if (topo.is_logger()) metrics.emplace(r.logging.metrics, first_step - 1);
@@ -113,7 +121,9 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
     const double comm0 = opt.comm_wait_seconds();
     StepReport rep;
     batches.start_step();
+    if (fp8) fp8->begin_step();
     rep.stats = step.run([&](int32_t* windows) { batches.next(windows, r.train.micro_batch); });
+    if (fp8) fp8->end_step(topo.dp());
     const auto t1 = std::chrono::steady_clock::now();
     rep.total_steps = r.train.steps;
     rep.step_seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -126,10 +136,19 @@ void run_training(const Recipe& r, const LaunchEnvironment& env) {
     const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
     rep.eta_seconds = elapsed / double(s - first_step + 1) * double(r.train.steps - s);
     const bool logged = s % r.logging.every == 0 || s == r.train.steps || s == 1;
+    if (fp8 && logged) {
+      if (topo.is_logger() && spdlog::should_log(spdlog::level::debug))
+        spdlog::debug("fp8 after step {}: {}", s, fp8->describe());
+      const Fp8Counts c = fp8->take_counts(topo.dp());
+      rep.fp8 = true;
+      rep.fp8_overflows = c.overflows;
+      rep.fp8_underflows = c.underflows;
+    }
     if (topo.is_logger()) {
       progress.update(rep, logged);
       if (logged) metrics->write(rep);
     }
+    if (observe && !observe(rep)) break;
     if (validator && ((r.train.eval_every > 0 && s % r.train.eval_every == 0) || s == r.train.steps)) {
       const double val = validator->loss(model);
       if (topo.is_logger()) {
