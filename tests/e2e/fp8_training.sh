@@ -1,12 +1,15 @@
 # FP8 training (precision.fp8, CPU emulation) through the real binary: --fp8-check passes on a
-# tiny Llama and fails when the tolerance is below the measured difference; skip is honoured;
+# tiny Llama within 2% over 30 steps and catches a broken recipe (exit 3); skip is honoured;
 # metrics carry the overflow/underflow counters; the per-tensor debug line shows the scales;
 # N + resume + N steps reproduce 2N steps bit for bit with identical saved scales; two
 # data-parallel ranks reduce amaxes and match one rank; bad recipes and flags are refused.
 source "$(dirname "$0")/common.bash"
 cd "$WORK"
+# These models are tiny: one thread is faster than two waking up for every small kernel, and
+# the results do not depend on the thread count.
+export OMP_NUM_THREADS=1
 cat > r.yaml <<'YAML'
-model: {arch: llama, layers: 2, d_model: 64, heads: 4, kv_heads: 2, ffn: 160, seq_len: 64}
+model: {arch: llama, layers: 2, d_model: 32, heads: 4, kv_heads: 2, ffn: 64, seq_len: 32}
 data: {tokenizer: byte, train: /usr/share/common-licenses}
 train: {steps: 40, micro_batch: 4, global_batch: 8, lr: 3.0e-3, warmup: 5, seed: 3}
 precision:
@@ -20,17 +23,18 @@ rows = [l.split() for l in open(sys.argv[1]) if l.split() and l.split()[0].isdig
 assert len(rows) == int(sys.argv[2]), (len(rows), sys.argv[2])
 print(max(float(r[3]) for r in rows))' "$@"; }
 
-# 1. 30 steps: FP8 tracks fp32 (tolerance 3%; measured: 0.6% over 30 steps, 1.1% over 40), but
-#    is not fp32.
-"$LLMRUN" train r.yaml --fp8-check 30 --fp8-check-tol 0.03 >check.out 2>check.log || { cat check.log check.out; fail "--fp8-check failed"; }
+# 1. 30 steps: FP8 tracks fp32 within 2% (measured 0.07%; 0.04-0.7% with seeds 1-3), but is
+#    not fp32.
+"$LLMRUN" train r.yaml --fp8-check 30 --fp8-check-tol 0.02 >check.out 2>check.log || { cat check.log check.out; fail "--fp8-check failed"; }
 grep -q "fp8 check passed" check.out || fail "no pass line"
 worst=$(maxdiff check.out 30)
-/usr/bin/python3 -c "import sys; w=float(sys.argv[1]); sys.exit(0 if 1e-4 < w <= 0.03 else 1)" "$worst" \
-  || fail "max relative difference $worst: expected FP8 to differ from fp32 (> 1e-4) but within 0.03"
+/usr/bin/python3 -c "import sys; w=float(sys.argv[1]); sys.exit(0 if 1e-5 < w <= 0.02 else 1)" "$worst" \
+  || fail "max relative difference $worst: expected FP8 to differ from fp32 (> 1e-5) but within 0.02"
 grep -q "FP8 overflows [0-9]*, underflows [1-9]" check.out || { cat check.out; fail "no underflows counted (gradients at scale 1 underflow in step 1)"; }
-# The same check with a tolerance below what was measured fails with exit 3 and one error line.
-expect_exit 3 "error: FP8 loss diverges from fp32: relative difference .* exceeds --fp8-check-tol 1e-06" \
-  "$LLMRUN" train r.yaml --fp8-check 3 --fp8-check-tol 1e-6
+# A broken recipe is caught: margin 40 shrinks every scale by 2^40, casts flush to zero, the
+# block linears stop learning and the loss leaves the fp32 curve (8% at step 15): exit 3.
+expect_exit 3 "error: FP8 loss diverges from fp32: relative difference .* exceeds --fp8-check-tol 0.02" \
+  "$LLMRUN" train r.yaml --fp8-check 30 --fp8-check-tol 0.02 --set precision.fp8.margin=40
 
 # 2. skip: every linear skipped is exactly fp32; with lm_head in FP8 the curve changes.
 "$LLMRUN" train r.yaml --fp8-check 3 --set 'precision.fp8.skip=[embedding, lm_head, qkv, out, up, down]' >skip.out 2>/dev/null \
