@@ -19,6 +19,7 @@ struct TrainArgs {
   int nproc = 0;
   int64_t fp8_check = 0;
   double fp8_check_tol = 0.05;
+  int64_t fp8_check_window = 10;
 };
 }  // namespace
 
@@ -32,10 +33,14 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
   CLI::Option* check =
       app->add_option("--fp8-check", args->fp8_check,
                       "Train N steps with precision.fp8 enabled and N in fp32 from the same start, compare the "
-                      "losses and exit 3 when they differ by more than --fp8-check-tol (writes nothing)")
+                      "loss curves and exit 3 when they differ by more than --fp8-check-tol (writes nothing)")
           ->check(CLI::PositiveNumber);
   app->add_option("--fp8-check-tol", args->fp8_check_tol,
-                  "Largest relative loss difference --fp8-check accepts (default 0.05)")
+                  "Largest relative difference of the two loss curves --fp8-check accepts (default 0.05)")
+      ->check(CLI::PositiveNumber)
+      ->needs(check);
+  app->add_option("--fp8-check-window", args->fp8_check_window,
+                  "--fp8-check compares trailing means over this many steps (default 10; 1: single steps)")
       ->check(CLI::PositiveNumber)
       ->needs(check);
   return {app, [args, argv]() {
@@ -51,7 +56,7 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
               std::fputs(describe_recipe(r).c_str(), stdout);
               return 0;
             }
-            if (args->fp8_check > 0) return run_fp8_check(r, env, args->fp8_check, args->fp8_check_tol);
+            if (args->fp8_check > 0) return run_fp8_check(r, env, args->fp8_check, args->fp8_check_tol, args->fp8_check_window);
             if (!env.under_launcher && r.launch.nproc > 1)
               return run_under_mpirun(r.launch.nproc, r.launch.mpirun_args, argv);
             run_training(r, env);

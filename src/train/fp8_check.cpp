@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "ckpt/training_checkpoint.h"
@@ -36,7 +37,8 @@ Curve train_curve(const Recipe& r, const LaunchEnvironment& env, int64_t steps) 
 
 }  // namespace
 
-int run_fp8_check(const Recipe& recipe, const LaunchEnvironment& env, int64_t steps, double tolerance) {
+int run_fp8_check(const Recipe& recipe, const LaunchEnvironment& env, int64_t steps, double tolerance,
+                  int64_t window) {
   if (env.under_launcher || recipe.launch.nproc > 1)
     throw UserError("--fp8-check trains twice in one process and runs on one rank: drop --nproc / launch.nproc "
                     "and run it outside mpirun/srun");
@@ -77,27 +79,40 @@ int run_fp8_check(const Recipe& recipe, const LaunchEnvironment& env, int64_t st
   std::printf("fp8 check: %lld steps from step %lld; FP8 %s, amax_history %d, amax_compute %s, margin %d vs fp32\n",
               static_cast<long long>(steps), static_cast<long long>(start), f.format.c_str(), f.amax_history,
               f.amax_compute.c_str(), f.margin);
-  std::printf("%8s %12s %12s %10s\n", "step", "loss_fp8", "loss_fp32", "rel_diff");
-  double worst = 0;
-  int64_t worst_step = start + 1;
+  std::printf("%8s %12s %12s %10s %12s\n", "step", "loss_fp8", "loss_fp32", "rel_diff",
+              ("mean" + std::to_string(window) + "_diff").c_str());
+  // NaN (a diverged run) must fail the check, so it counts as the worst.
+  auto worse = [](double rel, double worst) { return std::isnan(rel) || rel > worst; };
+  double worst_step_diff = 0, worst = 0;
+  int64_t worst_at = start + 1;
+  double sum_a = 0, sum_b = 0;
   for (int64_t i = 0; i < steps; ++i) {
-    const double rel = std::fabs(a.loss[size_t(i)] - b.loss[size_t(i)]) / std::fabs(b.loss[size_t(i)]);
-    // NaN (a diverged run) must fail the check, so it counts as the worst.
-    if (std::isnan(rel) || rel > worst) {
-      worst = std::isnan(rel) ? INFINITY : rel;
-      worst_step = start + i + 1;
+    const double la = a.loss[size_t(i)], lb = b.loss[size_t(i)];
+    sum_a += la;
+    sum_b += lb;
+    if (i >= window) {
+      sum_a -= a.loss[size_t(i - window)];
+      sum_b -= b.loss[size_t(i - window)];
     }
-    std::printf("%8lld %12.6f %12.6f %10.3e\n", static_cast<long long>(start + i + 1), a.loss[size_t(i)],
-                b.loss[size_t(i)], rel);
+    const double rel = std::fabs(la - lb) / std::fabs(lb);
+    const double mean_rel = std::fabs(sum_a - sum_b) / std::fabs(sum_b);
+    if (worse(rel, worst_step_diff)) worst_step_diff = std::isnan(rel) ? INFINITY : rel;
+    if (worse(mean_rel, worst)) {
+      worst = std::isnan(mean_rel) ? INFINITY : mean_rel;
+      worst_at = start + i + 1;
+    }
+    std::printf("%8lld %12.6f %12.6f %10.3e %12.3e\n", static_cast<long long>(start + i + 1), la, lb, rel, mean_rel);
   }
-  std::printf("max relative difference %.4e at step %lld (tolerance %g); FP8 overflows %lld, underflows %lld\n", worst,
-              static_cast<long long>(worst_step), tolerance, static_cast<long long>(a.overflows),
-              static_cast<long long>(a.underflows));
+  std::printf("max relative difference of %lld-step means %.4e at step %lld (tolerance %g); of single steps %.4e; "
+              "FP8 overflows %lld, underflows %lld\n",
+              static_cast<long long>(window), worst, static_cast<long long>(worst_at), tolerance, worst_step_diff,
+              static_cast<long long>(a.overflows), static_cast<long long>(a.underflows));
   std::fflush(stdout);
-  if (worst > tolerance) {
+  if (worse(worst, tolerance)) {
     std::fprintf(stderr,
-                 "error: FP8 loss diverges from fp32: relative difference %.4e at step %lld exceeds --fp8-check-tol %g\n",
-                 worst, static_cast<long long>(worst_step), tolerance);
+                 "error: FP8 loss diverges from fp32: the %lld-step mean differs by %.4e at step %lld, more than "
+                 "--fp8-check-tol %g\n",
+                 static_cast<long long>(window), worst, static_cast<long long>(worst_at), tolerance);
     return kFp8CheckFailed;
   }
   std::printf("fp8 check passed\n");

@@ -1,5 +1,5 @@
 # FP8 training (precision.fp8, CPU emulation) through the real binary: --fp8-check passes on a
-# tiny Llama within 2% over 30 steps and catches a broken recipe (exit 3); skip is honoured;
+# tiny Llama within 1% over 30 steps and catches a broken recipe (exit 3); skip is honoured;
 # metrics carry the overflow/underflow counters; the per-tensor debug line shows the scales;
 # N + resume + N steps reproduce 2N steps bit for bit with identical saved scales; two
 # data-parallel ranks reduce amaxes and match one rank; bad recipes and flags are refused.
@@ -16,25 +16,28 @@ precision:
   fp8: {enabled: true, format: hybrid, amax_history: 16, amax_compute: max, margin: 0, skip: [lm_head, embedding]}
 logging: {every: 1}
 YAML
-# max relative difference of a --fp8-check table on stdout
+# max relative difference of the 10-step means in a --fp8-check table on stdout
 maxdiff() { /usr/bin/python3 -c '
 import sys
 rows = [l.split() for l in open(sys.argv[1]) if l.split() and l.split()[0].isdigit()]
 assert len(rows) == int(sys.argv[2]), (len(rows), sys.argv[2])
-print(max(float(r[3]) for r in rows))' "$@"; }
+print(max(float(r[4]) for r in rows))' "$@"; }
 
-# 1. 30 steps: FP8 tracks fp32 within 2% (measured 0.07%; 0.04-0.7% with seeds 1-3), but is
-#    not fp32.
-"$LLMRUN" train r.yaml --fp8-check 30 --fp8-check-tol 0.02 >check.out 2>check.log || { cat check.log check.out; fail "--fp8-check failed"; }
+# 1. 30 steps: the 10-step mean losses of FP8 and fp32 agree within 1% (measured: 0.05%;
+#    0.02-0.07% with seeds 1-3), and FP8 is not fp32.
+"$LLMRUN" train r.yaml --fp8-check 30 --fp8-check-tol 0.01 >check.out 2>check.log || { cat check.log check.out; fail "--fp8-check failed"; }
 grep -q "fp8 check passed" check.out || fail "no pass line"
 worst=$(maxdiff check.out 30)
-/usr/bin/python3 -c "import sys; w=float(sys.argv[1]); sys.exit(0 if 1e-5 < w <= 0.02 else 1)" "$worst" \
-  || fail "max relative difference $worst: expected FP8 to differ from fp32 (> 1e-5) but within 0.02"
+/usr/bin/python3 -c "import sys; w=float(sys.argv[1]); sys.exit(0 if 1e-5 < w <= 0.01 else 1)" "$worst" \
+  || fail "max relative difference $worst: expected FP8 to differ from fp32 (> 1e-5) but within 0.01"
 grep -q "FP8 overflows [0-9]*, underflows [1-9]" check.out || { cat check.out; fail "no underflows counted (gradients at scale 1 underflow in step 1)"; }
 # A broken recipe is caught: margin 40 shrinks every scale by 2^40, casts flush to zero, the
-# block linears stop learning and the loss leaves the fp32 curve (8% at step 15): exit 3.
-expect_exit 3 "error: FP8 loss diverges from fp32: relative difference .* exceeds --fp8-check-tol 0.02" \
-  "$LLMRUN" train r.yaml --fp8-check 30 --fp8-check-tol 0.02 --set precision.fp8.margin=40
+# block linears stop learning and the loss leaves the fp32 curve (7.5% on 10-step means): exit 3.
+expect_exit 3 "error: FP8 loss diverges from fp32: the 10-step mean differs by .* more than --fp8-check-tol 0.01" \
+  "$LLMRUN" train r.yaml --fp8-check 30 --fp8-check-tol 0.01 --set precision.fp8.margin=40
+# Single steps (window 1) compare too.
+"$LLMRUN" train r.yaml --fp8-check 3 --fp8-check-window 1 >w1.out 2>/dev/null || fail "--fp8-check-window 1 failed"
+grep -q "max relative difference of 1-step means" w1.out || fail "window 1 not used"
 
 # 2. skip: every linear skipped is exactly fp32; with lm_head in FP8 the curve changes.
 "$LLMRUN" train r.yaml --fp8-check 3 --set 'precision.fp8.skip=[embedding, lm_head, qkv, out, up, down]' >skip.out 2>/dev/null \
@@ -118,5 +121,6 @@ expect_exit 2 "precision.fp8.format: 'e5m2' is not one of hybrid" "$LLMRUN" trai
 expect_exit 2 "fp8-check trains twice in one process and runs on one rank" "$LLMRUN" train r.yaml --fp8-check 4 --nproc 2
 expect_exit 2 "--fp8-check 41: the recipe has 40 steps left after step 0" "$LLMRUN" train r.yaml --fp8-check 41
 expect_exit 2 "fp8-check-tol requires --fp8-check" "$LLMRUN" train r.yaml --fp8-check-tol 0.1
+expect_exit 2 "fp8-check-window requires --fp8-check" "$LLMRUN" train r.yaml --fp8-check-window 5
 "$LLMRUN" train r.yaml --dry-run | grep -A8 "^precision:" | grep -q "    skip: \[lm_head, embedding\]" || fail "--dry-run lacks fp8"
 echo "fp8: check within $worst (30 steps), skip, counters, debug line, bitwise resume, dp=2, errors ok"
