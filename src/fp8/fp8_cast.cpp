@@ -16,10 +16,10 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 14;
 
 struct Layout {
-  int man;           // mantissa bits
-  int bias;          // exponent bias
-  uint32_t max_code; // magnitude code of the largest finite value
-  uint8_t nan_code;  // magnitude code written for NaN
+  int man;            // mantissa bits
+  int bias;           // exponent bias
+  uint32_t max_code;  // magnitude code of the largest finite value
+  uint8_t nan_code;   // magnitude code written for NaN
 };
 
 constexpr Layout layout(Fp8Format f) {
@@ -55,12 +55,14 @@ using Table = std::array<float, 256>;
 const Table& decode_table(Fp8Format f) {
   static const Table tables[2] = {[] {
                                     Table t{};
-                                    for (int b = 0; b < 256; ++b) t[b] = decode_by_definition(uint8_t(b), Fp8Format::e4m3);
+                                    for (int b = 0; b < 256; ++b)
+                                      t[b] = decode_by_definition(uint8_t(b), Fp8Format::e4m3);
                                     return t;
                                   }(),
                                   [] {
                                     Table t{};
-                                    for (int b = 0; b < 256; ++b) t[b] = decode_by_definition(uint8_t(b), Fp8Format::e5m2);
+                                    for (int b = 0; b < 256; ++b)
+                                      t[b] = decode_by_definition(uint8_t(b), Fp8Format::e5m2);
                                     return t;
                                   }()};
   return tables[f == Fp8Format::e4m3 ? 0 : 1];

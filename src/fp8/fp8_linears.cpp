@@ -32,10 +32,14 @@ bool float_from_json(const json& j, float& out) {
   }
   if (!j.is_string()) return false;
   const std::string s = j.get<std::string>();
-  if (s == "nan") out = std::numeric_limits<float>::quiet_NaN();
-  else if (s == "inf") out = std::numeric_limits<float>::infinity();
-  else if (s == "-inf") out = -std::numeric_limits<float>::infinity();
-  else return false;
+  if (s == "nan")
+    out = std::numeric_limits<float>::quiet_NaN();
+  else if (s == "inf")
+    out = std::numeric_limits<float>::infinity();
+  else if (s == "-inf")
+    out = -std::numeric_limits<float>::infinity();
+  else
+    return false;
   return true;
 }
 
@@ -53,8 +57,9 @@ Fp8Linears::Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend
       layers_(cfg.layers),
       be_(be) {
   if (be.device() != Device::cpu)
-    throw UserError("precision.fp8: the " + be.name() +
-                    " backend has no FP8 GEMMs in this build; the FP8 emulation runs on the cpu backend");
+    throw UserError(
+        "precision.fp8: the " + be.name() +
+        " backend has no FP8 GEMMs in this build; the FP8 emulation runs on the cpu backend");
   for (const std::string& name : recipe.skip)
     for (int k = 0; k < kLinearKinds; ++k)
       if (name == linear_kind_name(LinearKind(k))) skip_[k] = true;
@@ -64,8 +69,10 @@ Fp8Linears::Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend
     if (skip_[int(kind)]) return;
     site_first_[site] = int(tensors_.size());
     for (int role = 0; role < 3; ++role)
-      tensors_.push_back({prefix + "." + kRoleNames[role], role == grad_output ? grad_format : Fp8Format::e4m3,
-                          DelayedScaling(recipe.amax_history), {}});
+      tensors_.push_back({prefix + "." + kRoleNames[role],
+                          role == grad_output ? grad_format : Fp8Format::e4m3,
+                          DelayedScaling(recipe.amax_history),
+                          {}});
   };
   for (int l = 0; l < layers_; ++l)
     for (int k = 0; k < kBlockKinds; ++k)
@@ -75,14 +82,16 @@ Fp8Linears::Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend
 }
 
 int Fp8Linears::first_tensor(LinearSite site) const {
-  const size_t index = site.kind == LinearKind::lm_head ? site_first_.size() - 1
-                                                         : size_t(site.layer) * kBlockKinds + size_t(site.kind);
+  const size_t index = site.kind == LinearKind::lm_head
+                           ? site_first_.size() - 1
+                           : size_t(site.layer) * kBlockKinds + size_t(site.kind);
   LLMRUN_CHECK(index < site_first_.size(), "linear site out of range");
   return site_first_[index];
 }
 
 Tensor Fp8Linears::cast(const Tensor& x, TensorState& t, int slot, bool record) {
-  LLMRUN_CHECK(x.dtype == DType::f32 && x.device == Device::cpu, "FP8 emulation casts host f32 tensors");
+  LLMRUN_CHECK(x.dtype == DType::f32 && x.device == Device::cpu,
+               "FP8 emulation casts host f32 tensors");
   if (scratch_[slot].bytes() < x.bytes()) scratch_[slot] = be_.allocate(x.bytes());
   Tensor q = x;
   q.data = scratch_[slot].data();
@@ -95,8 +104,8 @@ Tensor Fp8Linears::cast(const Tensor& x, TensorState& t, int slot, bool record) 
   return q;
 }
 
-void Fp8Linears::forward(Backend& be, LinearSite site, Tensor y, const Tensor& x, const Tensor& W, const Tensor* bias,
-                         bool accumulate) {
+void Fp8Linears::forward(Backend& be, LinearSite site, Tensor y, const Tensor& x, const Tensor& W,
+                         const Tensor* bias, bool accumulate) {
   const int first = first_tensor(site);
   if (first < 0) return LinearRunner::forward(be, site, y, x, W, bias, accumulate);
   TensorState& tx = tensors_[size_t(first + input)];
@@ -104,12 +113,12 @@ void Fp8Linears::forward(Backend& be, LinearSite site, Tensor y, const Tensor& x
   const Tensor xq = cast(x, tx, 0, recording_);
   const Tensor wq = cast(W, tw, 1, recording_);
   // The FP8 GEMM: products of FP8 values summed in fp32, times scale_inv_x * scale_inv_w.
-  be.matmul(y, xq, wq, false, true, tx.scaling.scale_inv() * tw.scaling.scale_inv(), accumulate ? 1.0f : 0.0f,
-            bias);
+  be.matmul(y, xq, wq, false, true, tx.scaling.scale_inv() * tw.scaling.scale_inv(),
+            accumulate ? 1.0f : 0.0f, bias);
 }
 
-void Fp8Linears::backward(Backend& be, LinearSite site, Tensor dx, const Tensor& dW, const Tensor& db, const Tensor& dy,
-                          const Tensor& x, const Tensor& W) {
+void Fp8Linears::backward(Backend& be, LinearSite site, Tensor dx, const Tensor& dW,
+                          const Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& W) {
   const int first = first_tensor(site);
   if (first < 0) return LinearRunner::backward(be, site, dx, dW, db, dy, x, W);
   TensorState& tx = tensors_[size_t(first + input)];
@@ -120,7 +129,8 @@ void Fp8Linears::backward(Backend& be, LinearSite site, Tensor dx, const Tensor&
   // end_step), so they are bit for bit what the forward multiplied; their amaxes are recorded.
   const Tensor xq = cast(x, tx, 0, false);
   const Tensor wq = cast(W, tw, 1, false);
-  be.matmul(dW, gq, xq, /*trans_a=*/true, /*trans_b=*/false, tg.scaling.scale_inv() * tx.scaling.scale_inv(), 1.0f);
+  be.matmul(dW, gq, xq, /*trans_a=*/true, /*trans_b=*/false,
+            tg.scaling.scale_inv() * tx.scaling.scale_inv(), 1.0f);
   if (!db.empty()) be.sum_rows(db, dy, /*accumulate=*/true);
   be.matmul(dx, gq, wq, false, false, tg.scaling.scale_inv() * tw.scaling.scale_inv(), 0.0f);
 }
@@ -135,7 +145,8 @@ void Fp8Linears::end_step(Communicator& dp) {
     // MPI's max is unspecified for NaN: a NaN travels as infinity, which keeps the scale alike.
     amax[i] = std::isnan(a) ? std::numeric_limits<float>::infinity() : a;
   }
-  if (dp.size() > 1 && !amax.empty()) dp.all_reduce(Tensor(amax.data(), DType::f32, {int64_t(amax.size())}), ReduceOp::max);
+  if (dp.size() > 1 && !amax.empty())
+    dp.all_reduce(Tensor(amax.data(), DType::f32, {int64_t(amax.size())}), ReduceOp::max);
   const float e4m3_max = fp8_max(Fp8Format::e4m3), e5m2_max = fp8_max(Fp8Format::e5m2);
   for (size_t i = 0; i < tensors_.size(); ++i) {
     TensorState& t = tensors_[i];
@@ -189,15 +200,17 @@ void Fp8Linears::restore(const json& j, const std::string& where) {
     return;
   }
   auto bad = [&](const std::string& what) { throw UserError(where + ": fp8 state: " + what); };
-  if (!j.is_object() || !j.contains("format") || !j["format"].is_string() || !j.contains("amax_history") ||
-      !j["amax_history"].is_number_integer() || !j.contains("tensors") || !j["tensors"].is_object())
+  if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
+      !j.contains("amax_history") || !j["amax_history"].is_number_integer() ||
+      !j.contains("tensors") || !j["tensors"].is_object())
     bad("expected {format, amax_history, tensors}");
   const std::string format = j["format"].get<std::string>();
   const int64_t length = j["amax_history"].get<int64_t>();
   if (format != recipe_.format || length != recipe_.amax_history) {
-    spdlog::info("{} has FP8 scales for format {} with {} amax history entries; the recipe has {} with {}: "
-                 "FP8 scales and amax histories start afresh",
-                 where, format, length, recipe_.format, recipe_.amax_history);
+    spdlog::info(
+        "{} has FP8 scales for format {} with {} amax history entries; the recipe has {} with {}: "
+        "FP8 scales and amax histories start afresh",
+        where, format, length, recipe_.format, recipe_.amax_history);
     return;
   }
   const json& saved = j["tensors"];
@@ -209,21 +222,25 @@ void Fp8Linears::restore(const json& j, const std::string& where) {
     }
     const json& e = saved[t.name];
     float scale = 0;
-    if (!e.is_object() || !e.contains("scale") || !float_from_json(e["scale"], scale) || !std::isfinite(scale) ||
-        scale <= 0)
+    if (!e.is_object() || !e.contains("scale") || !float_from_json(e["scale"], scale) ||
+        !std::isfinite(scale) || scale <= 0)
       bad(t.name + ": scale must be a positive finite number");
-    if (!e.contains("amax_history") || !e["amax_history"].is_array() || int64_t(e["amax_history"].size()) != length)
+    if (!e.contains("amax_history") || !e["amax_history"].is_array() ||
+        int64_t(e["amax_history"].size()) != length)
       bad(t.name + ": amax_history must be a list of " + std::to_string(length) + " numbers");
     std::vector<float> hist(static_cast<size_t>(length));
     for (size_t i = 0; i < hist.size(); ++i)
-      if (!float_from_json(e["amax_history"][i], hist[i])) bad(t.name + ": amax_history holds " + e["amax_history"][i].dump());
+      if (!float_from_json(e["amax_history"][i], hist[i]))
+        bad(t.name + ": amax_history holds " + e["amax_history"][i].dump());
     t.scaling.restore(scale, hist);
   }
   const int64_t extra = int64_t(saved.size()) - (int64_t(tensors_.size()) - missing);
   if (missing > 0 || extra > 0)
-    spdlog::info("{}: {} FP8 tensors start with fresh scales (not in the checkpoint), {} saved ones are unused "
-                 "(precision.fp8.skip changed?)",
-                 where, missing, extra);
+    spdlog::info(
+        "{}: {} FP8 tensors start with fresh scales (not in the checkpoint), {} saved ones are "
+        "unused "
+        "(precision.fp8.skip changed?)",
+        where, missing, extra);
 }
 
 std::vector<std::string> Fp8Linears::tensor_names() const {

@@ -37,10 +37,10 @@ class Fp8Linears final : public LinearRunner {
   // UserError when the backend's memory is not host memory (the emulation reads it directly).
   Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend& be);
 
-  void forward(Backend& be, LinearSite site, Tensor y, const Tensor& x, const Tensor& W, const Tensor* bias,
-               bool accumulate) override;
-  void backward(Backend& be, LinearSite site, Tensor dx, const Tensor& dW, const Tensor& db, const Tensor& dy,
-                const Tensor& x, const Tensor& W) override;
+  void forward(Backend& be, LinearSite site, Tensor y, const Tensor& x, const Tensor& W,
+               const Tensor* bias, bool accumulate) override;
+  void backward(Backend& be, LinearSite site, Tensor dx, const Tensor& dW, const Tensor& db,
+                const Tensor& dy, const Tensor& x, const Tensor& W) override;
 
   // Casts between begin_step() and end_step() record amaxes and count over/underflows; casts
   // outside (validation) only use the current scales.
@@ -49,7 +49,8 @@ class Fp8Linears final : public LinearRunner {
   void end_step(Communicator& dp);
   // Over/underflows counted since the previous call, summed over `dp`.
   Fp8Counts take_counts(Communicator& dp);
-  // Every tensor's scale, latest amax and counts since the previous take_counts (for a debug log line).
+  // Every tensor's scale, latest amax and counts since the previous take_counts (for a debug log
+  // line).
   std::string describe() const;
 
   // Scales and amax histories for the training checkpoint, and back. restore() starts

@@ -33,6 +33,8 @@ class LinearRunner {
 // The fp32 runner: exactly the backend's GEMMs.
 LinearRunner& fp32_linear();
 // `runner`, or the fp32 one when null.
-inline LinearRunner& linear_or_fp32(LinearRunner* runner) { return runner ? *runner : fp32_linear(); }
+inline LinearRunner& linear_or_fp32(LinearRunner* runner) {
+  return runner ? *runner : fp32_linear();
+}
 
 }  // namespace llmrun

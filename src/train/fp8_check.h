@@ -20,7 +20,7 @@ inline constexpr int kFp8CheckFailed = 3;
 // divergence; window 1 compares single steps. Returns 0 when the largest windowed difference
 // is <= tolerance, else prints an error line and returns kFp8CheckFailed. UserError for a
 // multi-rank recipe (both trainings run in this one process) or fewer than `steps` steps left.
-int run_fp8_check(const Recipe& recipe, const LaunchEnvironment& env, int64_t steps, double tolerance,
-                  int64_t window);
+int run_fp8_check(const Recipe& recipe, const LaunchEnvironment& env, int64_t steps,
+                  double tolerance, int64_t window);
 
 }  // namespace llmrun

@@ -4,9 +4,9 @@
 // Writes, for F in e4m3, e5m2:
 //   decode_F.f32    the 256 byte patterns decoded;   reencode_F.u8  encode(decode(b))
 //   encode_F.u8     the scalar encode of every input
-//   quant_F_K.u8    the buffer cast of input * SCALE[K];  dequant_F_K.f32  its decode * (1 / SCALE[K])
-//   round_F_K.f32   the vectorised round trip decode(encode(input * SCALE[K]))
-//   stats.json      amax / overflow / underflow counts of both buffer paths per format and scale
+//   quant_F_K.u8    the buffer cast of input * SCALE[K];  dequant_F_K.f32  its decode * (1 /
+//   SCALE[K]) round_F_K.f32   the vectorised round trip decode(encode(input * SCALE[K])) stats.json
+//   amax / overflow / underflow counts of both buffer paths per format and scale
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
   std::ifstream in(argv[1], std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<float> x(bytes.size() / sizeof(float));
-  std::copy(bytes.begin(), bytes.begin() + std::ptrdiff_t(x.size() * sizeof(float)), reinterpret_cast<char*>(x.data()));
+  std::copy(bytes.begin(), bytes.begin() + std::ptrdiff_t(x.size() * sizeof(float)),
+            reinterpret_cast<char*>(x.data()));
   const std::string out = argv[2];
   const int64_t n = int64_t(x.size());
   nlohmann::json stats;
@@ -74,7 +75,8 @@ int main(int argc, char** argv) {
       write(out + "/quant_" + tag + ".u8", q);
       write(out + "/dequant_" + tag + ".f32", deq);
       write(out + "/round_" + tag + ".f32", round);
-      stats[name].push_back({{"scale", argv[k]}, {"quantize", stats_json(sq)}, {"round_trip", stats_json(sr)}});
+      stats[name].push_back(
+          {{"scale", argv[k]}, {"quantize", stats_json(sq)}, {"round_trip", stats_json(sr)}});
     }
   }
   std::ofstream(out + "/stats.json") << stats.dump(1) << "\n";
