@@ -109,7 +109,10 @@ nlohmann::json run_train_bench(Recipe r, const LaunchEnvironment& env, const Tra
   std::vector<StepReport> reports;
   nlohmann::json result;
   TrainingObserver observer;
-  observer.on_step = [&](const StepReport& rep) { reports.push_back(rep); };
+  observer.on_step = [&](const StepReport& rep) {
+    reports.push_back(rep);
+    return true;
+  };
   observer.on_finish = [&](const TrainingRunInfo& info) {
     const int world = info.world.size();
     LLMRUN_CHECK(int64_t(reports.size()) == r.train.steps, "bench train: a step report is missing");

@@ -189,7 +189,7 @@ fs::path save_training_checkpoint(const fs::path& dir, int keep, const Checkpoin
     const std::string name = e.path().filename().string();
     if (!files.contains(name)) record_small_file(out.path(), name, files);
   }
-  const json index = {
+  json index = {
       {"format", kFormat},
       {"version", kVersion},
       {"step", state.step},
@@ -201,6 +201,7 @@ fs::path save_training_checkpoint(const fs::path& dir, int keep, const Checkpoin
       {"files", files},
       {"tensors", tensor_list},
   };
+  if (!state.fp8.is_null()) index["fp8"] = state.fp8;
   {
     FileWriter f(out.path() / "index.json");
     f.write(index.dump(1) + "\n");
@@ -257,6 +258,7 @@ void CheckpointReader::parse_index(const json& index) {
     state_.step = index.at("step").get<int64_t>();
     state_.recipe = index.at("recipe");
     state_.data = index.value("data", json());
+    state_.fp8 = index.value("fp8", json());
     state_.seed = index.at("rng").at("seed").get<uint64_t>();
     const json& layout = index.at("layout");
     // Informational: tensors are stored whole, so any layout loads any other's checkpoint.

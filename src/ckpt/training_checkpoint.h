@@ -34,6 +34,8 @@ struct CheckpointState {
   // The {tp, pp, dp, zero} layout of the run that wrote it (informational: tensors are stored
   // unsharded, so any data-parallel layout and ZeRO stage loads them).
   nlohmann::json layout = {{"tp", 1}, {"pp", 1}, {"dp", 1}, {"zero", 0}};
+  // FP8 scales and amax histories (Fp8Linears::state()); null: the run trained without FP8.
+  nlohmann::json fp8;
 };
 
 // Where a group's tensors come from at write time: the f32 data of layout tensor (b, p) in

@@ -1,10 +1,12 @@
 // src/cli owns the llmrun executable: argument parsing (CLI11) and one file per subcommand.
-// Exit codes: 0 success, 2 user error (bad flag, recipe, path, file), 1 internal failure;
-// every failure prints one "error:" line.
+// Exit codes: 0 success, 2 user error (bad flag, recipe, path, file), 1 internal failure,
+// 3 a check that found a problem (train --fp8-check); every failure prints one "error:" line.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <exception>
 #include <vector>
 
@@ -16,6 +18,15 @@ int main(int argc, char** argv) {
   // text, --dry-run), so it can be piped.
   spdlog::set_default_logger(spdlog::stderr_color_mt("llmrun"));
   spdlog::set_pattern("%^%l%$: %v");
+  // LLMRUN_LOG=debug shows debug lines (e.g. the per-tensor FP8 state of a training run).
+  if (const char* level = std::getenv("LLMRUN_LOG"); level && *level) {
+    const std::string name = level;
+    if (name != "trace" && name != "debug" && name != "info" && name != "warn" && name != "error") {
+      std::fprintf(stderr, "error: LLMRUN_LOG=%s: expected one of trace, debug, info, warn, error\n", level);
+      return 2;
+    }
+    spdlog::set_level(spdlog::level::from_str(name));
+  }
   CLI::App app{"llmrun: train and serve GPT-2 and Llama models with one binary"};
   app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION);
   app.require_subcommand(1);

@@ -8,6 +8,7 @@
 #include "comm/launcher.h"
 #include "plan/from_recipe.h"
 #include "recipe/recipe.h"
+#include "train/fp8_check.h"
 #include "train/trainer.h"
 #include "util/error.h"
 
@@ -20,6 +21,9 @@ struct TrainArgs {
   bool dry_run = false;
   int nproc = 0;
   std::string gpu_mem;
+  int64_t fp8_check = 0;
+  double fp8_check_tol = 0.05;
+  int64_t fp8_check_window = 10;
 };
 
 }  // namespace
@@ -34,6 +38,19 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
   app->add_option("--gpu-mem", args->gpu_mem,
                   "Per-rank memory budget, e.g. 80GB (same as --set memory.budget_bytes=...): refuse to start when "
                   "llmrun plan predicts a rank will not fit");
+  CLI::Option* check =
+      app->add_option("--fp8-check", args->fp8_check,
+                      "Train N steps with precision.fp8 enabled and N in fp32 from the same start, compare the "
+                      "loss curves and exit 3 when they differ by more than --fp8-check-tol (writes nothing)")
+          ->check(CLI::PositiveNumber);
+  app->add_option("--fp8-check-tol", args->fp8_check_tol,
+                  "Largest relative difference of the two loss curves --fp8-check accepts (default 0.05)")
+      ->check(CLI::PositiveNumber)
+      ->needs(check);
+  app->add_option("--fp8-check-window", args->fp8_check_window,
+                  "--fp8-check compares trailing means over this many steps (default 10; 1: single steps)")
+      ->check(CLI::PositiveNumber)
+      ->needs(check);
   return {app, [args, argv]() {
             const LaunchEnvironment env = detect_launch_environment();
             std::vector<std::string> overrides = args->overrides;
@@ -49,6 +66,7 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
               std::fputs(describe_recipe(r).c_str(), stdout);
               return 0;
             }
+            if (args->fp8_check > 0) return run_fp8_check(r, env, args->fp8_check, args->fp8_check_tol, args->fp8_check_window);
             check_recipe_memory_budget(r);  // the same prediction and message as llmrun plan
             if (!env.under_launcher && r.launch.nproc > 1)
               return run_under_mpirun(r.launch.nproc, r.launch.mpirun_args, argv);

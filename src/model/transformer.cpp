@@ -250,7 +250,8 @@ void Transformer::head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor
   // Under sequence parallelism every rank's rows meet again for the vocab-parallel head.
   const bool gather = training && tp_active() && comm_.sequence_parallel;
   if (gather) comm_.tp->all_gather(norm, m_->head_input);
-  be_.matmul(logits, gather ? m_->head_input : norm, e.head, false, true);
+  linear_or_fp32(training ? linear_ : nullptr)
+      .forward(be_, {cfg_.layers, LinearKind::lm_head}, logits, gather ? m_->head_input : norm, e.head, nullptr, false);
 }
 
 void Transformer::forward(const int32_t* tokens, int batch, int seq) {
@@ -280,7 +281,7 @@ void Transformer::forward_chunk(int slot, const int32_t* tokens, const Tensor* i
     acquire(l + 1, P::forward);
     block_forward(
         be_, block_cfg_, block_tensors(cfg_, params_, l), a, positions_,
-        [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, comm_);
+        [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, comm_, linear_, l);
     release(l + 1, P::forward);
   }
   if (ends_model(m)) {
@@ -337,13 +338,15 @@ double Transformer::backward_chunk(int slot, const int32_t* targets, const Tenso
     const HeadTensors ge = head_tensors(cfg_, grads_);
     const Tensor last = chunk_output(slot);
     // m.logits now holds dL/dlogits (this rank's vocabulary columns).
-    be_.matmul(ge.head, m.logits, m.head_input, true, false, 1.0f, 1.0f);
     if (!tp_active()) {
-      be_.matmul(scratch_.d_norm, m.logits, e.head, false, false);
+      linear_or_fp32(linear_).backward(be_, {cfg_.layers, LinearKind::lm_head}, scratch_.d_norm, ge.head, Tensor(),
+                                       m.logits, m.head_input, e.head);
     } else if (comm_.sequence_parallel) {
+      be_.matmul(ge.head, m.logits, m.head_input, true, false, 1.0f, 1.0f);
       be_.matmul(comm_.partial, m.logits, e.head, false, false);
       comm_.tp->reduce_scatter(comm_.partial, scratch_.d_norm);
     } else {
+      be_.matmul(ge.head, m.logits, m.head_input, true, false, 1.0f, 1.0f);
       be_.matmul(scratch_.d_norm, m.logits, e.head, false, false);
       comm_.tp->all_reduce(scratch_.d_norm, ReduceOp::sum);
     }
@@ -364,11 +367,11 @@ double Transformer::backward_chunk(int slot, const int32_t* targets, const Tenso
     if (recompute_ == Recompute::full)
       block_forward(
           be_, block_cfg_, block_tensors(cfg_, params_, l), a, positions_,
-          [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, comm_);
+          [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, comm_, linear_, l);
     else if (recompute_ == Recompute::selective)
       be_.attention_fwd(a.attn, a.lse, a.qkv, shape);
     block_backward(be_, block_cfg_, block_tensors(cfg_, params_, l), block_tensors(cfg_, grads_, l), a, scratch_,
-                   d_resid_, positions_, shape, comm_);
+                   d_resid_, positions_, shape, comm_, linear_, l);
     release(l + 1, P::backward);
   }
 

@@ -51,6 +51,9 @@ class Transformer {
   Transformer(Backend& backend, const ModelConfig& cfg, const StoreOptions& stores = {},
               const ModelParallel& parallel = {});
   void set_hooks(BucketHooks* hooks) { hooks_ = hooks; }
+  // Runs the training path's linear GEMMs (blocks and LM head) through `runner` (an FP8
+  // recipe); null: plain fp32. Generation and serving always run fp32.
+  void set_linear_runner(LinearRunner* runner) { linear_ = runner; }
   void set_recompute(Recompute r) {
     recompute_ = r;
     batch_ = seq_ = 0;  // re-plan the activation buffers
@@ -172,6 +175,7 @@ class Transformer {
   BucketStore params_, grads_;
   BucketHooks* hooks_ = nullptr;
   Recompute recompute_ = Recompute::none;
+  LinearRunner* linear_ = nullptr;
 
   Communicator* pp_ = nullptr;
   int batch_ = 0, seq_ = 0;

@@ -25,14 +25,6 @@ void norm_backward(Backend& be, const ModelConfig& cfg, Tensor dx, const Tensor&
 
 const Tensor* bias_or_null(const Tensor& b) { return b.empty() ? nullptr : &b; }
 
-// y = x W^T (+ b), and its gradients: dW += dy^T x, db += sum(dy), dx = dy W.
-void linear_backward(Backend& be, Tensor dx, const Tensor& dW, const Tensor& db, const Tensor& dy,
-                     const Tensor& x, const Tensor& W) {
-  be.matmul(dW, dy, x, /*trans_a=*/true, /*trans_b=*/false, 1.0f, 1.0f);
-  if (!db.empty()) be.sum_rows(db, dy, /*accumulate=*/true);
-  be.matmul(dx, dy, W, false, false);
-}
-
 // The rows a column-parallel GEMM reads: this rank's own, or every rank's under sequence
 // parallelism (all-gathered into comm.gathered).
 Tensor all_rows(const BlockComm& comm, const Tensor& x) {
@@ -54,28 +46,27 @@ Tensor sum_partials(const BlockComm& comm, Tensor partial, Tensor rows) {
 
 // y = residual + x W^T + b for a row-parallel W: every rank's partial product summed over the
 // group, the bias added once (by tp rank 0, before the sum).
-void row_parallel_residual(Backend& be, const BlockComm& comm, Tensor y, const Tensor& residual, const Tensor& x,
-                           const Tensor& W, const Tensor& b) {
+void row_parallel_residual(Backend& be, LinearRunner& lin, LinearSite site, const BlockComm& comm, Tensor y,
+                           const Tensor& residual, const Tensor& x, const Tensor& W, const Tensor& b) {
   if (!comm.active()) {
     be.copy(y, residual);
-    be.matmul(y, x, W, false, true, 1.0f, 1.0f, bias_or_null(b));
+    lin.forward(be, site, y, x, W, bias_or_null(b), /*accumulate=*/true);
     return;
   }
-  be.matmul(comm.partial, x, W, false, true, 1.0f, 0.0f, comm.tp->rank() == 0 ? bias_or_null(b) : nullptr);
+  lin.forward(be, site, comm.partial, x, W, comm.tp->rank() == 0 ? bias_or_null(b) : nullptr, false);
   be.add(y, sum_partials(comm, comm.partial, y), residual);
 }
 
 // Backward of a column-parallel linear y = x W^T + b whose input x is `norm` (this rank's rows):
 // weight and bias gradients from all rows, then dx = dy W summed over the group into d_norm.
-void column_parallel_backward(Backend& be, const BlockComm& comm, Tensor d_norm, const Tensor& dW,
-                              const Tensor& db, const Tensor& dy, const Tensor& norm, const Tensor& W) {
+void column_parallel_backward(Backend& be, LinearRunner& lin, LinearSite site, const BlockComm& comm,
+                              Tensor d_norm, const Tensor& dW, const Tensor& db, const Tensor& dy, const Tensor& norm,
+                              const Tensor& W) {
   if (!comm.active()) {
-    linear_backward(be, d_norm, dW, db, dy, norm, W);
+    lin.backward(be, site, d_norm, dW, db, dy, norm, W);
     return;
   }
-  be.matmul(dW, dy, all_rows(comm, norm), true, false, 1.0f, 1.0f);
-  if (!db.empty()) be.sum_rows(db, dy, true);
-  be.matmul(comm.partial, dy, W, false, false);
+  lin.backward(be, site, comm.partial, dW, db, dy, all_rows(comm, norm), W);
   const Tensor sum = sum_partials(comm, comm.partial, d_norm);
   if (sum.data != d_norm.data) be.copy(d_norm, sum);
 }
@@ -115,44 +106,49 @@ BlockActivations first_rows(const BlockActivations& full, int64_t n) {
 }
 
 void block_forward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, BlockActivations& a,
-                   const Tensor& positions, const AttentionCore& core, const BlockComm& comm) {
+                   const Tensor& positions, const AttentionCore& core, const BlockComm& comm, LinearRunner* linear,
+                   int layer) {
+  LinearRunner& lin = linear_or_fp32(linear);
   norm_forward(be, cfg, a.norm1, a.norm1_mean, a.norm1_rstd, a.input, w.norm1_w, w.norm1_b);
-  be.matmul(a.qkv, all_rows(comm, a.norm1), w.qkv_w, false, true, 1.0f, 0.0f, bias_or_null(w.qkv_b));
+  lin.forward(be, {layer, LinearKind::qkv}, a.qkv, all_rows(comm, a.norm1), w.qkv_w, bias_or_null(w.qkv_b), false);
   if (cfg.arch == Arch::llama)
     be.rope(a.qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta, false);
   core(a.qkv, a.attn);
-  row_parallel_residual(be, comm, a.mid, a.input, a.attn, w.out_w, w.out_b);
+  row_parallel_residual(be, lin, {layer, LinearKind::out}, comm, a.mid, a.input, a.attn, w.out_w, w.out_b);
 
   norm_forward(be, cfg, a.norm2, a.norm2_mean, a.norm2_rstd, a.mid, w.norm2_w, w.norm2_b);
-  be.matmul(a.up, all_rows(comm, a.norm2), w.up_w, false, true, 1.0f, 0.0f, bias_or_null(w.up_b));
+  lin.forward(be, {layer, LinearKind::up}, a.up, all_rows(comm, a.norm2), w.up_w, bias_or_null(w.up_b), false);
   if (cfg.arch == Arch::gpt2)
     be.gelu_fwd(a.act, a.up);
   else
     be.swiglu_fwd(a.act, a.up);
-  row_parallel_residual(be, comm, a.output, a.mid, a.act, w.down_w, w.down_b);
+  row_parallel_residual(be, lin, {layer, LinearKind::down}, comm, a.output, a.mid, a.act, w.down_w, w.down_b);
 }
 
 void block_backward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, const BlockTensors& g,
                     const BlockActivations& a, const BlockScratch& s, Tensor d_resid,
-                    const Tensor& positions, const AttentionShape& shape, const BlockComm& comm) {
+                    const Tensor& positions, const AttentionShape& shape, const BlockComm& comm,
+                    LinearRunner* linear, int layer) {
+  LinearRunner& lin = linear_or_fp32(linear);
   // MLP half: d_resid is dL/d(output) = dL/d(mid) through the skip connection. A row-parallel
   // GEMM's output gradient is the same on every rank: all of it, gathered under sequence
   // parallelism (so its bias gradient is whole on every rank too).
-  linear_backward(be, s.d_act, g.down_w, g.down_b, all_rows(comm, d_resid), a.act, w.down_w);
+  lin.backward(be, {layer, LinearKind::down}, s.d_act, g.down_w, g.down_b, all_rows(comm, d_resid), a.act, w.down_w);
   if (cfg.arch == Arch::gpt2)
     be.gelu_bwd(s.d_up, s.d_act, a.up);
   else
     be.swiglu_bwd(s.d_up, s.d_act, a.up);
-  column_parallel_backward(be, comm, s.d_norm, g.up_w, g.up_b, s.d_up, a.norm2, w.up_w);
+  column_parallel_backward(be, lin, {layer, LinearKind::up}, comm, s.d_norm, g.up_w, g.up_b, s.d_up, a.norm2, w.up_w);
   norm_backward(be, cfg, d_resid, g.norm2_w, g.norm2_b, s.d_norm, a.mid, w.norm2_w, a.norm2_mean,
                 a.norm2_rstd);
 
   // Attention half: d_resid is now dL/d(mid).
-  linear_backward(be, s.d_attn, g.out_w, g.out_b, all_rows(comm, d_resid), a.attn, w.out_w);
+  lin.backward(be, {layer, LinearKind::out}, s.d_attn, g.out_w, g.out_b, all_rows(comm, d_resid), a.attn, w.out_w);
   be.attention_bwd(s.d_qkv, s.d_attn, a.qkv, a.attn, a.lse, shape);
   if (cfg.arch == Arch::llama)
     be.rope(s.d_qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta, true);
-  column_parallel_backward(be, comm, s.d_norm, g.qkv_w, g.qkv_b, s.d_qkv, a.norm1, w.qkv_w);
+  column_parallel_backward(be, lin, {layer, LinearKind::qkv}, comm, s.d_norm, g.qkv_w, g.qkv_b, s.d_qkv, a.norm1,
+                           w.qkv_w);
   norm_backward(be, cfg, d_resid, g.norm1_w, g.norm1_b, s.d_norm, a.input, w.norm1_w, a.norm1_mean,
                 a.norm1_rstd);
 }

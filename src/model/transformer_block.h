@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "model/bucket_store.h"
+#include "model/linear.h"
 
 namespace llmrun {
 
@@ -62,13 +63,16 @@ BlockActivations first_rows(const BlockActivations& a, int64_t n);
 // Fills qkv-derived `attn` given `qkv` (after RoPE): training attention or a KV-cache lookup.
 using AttentionCore = std::function<void(const Tensor& qkv, Tensor attn)>;
 
+// The block's four GEMMs go through `linear` (null: plain fp32), told they belong to `layer`.
 void block_forward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, BlockActivations& a,
-                   const Tensor& positions, const AttentionCore& core, const BlockComm& comm = {});
+                   const Tensor& positions, const AttentionCore& core, const BlockComm& comm = {},
+                   LinearRunner* linear = nullptr, int layer = 0);
 
 // d_resid holds dL/d(output) on entry and dL/d(input) on return. Parameter gradients are
 // accumulated into g.
 void block_backward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, const BlockTensors& g,
                     const BlockActivations& a, const BlockScratch& s, Tensor d_resid,
-                    const Tensor& positions, const AttentionShape& shape, const BlockComm& comm = {});
+                    const Tensor& positions, const AttentionShape& shape, const BlockComm& comm = {},
+                    LinearRunner* linear = nullptr, int layer = 0);
 
 }  // namespace llmrun

@@ -41,8 +41,22 @@ struct TrainSection {
   int eval_batches = 4;    // micro-batches of data.valid per evaluation
 };
 
+// precision.fp8: Transformer Engine's delayed-scaling FP8 recipe for the linear layers
+// (src/fp8; on the CPU backend an exact emulation).
+struct Fp8Section {
+  bool enabled = false;
+  std::string format = "hybrid";       // hybrid: E4M3 forward, E5M2 gradients | e4m3: E4M3 everywhere
+  int amax_history = 16;               // steps of amax kept per tensor
+  std::string amax_compute = "max";    // max (over the history) | most_recent
+  int margin = 0;                      // scale = fp8_max / amax / 2^margin
+  // Layers kept in fp32: any of qkv, out, up, down, lm_head; embedding (a table lookup, never
+  // an FP8 GEMM) must be listed.
+  std::vector<std::string> skip = {"lm_head", "embedding"};
+};
+
 struct PrecisionSection {
   std::string compute = "fp32";
+  Fp8Section fp8;
 };
 
 struct CheckpointSection {

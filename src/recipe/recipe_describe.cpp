@@ -136,7 +136,13 @@ std::string describe_recipe(const Recipe& r) {
     << "  seed: " << t.seed << "\n"
     << "  eval_every: " << t.eval_every << "\n"
     << "  eval_batches: " << t.eval_batches << "\n";
-  o << "precision:\n  compute: " << r.precision.compute << "\n";
+  const Fp8Section& f8 = r.precision.fp8;
+  o << "precision:\n  compute: " << r.precision.compute << "\n"
+    << "  fp8:\n    enabled: " << (f8.enabled ? "true" : "false") << "\n    format: " << f8.format
+    << "\n    amax_history: " << f8.amax_history << "\n    amax_compute: " << f8.amax_compute
+    << "\n    margin: " << f8.margin << "\n    skip: [";
+  for (size_t i = 0; i < f8.skip.size(); ++i) o << (i ? ", " : "") << f8.skip[i];
+  o << "]\n";
   o << "checkpoint:\n  dir: " << str(r.checkpoint.dir) << "\n  every: " << r.checkpoint.every
     << "\n  keep: " << r.checkpoint.keep << "\n  resume: " << str(r.checkpoint.resume) << "\n";
   o << "logging:\n  every: " << r.logging.every << "\n  metrics: " << str(r.logging.metrics)

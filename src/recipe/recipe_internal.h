@@ -80,6 +80,9 @@ std::string show(const YAML::Node& n);
 // The parallel, launch and memory sections (recipe_parallel.cpp); needs train read first.
 void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::path& base, Recipe& r);
 
+// precision.fp8 (recipe_fp8.cpp), from the precision section's reader.
+void read_fp8(const MapReader& precision, Locator& loc, Fp8Section& fp8);
+
 // Range, cross-field and filesystem checks on a fully read recipe (recipe_validate.cpp).
 void validate_recipe(const Recipe& r, const Locator& loc);
 

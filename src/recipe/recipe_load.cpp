@@ -275,9 +275,9 @@ void read_train(const YAML::Node& node, Locator& loc, TrainSection& t) {
 }
 
 void read_rest(const MapReader& top, Locator& loc, const fs::path& base, Recipe& r) {
-  const MapReader p(top.node("precision"), "precision", loc, {"compute"},
-                    {{"fp8", "the CPU backend computes in fp32"}});
+  const MapReader p(top.node("precision"), "precision", loc, {"compute", "fp8"});
   r.precision.compute = p.string("compute").value_or("fp32");
+  recipe_detail::read_fp8(p, loc, r.precision.fp8);
   if (r.precision.compute != "fp32") {
     loc.fail("precision.compute",
              "'" + r.precision.compute + "' is not supported: the CPU backend computes in fp32");

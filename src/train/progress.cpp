@@ -85,6 +85,10 @@ void MetricsWriter::write(const StepReport& r) {
                    {"mem_params", r.memory.params},  {"mem_grads", r.memory.grads},
                    {"mem_optimizer", r.memory.optimizer}, {"mem_buffers", r.memory.buffers},
                    {"mem_activations", r.activation_bytes}};
+  if (r.fp8) {
+    j["fp8_overflows"] = r.fp8_overflows;
+    j["fp8_underflows"] = r.fp8_underflows;
+  }
   out_ << j.dump() << "\n";
   out_.flush();
 }

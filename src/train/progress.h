@@ -22,6 +22,10 @@ struct StepReport {
   TrainingMemory memory;     // persistent bytes per rank
   size_t activation_bytes = 0;
   bool multi_rank = false;   // adds communication share and memory per rank to the line
+  // precision.fp8: values clipped to the FP8 max / non-zero values cast to zero, summed over
+  // every FP8 tensor and rank since the previous metrics line.
+  bool fp8 = false;
+  int64_t fp8_overflows = 0, fp8_underflows = 0;
 };
 
 std::string format_duration(double seconds);

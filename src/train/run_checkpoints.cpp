@@ -63,6 +63,7 @@ int64_t RunCheckpoints::resume() {
                  step_dir.string());
   else
     data_.restore(ckpt.state().data);
+  if (fp8_) fp8_->restore(ckpt.state().fp8, step_dir.string());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("resumed from {} at step {} ({:.2f} s)", step_dir.string(), ckpt.state().step, s);
   return ckpt.state().step;
@@ -79,6 +80,7 @@ void RunCheckpoints::save(int64_t step) {
   st.recipe = recipe_json(r_);
   st.data = data_.state();
   st.seed = r_.train.seed;
+  if (fp8_) st.fp8 = fp8_->state();
   st.layout = {{"tp", r_.parallel.tp}, {"pp", r_.parallel.pp}, {"dp", r_.parallel.dp}, {"zero", r_.parallel.zero}};
   Backend& be = model_.backend();
   // ZeRO-0 writes from the live buffers; sharded stages gather a full copy first.

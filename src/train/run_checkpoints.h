@@ -9,6 +9,7 @@
 #include "comm/topology.h"
 #include "data/tokenizer.h"
 #include "data/training_data.h"
+#include "fp8/fp8_linears.h"
 #include "model/transformer.h"
 #include "recipe/recipe.h"
 #include "train/zero_optimizer.h"
@@ -27,6 +28,8 @@ class RunCheckpoints {
   bool due(int64_t step) const;
   void save(int64_t step);  // a collective
   bool enabled() const { return !r_.checkpoint.dir.empty(); }
+  // Saves and restores the FP8 scaling state with the rest (call before resume()).
+  void attach_fp8(Fp8Linears* fp8) { fp8_ = fp8; }
 
  private:
   bool model_parallel() const { return r_.parallel.tp * r_.parallel.pp > 1; }
@@ -36,6 +39,7 @@ class RunCheckpoints {
   TrainingData& data_;
   const Tokenizer& tok_;
   const Topology& topo_;
+  Fp8Linears* fp8_ = nullptr;
 };
 
 }  // namespace llmrun

@@ -15,6 +15,7 @@
 #include "data/training_data.h"
 #include "train/model_parallel_io.h"
 #include "train/model_partition.h"
+#include "fp8/fp8_linears.h"
 #include "train/peak_flops.h"
 #include "train/progress.h"
 #include "train/run_checkpoints.h"
@@ -90,6 +91,13 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
                     {r.memory.offload_params, r.memory.nvme_path, r.memory.offload_buffer_mb << 20});
   opt.set_norm_groups({&topo.tp(), &topo.pp()});
   RunCheckpoints checkpoints(r, model, opt, data, *tokenizer, topo);
+  // precision.fp8: the linears' GEMMs run in (emulated) FP8; scales travel with checkpoints.
+  std::unique_ptr<Fp8Linears> fp8;
+  if (r.precision.fp8.enabled) {
+    fp8 = std::make_unique<Fp8Linears>(r.precision.fp8, r.model, *backend);
+    model.set_linear_runner(fp8.get());
+    checkpoints.attach_fp8(fp8.get());
+  }
   const int64_t first_step = checkpoints.resume() + 1;
   std::optional<MetricsWriter> metrics;
   if (topo.is_logger()) metrics.emplace(r.logging.metrics, first_step - 1);
@@ -123,7 +131,9 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
     const auto t0 = std::chrono::steady_clock::now();
     StepReport rep;
     batches.start_step();
+    if (fp8) fp8->begin_step();
     rep.stats = step.run([&](int32_t* windows) { batches.next(windows, r.train.micro_batch); });
+    if (fp8) fp8->end_step(topo.dp());
     const auto t1 = std::chrono::steady_clock::now();
     rep.total_steps = r.train.steps;
     rep.step_seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -137,11 +147,19 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
     const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
     rep.eta_seconds = elapsed / double(s - first_step + 1) * double(r.train.steps - s);
     const bool logged = s % r.logging.every == 0 || s == r.train.steps || s == 1;
-    if (observer.on_step) observer.on_step(rep);
+    if (fp8 && logged) {
+      if (topo.is_logger() && spdlog::should_log(spdlog::level::debug))
+        spdlog::debug("fp8 after step {}: {}", s, fp8->describe());
+      const Fp8Counts c = fp8->take_counts(topo.dp());
+      rep.fp8 = true;
+      rep.fp8_overflows = c.overflows;
+      rep.fp8_underflows = c.underflows;
+    }
     if (topo.is_logger()) {
       progress.update(rep, logged);
       if (logged) metrics->write(rep);
     }
+    if (observer.on_step && !observer.on_step(rep)) break;
     if (validator && ((r.train.eval_every > 0 && s % r.train.eval_every == 0) || s == r.train.steps)) {
       const double val = validator->loss(model, pipeline.get(), topo.pp());
       if (topo.is_logger()) {

@@ -18,8 +18,10 @@ struct TrainingRunInfo {
 // Lets a caller watch a run without a loop of its own (`llmrun bench train`). Both are
 // called on every rank; on_finish after the last step while all ranks are still connected
 // (not when a signal stopped the run early).
+// on_step returning false ends the run after that step (one rank only: ranks do not agree on
+// it; --fp8-check collects a loss curve this way).
 struct TrainingObserver {
-  std::function<void(const StepReport&)> on_step;
+  std::function<bool(const StepReport&)> on_step;
   std::function<void(const TrainingRunInfo&)> on_finish;
 };
 

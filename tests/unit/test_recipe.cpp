@@ -348,8 +348,6 @@ TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
   EXPECT_EQ(error_of(kGpt2 + "memory: {offload: {params: cpu}}\nparallel: {zero: 3}\n"), "");
   EXPECT_HAS(error_of(kGpt2 + "parallel: {sequence_parallel: true}\n"),
              "parallel.sequence_parallel: needs parallel.tp > 1");
-  EXPECT_HAS(error_of(kGpt2 + "precision: {fp8: {enabled: false}}\n"),
-             "precision.fp8: not supported");
   EXPECT_HAS(
       error_of(kGpt2 + "precision:\n  compute: bf16\n"),
       at(10, 12) + "precision.compute: 'bf16' is not supported: the CPU backend computes in fp32");
@@ -519,3 +517,41 @@ TEST(RepoRecipes, AllLoad) {
 }
 
 }  // namespace
+
+TEST_F(RecipeTest, Fp8SectionReadsAndRejectsBadValues) {
+  const Recipe def = load_recipe(write("r.yaml", kGpt2));
+  EXPECT_FALSE(def.precision.fp8.enabled);
+  EXPECT_EQ(def.precision.fp8.format, "hybrid");
+  EXPECT_EQ(def.precision.fp8.amax_history, 16);
+  EXPECT_EQ(def.precision.fp8.amax_compute, "max");
+  EXPECT_EQ(def.precision.fp8.margin, 0);
+  EXPECT_EQ(def.precision.fp8.skip, (std::vector<std::string>{"lm_head", "embedding"}));
+
+  const Recipe r = load_recipe(write("r.yaml", kGpt2 +
+                                                   "precision:\n"
+                                                   "  fp8: {enabled: true, format: e4m3, amax_history: 4, "
+                                                   "amax_compute: most_recent, margin: 2, skip: [embedding, down]}\n"));
+  EXPECT_TRUE(r.precision.fp8.enabled);
+  EXPECT_EQ(r.precision.fp8.format, "e4m3");
+  EXPECT_EQ(r.precision.fp8.amax_history, 4);
+  EXPECT_EQ(r.precision.fp8.amax_compute, "most_recent");
+  EXPECT_EQ(r.precision.fp8.margin, 2);
+  EXPECT_EQ(r.precision.fp8.skip, (std::vector<std::string>{"embedding", "down"}));
+
+  // Line 9 is "precision:", line 10 the fp8 mapping.
+  auto fp8 = [&](const std::string& body) { return error_of(kGpt2 + "precision:\n  fp8: {" + body + "}\n"); };
+  EXPECT_HAS(fp8("format: e5m2"), "precision.fp8.format: 'e5m2' is not one of hybrid");
+  EXPECT_HAS(fp8("amax_compute: mean"), "precision.fp8.amax_compute: 'mean' is not one of max, most_recent");
+  EXPECT_HAS(fp8("amax_history: 0"), "precision.fp8.amax_history: must be >= 1");
+  EXPECT_HAS(fp8("margin: -1"), "precision.fp8.margin: must be >= 0");
+  EXPECT_HAS(fp8("enabled: maybe"), "precision.fp8.enabled: expected true or false");
+  EXPECT_HAS(fp8("scaling: delayed"), "precision.fp8.scaling: unknown key (expected one of: enabled, format");
+  EXPECT_HAS(fp8("skip: [embedding, attn]"),
+             at(10, 27) + "precision.fp8.skip.1: 'attn' is not a layer name (expected one of: qkv, out, up, "
+                          "down, lm_head, embedding)");
+  EXPECT_HAS(fp8("skip: [embedding, up, up]"), "precision.fp8.skip.2: 'up' is listed twice");
+  EXPECT_HAS(fp8("skip: [lm_head]"), "precision.fp8.skip: must list embedding");
+  EXPECT_HAS(fp8("skip: qkv"), "precision.fp8.skip: expected a list of layer names");
+  EXPECT_HAS(error_of(kGpt2, {"precision.fp8.format=e3m4"}),
+             "--set precision.fp8.format=e3m4: precision.fp8.format: 'e3m4' is not one of");
+}

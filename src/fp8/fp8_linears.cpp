@@ -1,0 +1,259 @@
+#include "fp8/fp8_linears.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "util/error.h"
+
+namespace llmrun {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int kBlockKinds = 4;  // qkv, out, up, down
+const char* const kRoleNames[3] = {"input", "weight", "grad_output"};
+
+// JSON has no NaN or infinity; an amax may be either (the run saw one), so those travel as
+// strings. Finite floats go through double, which holds every float exactly.
+json float_to_json(float v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return double(v);
+}
+
+bool float_from_json(const json& j, float& out) {
+  if (j.is_number()) {
+    out = float(j.get<double>());
+    return true;
+  }
+  if (!j.is_string()) return false;
+  const std::string s = j.get<std::string>();
+  if (s == "nan")
+    out = std::numeric_limits<float>::quiet_NaN();
+  else if (s == "inf")
+    out = std::numeric_limits<float>::infinity();
+  else if (s == "-inf")
+    out = -std::numeric_limits<float>::infinity();
+  else
+    return false;
+  return true;
+}
+
+std::string short_float(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", double(v));
+  return buf;
+}
+
+}  // namespace
+
+Fp8Linears::Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend& be)
+    : recipe_(recipe),
+      compute_(recipe.amax_compute == "most_recent" ? AmaxCompute::most_recent : AmaxCompute::max),
+      layers_(cfg.layers),
+      be_(be) {
+  if (be.device() != Device::cpu)
+    throw UserError(
+        "precision.fp8: the " + be.name() +
+        " backend has no FP8 GEMMs in this build; the FP8 emulation runs on the cpu backend");
+  for (const std::string& name : recipe.skip)
+    for (int k = 0; k < kLinearKinds; ++k)
+      if (name == linear_kind_name(LinearKind(k))) skip_[k] = true;
+  const Fp8Format grad_format = recipe.format == "hybrid" ? Fp8Format::e5m2 : Fp8Format::e4m3;
+  site_first_.assign(size_t(layers_) * kBlockKinds + 1, -1);
+  auto add_site = [&](size_t site, LinearKind kind, const std::string& prefix) {
+    if (skip_[int(kind)]) return;
+    site_first_[site] = int(tensors_.size());
+    for (int role = 0; role < 3; ++role)
+      tensors_.push_back({prefix + "." + kRoleNames[role],
+                          role == grad_output ? grad_format : Fp8Format::e4m3,
+                          DelayedScaling(recipe.amax_history),
+                          {}});
+  };
+  for (int l = 0; l < layers_; ++l)
+    for (int k = 0; k < kBlockKinds; ++k)
+      add_site(size_t(l) * kBlockKinds + k, LinearKind(k),
+               "layers." + std::to_string(l) + "." + linear_kind_name(LinearKind(k)));
+  add_site(site_first_.size() - 1, LinearKind::lm_head, "lm_head");
+}
+
+int Fp8Linears::first_tensor(LinearSite site) const {
+  const size_t index = site.kind == LinearKind::lm_head
+                           ? site_first_.size() - 1
+                           : size_t(site.layer) * kBlockKinds + size_t(site.kind);
+  LLMRUN_CHECK(index < site_first_.size(), "linear site out of range");
+  return site_first_[index];
+}
+
+Tensor Fp8Linears::cast(const Tensor& x, TensorState& t, int slot, bool record) {
+  LLMRUN_CHECK(x.dtype == DType::f32 && x.device == Device::cpu,
+               "FP8 emulation casts host f32 tensors");
+  if (scratch_[slot].bytes() < x.bytes()) scratch_[slot] = be_.allocate(x.bytes());
+  Tensor q = x;
+  q.data = scratch_[slot].data();
+  const Fp8CastStats st = fp8_round_trip(x.f32(), q.f32(), x.numel(), t.scaling.scale(), t.format);
+  if (record) {
+    t.scaling.record(st.amax);
+    t.counts.overflows += st.overflows;
+    t.counts.underflows += st.underflows;
+  }
+  return q;
+}
+
+void Fp8Linears::forward(Backend& be, LinearSite site, Tensor y, const Tensor& x, const Tensor& W,
+                         const Tensor* bias, bool accumulate) {
+  const int first = first_tensor(site);
+  if (first < 0) return LinearRunner::forward(be, site, y, x, W, bias, accumulate);
+  TensorState& tx = tensors_[size_t(first + input)];
+  TensorState& tw = tensors_[size_t(first + weight)];
+  const Tensor xq = cast(x, tx, 0, recording_);
+  const Tensor wq = cast(W, tw, 1, recording_);
+  // The FP8 GEMM: products of FP8 values summed in fp32, times scale_inv_x * scale_inv_w.
+  be.matmul(y, xq, wq, false, true, tx.scaling.scale_inv() * tw.scaling.scale_inv(),
+            accumulate ? 1.0f : 0.0f, bias);
+}
+
+void Fp8Linears::backward(Backend& be, LinearSite site, Tensor dx, const Tensor& dW,
+                          const Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& W) {
+  const int first = first_tensor(site);
+  if (first < 0) return LinearRunner::backward(be, site, dx, dW, db, dy, x, W);
+  TensorState& tx = tensors_[size_t(first + input)];
+  TensorState& tw = tensors_[size_t(first + weight)];
+  TensorState& tg = tensors_[size_t(first + grad_output)];
+  const Tensor gq = cast(dy, tg, 2, recording_);
+  // The forward's FP8 input and weight, cast again with the same scales (they change only at
+  // end_step), so they are bit for bit what the forward multiplied; their amaxes are recorded.
+  const Tensor xq = cast(x, tx, 0, false);
+  const Tensor wq = cast(W, tw, 1, false);
+  be.matmul(dW, gq, xq, /*trans_a=*/true, /*trans_b=*/false,
+            tg.scaling.scale_inv() * tx.scaling.scale_inv(), 1.0f);
+  if (!db.empty()) be.sum_rows(db, dy, /*accumulate=*/true);
+  be.matmul(dx, gq, wq, false, false, tg.scaling.scale_inv() * tw.scaling.scale_inv(), 0.0f);
+}
+
+void Fp8Linears::begin_step() { recording_ = true; }
+
+void Fp8Linears::end_step(Communicator& dp) {
+  recording_ = false;
+  std::vector<float> amax(tensors_.size());
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const float a = tensors_[i].scaling.amax_history()[0];
+    // MPI's max is unspecified for NaN: a NaN travels as infinity, which keeps the scale alike.
+    amax[i] = std::isnan(a) ? std::numeric_limits<float>::infinity() : a;
+  }
+  if (dp.size() > 1 && !amax.empty())
+    dp.all_reduce(Tensor(amax.data(), DType::f32, {int64_t(amax.size())}), ReduceOp::max);
+  const float e4m3_max = fp8_max(Fp8Format::e4m3), e5m2_max = fp8_max(Fp8Format::e5m2);
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    TensorState& t = tensors_[i];
+    t.scaling.set_step_amax(amax[i]);
+    t.scaling.update(compute_, t.format == Fp8Format::e4m3 ? e4m3_max : e5m2_max, recipe_.margin);
+  }
+}
+
+Fp8Counts Fp8Linears::take_counts(Communicator& dp) {
+  Fp8Counts c;
+  for (const TensorState& t : tensors_) {
+    c.overflows += t.counts.overflows;
+    c.underflows += t.counts.underflows;
+  }
+  for (TensorState& t : tensors_) t.counts = {};
+  if (dp.size() > 1) {
+    c.overflows = int64_t(dp.all_reduce_scalar(double(c.overflows), ReduceOp::sum));
+    c.underflows = int64_t(dp.all_reduce_scalar(double(c.underflows), ReduceOp::sum));
+  }
+  return c;
+}
+
+std::string Fp8Linears::describe() const {
+  std::string s;
+  for (const TensorState& t : tensors_) {
+    const std::vector<float>& h = t.scaling.amax_history();
+    // After end_step the step just finished sits at the end of the history (entry 0 is the
+    // next step's, still empty), except with a history of one.
+    const float last = h.size() > 1 ? h.back() : h[0];
+    s += (s.empty() ? "" : "; ") + t.name + " " + fp8_format_name(t.format) + " scale " +
+         short_float(t.scaling.scale()) + " amax " + short_float(last) + " over " +
+         std::to_string(t.counts.overflows) + " under " + std::to_string(t.counts.underflows);
+  }
+  return s;
+}
+
+json Fp8Linears::state() const {
+  json tensors = json::object();
+  for (const TensorState& t : tensors_) {
+    json hist = json::array();
+    for (float a : t.scaling.amax_history()) hist.push_back(float_to_json(a));
+    tensors[t.name] = {{"scale", float_to_json(t.scaling.scale())}, {"amax_history", hist}};
+  }
+  return {{"format", recipe_.format}, {"amax_history", recipe_.amax_history}, {"tensors", tensors}};
+}
+
+void Fp8Linears::restore(const json& j, const std::string& where) {
+  for (TensorState& t : tensors_) t.scaling.reset();
+  if (j.is_null()) {
+    spdlog::info("{} holds no FP8 scaling state: FP8 scales start at 1", where);
+    return;
+  }
+  auto bad = [&](const std::string& what) { throw UserError(where + ": fp8 state: " + what); };
+  if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
+      !j.contains("amax_history") || !j["amax_history"].is_number_integer() ||
+      !j.contains("tensors") || !j["tensors"].is_object())
+    bad("expected {format, amax_history, tensors}");
+  const std::string format = j["format"].get<std::string>();
+  const int64_t length = j["amax_history"].get<int64_t>();
+  if (format != recipe_.format || length != recipe_.amax_history) {
+    spdlog::info(
+        "{} has FP8 scales for format {} with {} amax history entries; the recipe has {} with {}: "
+        "FP8 scales and amax histories start afresh",
+        where, format, length, recipe_.format, recipe_.amax_history);
+    return;
+  }
+  const json& saved = j["tensors"];
+  int missing = 0;
+  for (TensorState& t : tensors_) {
+    if (!saved.contains(t.name)) {
+      ++missing;
+      continue;
+    }
+    const json& e = saved[t.name];
+    float scale = 0;
+    if (!e.is_object() || !e.contains("scale") || !float_from_json(e["scale"], scale) ||
+        !std::isfinite(scale) || scale <= 0)
+      bad(t.name + ": scale must be a positive finite number");
+    if (!e.contains("amax_history") || !e["amax_history"].is_array() ||
+        int64_t(e["amax_history"].size()) != length)
+      bad(t.name + ": amax_history must be a list of " + std::to_string(length) + " numbers");
+    std::vector<float> hist(static_cast<size_t>(length));
+    for (size_t i = 0; i < hist.size(); ++i)
+      if (!float_from_json(e["amax_history"][i], hist[i]))
+        bad(t.name + ": amax_history holds " + e["amax_history"][i].dump());
+    t.scaling.restore(scale, hist);
+  }
+  const int64_t extra = int64_t(saved.size()) - (int64_t(tensors_.size()) - missing);
+  if (missing > 0 || extra > 0)
+    spdlog::info(
+        "{}: {} FP8 tensors start with fresh scales (not in the checkpoint), {} saved ones are "
+        "unused "
+        "(precision.fp8.skip changed?)",
+        where, missing, extra);
+}
+
+std::vector<std::string> Fp8Linears::tensor_names() const {
+  std::vector<std::string> names;
+  for (const TensorState& t : tensors_) names.push_back(t.name);
+  return names;
+}
+
+const DelayedScaling& Fp8Linears::scaling(const std::string& name) const {
+  for (const TensorState& t : tensors_)
+    if (t.name == name) return t.scaling;
+  LLMRUN_CHECK(false, "no FP8 tensor " + name);
+  return tensors_.front().scaling;
+}
+
+}  // namespace llmrun

@@ -1,0 +1,92 @@
+#pragma once
+// FP8 training of a model's linear layers with Transformer Engine's delayed scaling, emulated
+// exactly on the CPU: every GEMM operand (a linear's input and weight, and in the backward its
+// output gradient) is cast to FP8 with its own tensor's current scale, the GEMM multiplies
+// the FP8 values in fp32 and applies the two inverse scales to the product, as cuBLASLt's
+// FP8 GEMM does with its scale pointers (so the result matches a GPU FP8 GEMM up to
+// accumulation order). The fp32 master weights are never modified.
+//
+// Formats: hybrid = E4M3 for inputs and weights, E5M2 for output gradients; e4m3 = E4M3 for
+// all three. The bias gradient is summed from the unquantised output gradient, as TE's fused
+// cast + dbias kernel does.
+//
+// Scales change once per optimizer step (end_step): every micro-batch and every data-parallel
+// rank of a step casts with the same scales, and amaxes are reduced (max) over the
+// data-parallel group, so a run's numbers do not depend on how its batch is split. (TE
+// updates at each fp8_autocast exit; with one micro-batch per step that is the same thing.)
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "fp8/delayed_scaling.h"
+#include "fp8/fp8_cast.h"
+#include "model/config.h"
+#include "model/linear.h"
+#include "recipe/recipe.h"
+
+namespace llmrun {
+
+struct Fp8Counts {
+  int64_t overflows = 0;   // values clipped to the format's max
+  int64_t underflows = 0;  // non-zero values that became zero
+};
+
+class Fp8Linears final : public LinearRunner {
+ public:
+  // UserError when the backend's memory is not host memory (the emulation reads it directly).
+  Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend& be);
+
+  void forward(Backend& be, LinearSite site, Tensor y, const Tensor& x, const Tensor& W,
+               const Tensor* bias, bool accumulate) override;
+  void backward(Backend& be, LinearSite site, Tensor dx, const Tensor& dW, const Tensor& db,
+                const Tensor& dy, const Tensor& x, const Tensor& W) override;
+
+  // Casts between begin_step() and end_step() record amaxes and count over/underflows; casts
+  // outside (validation) only use the current scales.
+  void begin_step();
+  // Reduces this step's amaxes over `dp` (max) and updates every tensor's scale.
+  void end_step(Communicator& dp);
+  // Over/underflows counted since the previous call, summed over `dp`.
+  Fp8Counts take_counts(Communicator& dp);
+  // Every tensor's scale, latest amax and counts since the previous take_counts (for a debug log
+  // line).
+  std::string describe() const;
+
+  // Scales and amax histories for the training checkpoint, and back. restore() starts
+  // afresh (with a log line) when the saved state has another format or history length, and
+  // keeps fresh state for tensors the checkpoint lacks; UserError (naming `where`) when the
+  // state is malformed.
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& state, const std::string& where);
+
+  // Tensor names: "layers.<l>.<qkv|out|up|down>.<input|weight|grad_output>", "lm_head.<...>".
+  std::vector<std::string> tensor_names() const;
+  const DelayedScaling& scaling(const std::string& name) const;
+  bool runs_fp8(LinearKind kind) const { return !skip_[int(kind)]; }
+
+ private:
+  enum Role { input = 0, weight = 1, grad_output = 2 };
+  struct TensorState {
+    std::string name;
+    Fp8Format format;
+    DelayedScaling scaling;
+    Fp8Counts counts;
+  };
+  // First of the site's three tensors in tensors_, or -1 when the site runs in fp32.
+  int first_tensor(LinearSite site) const;
+  // x cast to FP8 (values on the FP8 grid, in fp32) in scratch buffer `slot`.
+  Tensor cast(const Tensor& x, TensorState& t, int slot, bool record);
+
+  Fp8Section recipe_;
+  AmaxCompute compute_;
+  int layers_;
+  bool skip_[kLinearKinds] = {};
+  std::vector<int> site_first_;  // per site (layer * 4 + kind, lm_head last): first tensor or -1
+  std::vector<TensorState> tensors_;
+  bool recording_ = false;
+  Backend& be_;
+  Buffer scratch_[3];
+};
+
+}  // namespace llmrun
