@@ -12,6 +12,7 @@ TrainingShape training_shape(const Recipe& r) {
   s.global_batch = r.train.global_batch;
   s.compute = r.precision.compute;
   s.offload_optimizer = r.memory.offload_optimizer;
+  s.offload_params = r.memory.offload_params;
   s.offload_buffer_bytes = r.memory.offload_buffer_mb << 20;
   return s;
 }

@@ -35,6 +35,7 @@ struct TrainingShape {
   int global_batch = 1;  // sequences per optimizer step
   std::string compute = "fp32";
   std::string offload_optimizer = "none";  // none | cpu | nvme
+  std::string offload_params = "none";     // none | cpu | nvme (ZeRO-3 parameter shards)
   int64_t offload_buffer_bytes = 64 << 20;  // nvme staging memory
 };
 

@@ -98,7 +98,10 @@ std::vector<StageMemory> plan_memory(const TrainingShape& s, const TrainingLayou
     st.buckets = static_cast<int>(buckets.size());
     st.shard_elements = st.param_elements / l.dp;
     const double owned = double(l.zero >= 1 ? st.shard_elements : st.param_elements);
-    st.params = param_bytes * double(l.zero >= 3 ? st.shard_elements : st.param_elements);
+    const double params = param_bytes * double(l.zero >= 3 ? st.shard_elements : st.param_elements);
+    // Offloaded ZeRO-3 shards leave device memory; a bucket is brought in only while it is
+    // gathered, which the ZeRO buffers below already count.
+    (s.offload_params == "none" ? st.params : st.params_offloaded) = params;
     st.grads = 4.0 * double(l.zero >= 2 ? st.shard_elements : st.param_elements);
     const double optimizer = (8 + master_bytes) * owned;
     (s.offload_optimizer == "none" ? st.optimizer : st.optimizer_offloaded) = optimizer;

@@ -28,6 +28,7 @@ struct StageMemory {
   double params = 0, grads = 0;
   double optimizer = 0;            // AdamW m + v (+ fp32 master copy unless compute is fp32) in device memory
   double optimizer_offloaded = 0;  // the same state held in host memory (cpu) or on disk (nvme)
+  double params_offloaded = 0;     // ZeRO-3 parameter shards held in host memory (cpu) or on disk (nvme)
   double buffers = 0;              // ZeRO-2/3 gather/reduce slots and receive shards: an upper bound
   // Activations: saved for backward by one micro-batch through all of the stage's blocks.
   std::array<double, 3> act_per_micro{};  // indexed by Recompute: none, selective, full

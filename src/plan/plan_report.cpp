@@ -132,6 +132,8 @@ std::string plan_text(const Plan& p) {
       [](const StageMemory& s) { return bytes_cell(s.optimizer); });
   if (p.shape.offload_optimizer != "none")
     row("optimizer offloaded to " + p.shape.offload_optimizer, [](const StageMemory& s) { return bytes_cell(s.optimizer_offloaded); });
+  if (p.shape.offload_params != "none")
+    row("parameters offloaded to " + p.shape.offload_params, [](const StageMemory& s) { return bytes_cell(s.params_offloaded); });
   if (l.zero >= 2) row("ZeRO buffers (upper bound)", [](const StageMemory& s) { return bytes_cell(s.buffers); });
   row("activations / micro-batch, none", [](const StageMemory& s) { return bytes_cell(s.act_per_micro[0]); });
   row("activations / micro-batch, selective", [](const StageMemory& s) { return bytes_cell(s.act_per_micro[1]); });
@@ -193,6 +195,7 @@ nlohmann::json plan_json(const Plan& p) {
                       {"grads", s.grads},
                       {"optimizer", s.optimizer},
                       {"optimizer_offloaded", s.optimizer_offloaded},
+                      {"params_offloaded", s.params_offloaded},
                       {"buffers", s.buffers},
                       {"act_per_micro", {{"none", s.act_per_micro[0]}, {"selective", s.act_per_micro[1]}, {"full", s.act_per_micro[2]}}},
                       {"max_in_flight", s.max_in_flight},

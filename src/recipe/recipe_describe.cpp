@@ -79,18 +79,21 @@ const std::array<const char*, 5> kBytes = {" KB", " MB", " GB", " TB", " PB"};
 
 }  // namespace
 
-// memory.offload.params: nvme keeps only staging memory (buffer_mb, halved when the optimizer
-// streams too); the parameter shards live in files under nvme_path.
-static std::string params_line(const Recipe& r, double bytes) {
+// memory.offload.params: cpu moves the ZeRO-3 parameter shards to host memory; nvme keeps only
+// staging memory (buffer_mb, halved when the optimizer streams too), the shards live in files
+// under nvme_path.
+static std::string params_line(const Recipe& r, const StageMemory& s) {
   std::ostringstream o;
-  if (r.memory.offload_params != "nvme") {
-    o << "    params: " << num(bytes) << "  # " << human(bytes, kBytes) << "\n";
-    return o.str();
+  if (r.memory.offload_params == "none") {
+    o << "    params: " << num(s.params) << "  # " << human(s.params, kBytes) << "\n";
+  } else if (r.memory.offload_params == "cpu") {
+    o << "    params: 0  # " << human(s.params_offloaded, kBytes) << " of shards in host memory\n";
+  } else {
+    const double staging = double(r.memory.offload_buffer_mb << 20) / (r.memory.offload_optimizer == "nvme" ? 2 : 1);
+    const double held = std::min(staging, s.params_offloaded);
+    o << "    params: " << num(held) << "  # " << human(held, kBytes) << " of staging; "
+      << human(s.params_offloaded, kBytes) << " in files under nvme_path\n";
   }
-  const double staging = double(r.memory.offload_buffer_mb << 20) / (r.memory.offload_optimizer == "nvme" ? 2 : 1);
-  const double held = std::min(staging, bytes);
-  o << "    params: " << num(held) << "  # " << human(held, kBytes) << " of staging; " << human(bytes, kBytes)
-    << " in files under nvme_path\n";
   return o.str();
 }
 
@@ -184,7 +187,7 @@ std::string describe_recipe(const Recipe& r) {
   const StageMemory& top = peak_stage(stages);
   o << "  memory_per_rank:  # ZeRO-" << r.parallel.zero << " over dp=" << r.parallel.dp << ", pipeline stage "
     << top.stage << " (the largest; llmrun plan shows every stage)\n"
-    << params_line(r, top.params)
+    << params_line(r, top)
     << "    grads: " << num(top.grads) << "  # " << human(top.grads, kBytes) << "\n"
     << "    optimizer: " << num(top.optimizer) << "  # " << human(top.optimizer, kBytes) << "\n"
     << "    activations: " << num(top.activations) << "  # " << human(top.activations, kBytes) << "\n"

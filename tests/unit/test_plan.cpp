@@ -165,6 +165,18 @@ TEST(PlanMemory, ZeroStagesShardAndOffloadMovesTheOptimizer) {
   const StageMemory off = plan_memory(s, l)[0];
   EXPECT_EQ(off.optimizer, 0.0);
   EXPECT_DOUBLE_EQ(off.optimizer_offloaded, 8.0 * double(off.shard_elements));
+
+  // ZeRO-3 parameter shards offloaded leave device memory: the peak drops by their bytes.
+  s.offload_optimizer = "none";
+  l.zero = 3;
+  const StageMemory kept = plan_memory(s, l)[0];
+  for (const char* where : {"cpu", "nvme"}) {
+    s.offload_params = where;
+    const StageMemory moved = plan_memory(s, l)[0];
+    EXPECT_EQ(moved.params, 0.0) << where;
+    EXPECT_DOUBLE_EQ(moved.params_offloaded, kept.params) << where;
+    EXPECT_DOUBLE_EQ(moved.peak, kept.peak - kept.params) << where;
+  }
 }
 
 TEST(PlanComm, VolumesPerStep) {
