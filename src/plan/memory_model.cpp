@@ -115,36 +115,50 @@ std::vector<StageMemory> plan_memory(const TrainingShape& s, const TrainingLayou
       st.buffers = 4.0 * (double(slots) * double(st.largest_bucket) + double(st.shard_elements));
     }
 
-    // Activations. A unit is one micro-batch through one chunk; the last virtual stage also
-    // keeps the final residual (the head's input).
+    // Activations. A unit is one micro-batch through one chunk: its blocks' saved tensors and
+    // the chunk's output residual. The first virtual stage also keeps the micro-batch's token
+    // ids (and their vocab-parallel local copy); the last keeps the final norm with its
+    // statistics, under sequence parallelism the gathered head input, and the logits
+    // (overwritten in place by their gradient): with several micro-batches in flight on the
+    // last stage (gpipe) each holds its own.
+    const bool tp = l.tp > 1;
     const int last_virtual = P * V - 1;
     auto unit_floats = [&](int chunk, Recompute r) {
-      double f = double(chunks[chunk].size()) * block_saved(x, r);
-      if (virtual_stage(pipe, p, chunk) == last_virtual) f += double(x.n_seq) * x.d;
+      double f = double(chunks[chunk].size()) * block_saved(x, r) + double(x.n_seq) * x.d;
+      const int v = virtual_stage(pipe, p, chunk);
+      if (v == 0) f += double(x.n) * (tp ? 2 : 1);
+      if (v == last_virtual)
+        f += double(x.n_seq) * (x.d + 2) + (x.n_seq < x.n ? double(x.n) * x.d : 0) + double(x.n) * x.vocab;
       return f;
     };
     for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
       for (int c = 0; c < V; ++c) st.act_per_micro[static_cast<int>(r)] += 4.0 * unit_floats(c, r);
-    // Walk this stage's instruction list: a forward adds its unit, a backward frees it.
+    // Walk this stage's instruction list: a forward takes a unit, a backward frees it. The
+    // model keeps a pool of units per chunk (a freed unit serves the next micro-batch of the
+    // same chunk), so each chunk costs its own most-alive count.
     const PipelineSchedule sched = pipelined ? l.schedule : PipelineSchedule::one_f_one_b;
     st.max_in_flight = max_in_flight(sched, pipe, p);
-    double alive = 0;
+    std::vector<int> alive(size_t(V), 0), most(size_t(V), 0);
     for (const PipeOp& op : pipeline_ops(sched, pipe, p)) {
-      if (op.kind == PipeOpKind::forward) alive += 4.0 * unit_floats(op.chunk, l.recompute);
-      if (op.kind == PipeOpKind::backward) alive -= 4.0 * unit_floats(op.chunk, l.recompute);
-      st.act_in_flight = std::max(st.act_in_flight, alive);
+      int& a = alive[size_t(op.chunk)];
+      if (op.kind == PipeOpKind::forward) most[size_t(op.chunk)] = std::max(most[size_t(op.chunk)], ++a);
+      if (op.kind == PipeOpKind::backward) --a;
     }
-    double ws = double(x.n) /*positions*/ + double(x.n_seq) * x.d /*residual gradient*/;
+    for (int c = 0; c < V; ++c) st.act_in_flight += 4.0 * unit_floats(c, l.recompute) * most[size_t(c)];
+    // Positions, targets and per-token losses, and the residual-stream gradient.
+    double ws = 3.0 * double(x.n) + double(x.n_seq) * x.d;
     if (!st.blocks.empty()) {
       // Backward scratch shared by all blocks: d_norm, d_attn, d_qkv, d_act, d_up.
-      ws += double(x.n) * (x.d + x.attn_cols + x.qkv_cols + x.f + x.up_cols);
+      ws += double(x.n_seq) * x.d + double(x.n) * (x.attn_cols + x.qkv_cols + x.f + x.up_cols);
       if (l.recompute == Recompute::selective) ws += double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq;
       if (l.recompute == Recompute::full) ws += block_saved(x, Recompute::none) - double(x.n_seq) * x.d;
     }
-    if (st.embedding) ws += double(x.n);  // token ids
-    // The head runs forward, loss and backward back to back: its buffers exist once.
-    if (st.head) ws += double(x.n) * x.d + 2.0 * x.n_seq + double(x.n) * x.vocab + 2.0 * x.n;  // norm, stats, logits, losses, targets
-    if (pipelined) ws += 2.0 * double(x.n_seq) * x.d;  // activation and gradient arriving from neighbours
+    // Tensor parallelism: the row-parallel partial sum (and its sequence-parallel gather), the
+    // local targets, the rows' positions and the vocab-parallel cross-entropy's max and sums.
+    if (tp) ws += double(x.n) * x.d * (x.n_seq < x.n ? 2 : 1) + 4.0 * x.n + double(x.n_seq);
+    // Pipeline messages: the activation or gradient arriving from a neighbour and the gradient
+    // leaving for the previous stage (the runner recycles them).
+    if (pipelined) ws += 2.0 * double(x.n_seq) * x.d;
     st.act_workspace = 4.0 * ws;
     st.activations = st.act_in_flight + st.act_workspace;
     st.peak = st.params + st.grads + st.optimizer + st.buffers + st.activations;

@@ -1,8 +1,11 @@
 #pragma once
 // Pipeline parallelism at run time: walks this stage's instruction list (src/parallel's
 // schedules are data) for one optimizer step, moving activations and their gradients between
-// neighbouring stages over the pipeline group. Receives block; sends are non-blocking and
-// their buffers live until the step ends, so any valid schedule runs without deadlock.
+// neighbouring stages over the pipeline group. Receives block; sends are non-blocking, so any
+// valid schedule runs without deadlock. Message buffers are recycled: a received activation
+// lives until its forward copied it into the model's slot, a received gradient until its
+// backward ran, a sent gradient until its send completed; so their number follows the
+// messages in flight, not the micro-batches of a step.
 #include <map>
 #include <memory>
 #include <vector>
@@ -28,10 +31,17 @@ class PipelineRunner {
   double forward_loss(const int32_t* inputs, const int32_t* targets);
 
   double idle_seconds() const { return idle_s_; }  // waiting on other stages, all steps so far
+  size_t buffer_bytes() const { return storage_.size() * size_t(rows_ * d_) * 4; }  // high-water
 
  private:
   using Unit = std::pair<int, int>;  // (micro-batch, chunk)
-  Tensor buffer(std::map<Unit, Buffer>& pool, const Unit& u);
+  struct PendingSend {  // a gradient on its way to the previous stage
+    int buffer;
+    std::unique_ptr<CommRequest> req;
+  };
+  int take_buffer();  // a free [rows, d] buffer's index, recycling finished sends first
+  Tensor tensor(int buffer);
+  void recycle_finished_sends(bool wait_all);
   int tag(int micro, int sender_virtual_stage, bool backward) const;
   void receive(Tensor dst, int peer, int tag);
 
@@ -43,7 +53,9 @@ class PipelineRunner {
   int batch_, seq_;
   int64_t rows_, d_;
   double idle_s_ = 0;
-  std::map<Unit, Buffer> activations_in_, grads_in_, grads_out_;
+  std::vector<Buffer> storage_;
+  std::vector<int> free_;
+  std::vector<PendingSend> sends_;
 };
 
 }  // namespace llmrun

@@ -75,6 +75,22 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_step) {
   if (!out_) throw UserError("logging.metrics: cannot write " + path);
 }
 
+void gather_stage_reports(StepReport& rep, Communicator& pp) {
+  // Six scalar sums per stage, each rank filling its own slot: a handful of tiny collectives
+  // on logged steps only, and exact for byte counts (no float tensor rounding).
+  rep.stages.assign(pp.size(), {});
+  for (int p = 0; p < pp.size(); ++p) {
+    auto share = [&](double mine) { return pp.all_reduce_scalar(p == pp.rank() ? mine : 0.0, ReduceOp::sum); };
+    StageReport& s = rep.stages[p];
+    s.memory.params = size_t(share(double(rep.memory.params)));
+    s.memory.grads = size_t(share(double(rep.memory.grads)));
+    s.memory.optimizer = size_t(share(double(rep.memory.optimizer)));
+    s.memory.buffers = size_t(share(double(rep.memory.buffers)));
+    s.activation_bytes = size_t(share(double(rep.activation_bytes)));
+    s.pipeline_idle = share(rep.pipeline_idle);
+  }
+}
+
 void MetricsWriter::write(const StepReport& r) {
   if (!out_.is_open()) return;
   nlohmann::json j{{"step", r.stats.step},           {"loss", r.stats.loss},
@@ -88,6 +104,16 @@ void MetricsWriter::write(const StepReport& r) {
   if (r.fp8) {
     j["fp8_overflows"] = r.fp8_overflows;
     j["fp8_underflows"] = r.fp8_underflows;
+  }
+  for (size_t p = 0; p < r.stages.size(); ++p) {
+    const StageReport& s = r.stages[p];
+    j["stages"].push_back({{"stage", p},
+                           {"pipeline_idle", s.pipeline_idle},
+                           {"mem_params", s.memory.params},
+                           {"mem_grads", s.memory.grads},
+                           {"mem_optimizer", s.memory.optimizer},
+                           {"mem_buffers", s.memory.buffers},
+                           {"mem_activations", s.activation_bytes}});
   }
   out_ << j.dump() << "\n";
   out_.flush();

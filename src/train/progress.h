@@ -4,11 +4,20 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "comm/communicator.h"
 #include "train/train_step.h"
 #include "train/zero_optimizer.h"
 
 namespace llmrun {
+
+// One pipeline stage's share of a step, as its first rank (tp 0, dp 0) saw it.
+struct StageReport {
+  TrainingMemory memory;
+  size_t activation_bytes = 0;
+  double pipeline_idle = 0;
+};
 
 struct StepReport {
   StepStats stats;
@@ -26,7 +35,14 @@ struct StepReport {
   // every FP8 tensor and rank since the previous metrics line.
   bool fp8 = false;
   int64_t fp8_overflows = 0, fp8_underflows = 0;
+  // parallel.pp > 1, logged steps: every stage's memory and idle share (the fields above are
+  // the logging rank's, i.e. stage 0's).
+  std::vector<StageReport> stages;
 };
+
+// Fills rep.stages on every rank of the pipeline group `pp` from each stage's own `rep`
+// (a collective over pp: every rank calls it on the same steps).
+void gather_stage_reports(StepReport& rep, Communicator& pp);
 
 std::string format_duration(double seconds);
 std::string format_progress(const StepReport& r);

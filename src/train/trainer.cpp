@@ -142,7 +142,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
     rep.comm_share = rep.stats.comm_wait_s / rep.step_seconds;
     rep.pipeline_idle = rep.stats.pipeline_idle_s / rep.step_seconds;
     rep.memory = opt.memory();
-    rep.activation_bytes = model.activation_bytes();
+    rep.activation_bytes = model.activation_bytes() + (pipeline ? pipeline->buffer_bytes() : 0);
     rep.multi_rank = world > 1;
     const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
     rep.eta_seconds = elapsed / double(s - first_step + 1) * double(r.train.steps - s);
@@ -155,6 +155,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
       rep.fp8_overflows = c.overflows;
       rep.fp8_underflows = c.underflows;
     }
+    if (logged && topo.pp().size() > 1) gather_stage_reports(rep, topo.pp());
     if (topo.is_logger()) {
       progress.update(rep, logged);
       if (logged) metrics->write(rep);

@@ -1,18 +1,19 @@
 # `llmrun plan` against a real run: for every layout below, the predicted per-rank parameters,
 # gradients, optimizer state and activations are within 10% of what the trainer reports in its
-# metrics JSONL (rank 0), and the ZeRO buffers stay under the predicted bound. Adding a layout
-# (recompute, tp, pp once the trainer runs them) is one line in LAYOUTS.
+# metrics JSONL (tensor-parallel rank 0 of data-parallel rank 0; with pipeline stages, each
+# stage's first rank from the metrics' "stages" list), and the ZeRO buffers stay under the
+# predicted bound. Adding a layout is one line in LAYOUTS.
 source "$(dirname "$0")/common.bash"
 cd "$WORK"
 for i in $(seq 200); do printf 'plan sample %d: the quick brown fox jumps over the lazy dog. ' $i; done > text.txt
 cat > gpt2.yaml <<YAML
-model: {arch: gpt2, layers: 3, d_model: 48, heads: 4, seq_len: 32, ffn: 96}
+model: {arch: gpt2, layers: 4, d_model: 48, heads: 4, seq_len: 32, ffn: 96}
 data: {train: [{path: text.txt}]}
 train: {steps: 1, micro_batch: 2, global_batch: 8, lr: 1.0e-3, warmup: 0, seed: 5}
 logging: {every: 1}
 YAML
 cat > llama.yaml <<YAML
-model: {arch: llama, layers: 3, d_model: 48, heads: 4, kv_heads: 2, seq_len: 32, ffn: 96, tie_embeddings: false}
+model: {arch: llama, layers: 4, d_model: 48, heads: 4, kv_heads: 2, seq_len: 32, ffn: 96, tie_embeddings: false}
 data: {train: [{path: text.txt}]}
 train: {steps: 1, micro_batch: 2, global_batch: 8, lr: 1.0e-3, warmup: 0, seed: 5}
 logging: {every: 1}
@@ -30,6 +31,15 @@ LAYOUTS=(
   "llama-dp2-zero1 llama.yaml 2 parallel.zero=1"
   "llama-dp2-zero2 llama.yaml 2 parallel.zero=2"
   "llama-dp2-zero3 llama.yaml 2 parallel.zero=3"
+  "gpt2-tp2        gpt2.yaml  2 parallel.tp=2"
+  "llama-tp2-sp    llama.yaml 2 parallel.tp=2 parallel.sequence_parallel=true"
+  "gpt2-pp2-gpipe  gpt2.yaml  2 parallel.pp=2 parallel.pp_schedule=gpipe"
+  "llama-pp2-1f1b  llama.yaml 2 parallel.pp=2"
+  "gpt2-pp2-v2     gpt2.yaml  2 parallel.pp=2 parallel.pp_schedule=interleaved parallel.virtual_stages=2"
+  "llama-tp2-pp2   llama.yaml 4 parallel.tp=2 parallel.pp=2"
+  "gpt2-full       gpt2.yaml  1 memory.recompute=full"
+  "llama-selective llama.yaml 1 memory.recompute=selective"
+  "llama-pp2-full  llama.yaml 2 parallel.pp=2 memory.recompute=full"
 )
 
 for layout in "${LAYOUTS[@]}"; do
@@ -45,17 +55,21 @@ for layout in "${LAYOUTS[@]}"; do
   /usr/bin/python3 - "$name" <<'PY' || fail "$1: plan and measurement disagree"
 import json, sys
 name = sys.argv[1]
-plan = json.load(open(name + ".plan.json"))["stages"][0]
+plans = json.load(open(name + ".plan.json"))["stages"]
 run = json.loads(open(name + ".jsonl").readline())
-rows = []
-for key, measured in [("params", "mem_params"), ("grads", "mem_grads"), ("optimizer", "mem_optimizer"),
-                      ("activations", "mem_activations")]:
-    p, m = plan[key], run[measured]
-    err = abs(p - m) / m
-    rows.append(f"{key} {p:.0f}/{m} ({100 * err:.2f}%)")
-    assert err <= 0.10, f"{name}: {key} predicted {p:.0f}, measured {m}: {100 * err:.1f}% off"
-assert run["mem_buffers"] <= plan["buffers"], f"{name}: buffers {run['mem_buffers']} above the bound {plan['buffers']}"
-rows.append(f"buffers {run['mem_buffers']} <= {plan['buffers']:.0f}")
-print(f"{name}: predicted/measured " + ", ".join(rows))
+measured_stages = run.get("stages", [run])
+assert len(measured_stages) == len(plans), f"{name}: {len(plans)} planned stages, {len(measured_stages)} measured"
+for plan, measured in zip(plans, measured_stages):
+    rows = []
+    for key, field in [("params", "mem_params"), ("grads", "mem_grads"), ("optimizer", "mem_optimizer"),
+                       ("activations", "mem_activations")]:
+        p, m = plan[key], measured[field]
+        err = abs(p - m) / m
+        rows.append(f"{key} {p:.0f}/{m} ({100 * err:.2f}%)")
+        assert err <= 0.10, f"{name} stage {plan['stage']}: {key} predicted {p:.0f}, measured {m}: {100 * err:.1f}% off"
+    assert measured["mem_buffers"] <= plan["buffers"], \
+        f"{name}: buffers {measured['mem_buffers']} above the bound {plan['buffers']}"
+    rows.append(f"buffers {measured['mem_buffers']} <= {plan['buffers']:.0f}")
+    print(f"{name} stage {plan['stage']}: predicted/measured " + ", ".join(rows))
 PY
 done
