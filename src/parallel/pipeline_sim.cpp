@@ -34,13 +34,21 @@ bool is_backward_message(PipeOpKind k) {
 
 PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape, const std::vector<std::vector<PipeOp>>& ops,
                                          double t_forward, double t_backward, double t_p2p) {
+  return simulate_pipeline_ops(shape, ops, StageTimes::uniform(shape.stages, t_forward, t_backward), t_p2p);
+}
+
+PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape, const std::vector<std::vector<PipeOp>>& ops,
+                                         const StageTimes& times, double t_p2p) {
   const int P = shape.stages;
   if (static_cast<int>(ops.size()) != P) throw std::logic_error("simulate_pipeline: one op list per stage needed");
+  if (static_cast<int>(times.forward.size()) != P || static_cast<int>(times.backward.size()) != P)
+    throw std::logic_error("simulate_pipeline: one forward and one backward time per stage needed");
   const double V = shape.virtual_stages;
   PipelineSimulation sim;
   sim.shape = shape;
   sim.busy.assign(P, {});
   sim.peak_in_flight.assign(P, 0);
+  sim.waiting.assign(P, 0.0);
   std::vector<size_t> next(P, 0);
   std::vector<double> clock(P, 0.0);
   std::vector<int> in_flight(P, 0);
@@ -54,7 +62,7 @@ PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape, const std::
       const int v = virtual_stage(shape, p, op.chunk);
       if (op.kind == PipeOpKind::forward || op.kind == PipeOpKind::backward) {
         const bool fwd = op.kind == PipeOpKind::forward;
-        const double d = (fwd ? t_forward : t_backward) / V;
+        const double d = (fwd ? times.forward[size_t(p)] : times.backward[size_t(p)]) / V;
         sim.busy[p].push_back({clock[p], clock[p] + d, op});
         clock[p] += d;
         in_flight[p] += fwd ? 1 : -1;
@@ -74,6 +82,7 @@ PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape, const std::
                                    " received micro " + std::to_string(m.micro) + " from virtual stage " +
                                    std::to_string(m.sender_virtual));
           q.pop_front();
+          sim.waiting[size_t(p)] += std::max(0.0, m.arrival - clock[p]);
           clock[p] = std::max(clock[p], m.arrival);
         }
       }
@@ -114,9 +123,14 @@ PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape, const std::
 
 PipelineSimulation simulate_pipeline(PipelineSchedule s, const PipelineShape& shape, double t_forward,
                                      double t_backward, double t_p2p) {
+  return simulate_pipeline(s, shape, StageTimes::uniform(shape.stages, t_forward, t_backward), t_p2p);
+}
+
+PipelineSimulation simulate_pipeline(PipelineSchedule s, const PipelineShape& shape, const StageTimes& times,
+                                     double t_p2p) {
   std::vector<std::vector<PipeOp>> ops;
   for (int p = 0; p < shape.stages; ++p) ops.push_back(pipeline_ops(s, shape, p));
-  return simulate_pipeline_ops(shape, ops, t_forward, t_backward, t_p2p);
+  return simulate_pipeline_ops(shape, ops, times, t_p2p);
 }
 
 }  // namespace llmrun

@@ -22,6 +22,17 @@ struct PipelineSimulation {
   double makespan = 0;                           // all stages start at 0
   double bubble_fraction = 0;                    // 1 - busy time / (stages * makespan)
   std::vector<int> peak_in_flight;               // per stage, most units alive at once
+  // Per stage, the time it spent blocked in receives (what the trainer measures as its
+  // pipeline_idle), up to its last op.
+  std::vector<double> waiting;
+};
+
+// Forward and backward time of one micro-batch through each stage's layers.
+struct StageTimes {
+  std::vector<double> forward, backward;
+  static StageTimes uniform(int stages, double t_forward, double t_backward) {
+    return {std::vector<double>(size_t(stages), t_forward), std::vector<double>(size_t(stages), t_backward)};
+  }
 };
 
 // t_forward / t_backward: one micro-batch through all of a stage's layers; an interleaved
@@ -30,8 +41,14 @@ struct PipelineSimulation {
 PipelineSimulation simulate_pipeline(PipelineSchedule s, const PipelineShape& shape, double t_forward,
                                      double t_backward, double t_p2p);
 
+// Stages of different speeds (e.g. the last one also runs the head).
+PipelineSimulation simulate_pipeline(PipelineSchedule s, const PipelineShape& shape, const StageTimes& times,
+                                     double t_p2p);
+
 // The same for explicit lists (one per stage), e.g. a schedule under test.
 PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape, const std::vector<std::vector<PipeOp>>& ops,
                                          double t_forward, double t_backward, double t_p2p);
+PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape, const std::vector<std::vector<PipeOp>>& ops,
+                                         const StageTimes& times, double t_p2p);
 
 }  // namespace llmrun

@@ -31,6 +31,7 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l, con
   const double T = l.tp > 1 ? 2.0 * (l.tp - 1) / l.tp : 0.0;  // all-reduce bytes sent per byte
 
   StepPrediction p;
+  StageTimes times;
   for (const StageMemory& st : mem) {
     const double blocks = double(st.blocks.size());
     double fwd = tokens * (blocks * block_fwd + (st.head ? head_fwd : 0)) / a.peak_flops;
@@ -38,6 +39,8 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l, con
     const double tp_each = 2 * blocks * act * T / a.tp_bandwidth;  // two all-reduces per block each way
     fwd += tp_each;
     bwd += tp_each;
+    times.forward.push_back(fwd);
+    times.backward.push_back(bwd);
     if (fwd + bwd > p.forward_s + p.backward_s) {
       p.forward_s = fwd;
       p.backward_s = bwd;
@@ -47,10 +50,10 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l, con
   p.compute_s = (p.forward_s + p.backward_s) * M;
   if (l.pp > 1) {
     const double msg = (l.sequence_parallel ? act / l.tp : act) / a.bandwidth;
-    const PipelineSimulation sim = simulate_pipeline(l.schedule, {l.pp, M, l.virtual_stages}, p.forward_s,
-                                                     p.backward_s, msg);
+    const PipelineSimulation sim = simulate_pipeline(l.schedule, {l.pp, M, l.virtual_stages}, times, msg);
     p.pipeline_s = sim.makespan;
     p.bubble = sim.bubble_fraction;
+    p.stage_waiting = sim.waiting;
   } else {
     p.pipeline_s = p.compute_s;
   }
@@ -58,6 +61,7 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l, con
     p.dp_comm_s = std::max(p.dp_comm_s, c.sent_outside_pipeline() / a.bandwidth);
   }
   p.step_s = p.pipeline_s + p.dp_comm_s;
+  for (double& w : p.stage_waiting) w /= p.step_s;
   const double step_tokens = double(s.global_batch) * m.seq_len;
   p.tokens_per_s = step_tokens / p.step_s;
   p.model_flops = m.train_flops_per_token(m.seq_len) * step_tokens;

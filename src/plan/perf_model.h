@@ -5,12 +5,14 @@
 // scores and values counted as full, as Megatron does) and of the vocab-parallel head run at
 // `peak_flops`; backward is twice the forward, plus a block forward under full recompute or
 // the attention core's forward under selective. Tensor-parallel collectives are added to
-// the stage's forward and backward at `tp_bandwidth`. The pipeline (slowest stage's times,
+// the stage's forward and backward at `tp_bandwidth`. The pipeline (each stage's own times,
 // point-to-point messages at `bandwidth`) is simulated with the schedule's op lists, which
-// gives the bubble. Data-parallel traffic (and the tied-embedding all-reduce) runs at
+// gives the bubble and how long each stage waits on its neighbours (a stage without the head
+// waits for the one with it, beyond the schedule's own bubble). Data-parallel traffic (and the tied-embedding all-reduce) runs at
 // `bandwidth` after the pipeline: nothing is assumed to overlap, so predictions are upper
 // bounds when communication overlaps the backward in reality.
 #include <string>
+#include <vector>
 
 #include "plan/layout.h"
 
@@ -28,7 +30,8 @@ struct StepPrediction {
   double compute_s = 0;    // all micro-batches' compute on the slowest stage
   double tp_comm_s = 0;    // of which tensor-parallel collectives
   double pipeline_s = 0;   // simulated makespan of the forward/backward pipeline
-  double bubble = 0;       // its idle share
+  double bubble = 0;       // its idle share, all stages together
+  std::vector<double> stage_waiting;  // per stage, share of the step blocked in receives
   double dp_comm_s = 0;    // data-parallel (and tied-embedding) traffic after the pipeline
   double step_s = 0;
   double tokens_per_s = 0;

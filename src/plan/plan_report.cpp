@@ -79,7 +79,7 @@ nlohmann::json step_json(const StepPrediction& s) {
   return {{"forward_s", s.forward_s}, {"backward_s", s.backward_s}, {"compute_s", s.compute_s},
           {"tp_comm_s", s.tp_comm_s}, {"pipeline_s", s.pipeline_s}, {"bubble", s.bubble},
           {"dp_comm_s", s.dp_comm_s}, {"step_s", s.step_s},         {"tokens_per_s", s.tokens_per_s},
-          {"model_flops", s.model_flops}, {"mfu", s.mfu}};
+          {"model_flops", s.model_flops}, {"mfu", s.mfu}, {"stage_waiting", s.stage_waiting}};
 }
 
 }  // namespace
@@ -168,7 +168,12 @@ std::string plan_text(const Plan& p) {
     << sci(a.tp_bandwidth) << " B/s, dp/pp link " << sci(a.bandwidth) << " B/s; no overlap assumed)\n";
   o << "  slowest stage, one micro-batch: forward " << sci(s.forward_s) << " s, backward " << sci(s.backward_s)
     << " s (tensor-parallel collectives " << sci(s.tp_comm_s) << " s of the step)\n";
-  o << "  pipeline: " << sci(s.pipeline_s) << " s, bubble " << fixed(100 * s.bubble, 1) << "%\n";
+  o << "  pipeline: " << sci(s.pipeline_s) << " s, bubble " << fixed(100 * s.bubble, 1) << "%";
+  if (!s.stage_waiting.empty()) {
+    o << "; share of the step each stage waits on its neighbours:";
+    for (size_t i = 0; i < s.stage_waiting.size(); ++i) o << " " << i << ": " << fixed(100 * s.stage_waiting[i], 1) << "%";
+  }
+  o << "\n";
   o << "  data-parallel communication: " << sci(s.dp_comm_s) << " s\n";
   o << "  step: " << sci(s.step_s) << " s, " << sci(s.tokens_per_s) << " tokens/s, MFU " << fixed(100 * s.mfu, 1)
     << "%\n";

@@ -241,6 +241,22 @@ TEST(PipelineSchedule, BubbleFormulas) {
   EXPECT_DOUBLE_EQ(bubble_fraction(PipelineSchedule::one_f_one_b, {1, 8, 1}), 0.0);
 }
 
+TEST(PipelineSimulator, StagesOfDifferentSpeedsWaitOnEachOther) {
+  // P = 2, M = 1, stage 1 twice as slow (it has the head): F0 on stage 0 [0, 1]; stage 1 waits
+  // 1, runs F0 [1, 3] and B0 [3, 7]; stage 0 waits from 1 to 7, runs B0 [7, 9].
+  const PipelineSimulation sim =
+      simulate_pipeline(PipelineSchedule::one_f_one_b, {2, 1, 1}, StageTimes{{1.0, 2.0}, {2.0, 4.0}}, 0.0);
+  EXPECT_DOUBLE_EQ(sim.makespan, 9.0);
+  EXPECT_EQ(sim.waiting, (std::vector<double>{6.0, 1.0}));
+  EXPECT_DOUBLE_EQ(sim.bubble_fraction, 1.0 - (3.0 + 6.0) / 18.0);
+  // Equal stages, M = 4: makespan (M + P - 1) * 3 = 15 of which 12 busy; stage 0 waits the
+  // whole bubble (3), the last stage only for its first input (1) and is done at 13.
+  const PipelineSimulation even = simulate_pipeline(PipelineSchedule::one_f_one_b, {2, 4, 1}, 1.0, 2.0, 0.0);
+  EXPECT_EQ(even.waiting, (std::vector<double>{3.0, 1.0}));
+  EXPECT_THROW(simulate_pipeline(PipelineSchedule::one_f_one_b, {2, 1, 1}, StageTimes{{1.0}, {2.0}}, 0.0),
+               std::logic_error);
+}
+
 TEST(PipelineSimulator, PointToPointCostAndBusyIntervals) {
   // P = 2, M = 1: F on stage 0, message, F then B on stage 1, message, B on stage 0.
   const PipelineSimulation sim = simulate_pipeline(PipelineSchedule::one_f_one_b, {2, 1, 1}, 1.0, 2.0, 0.5);
