@@ -56,6 +56,13 @@ class Backend {
   // op(a) is [M,K] (a stored [K,M] when trans_a), op(b) is [K,N] (b stored [N,K] when trans_b).
   virtual void matmul(Tensor out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                       float alpha = 1.0f, float beta = 0.0f, const Tensor* bias = nullptr) = 0;
+  // y[M,N] = x[M,K] W[N,K]^T (+ bias[N]) (+ y when `accumulate`): the inference linear.
+  // Every row of y must come out bitwise the same whatever M is and whichever rows x holds
+  // besides it, so that continuous batching gives a sequence the tokens it gets alone. The
+  // default is matmul (fine for a backend whose GEMM already keeps rows independent).
+  virtual void linear_rows(Tensor y, const Tensor& x, const Tensor& W, const Tensor* bias, bool accumulate) {
+    matmul(y, x, W, false, true, 1.0f, accumulate ? 1.0f : 0.0f, bias);
+  }
   // out[cols] (+)= sum over rows of x[rows, cols]: bias gradients.
   virtual void sum_rows(Tensor out, const Tensor& x, bool accumulate) = 0;
 

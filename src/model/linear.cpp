@@ -30,6 +30,21 @@ void LinearRunner::backward(Backend& be, LinearSite, Tensor dx, const Tensor& dW
   be.matmul(dx, dy, W, false, false);
 }
 
+namespace {
+class InferenceLinear final : public LinearRunner {
+ public:
+  void forward(Backend& be, LinearSite, Tensor y, const Tensor& x, const Tensor& W,
+               const Tensor* bias, bool accumulate) override {
+    be.linear_rows(y, x, W, bias, accumulate);
+  }
+};
+}  // namespace
+
+LinearRunner& inference_linear() {
+  static InferenceLinear runner;
+  return runner;
+}
+
 LinearRunner& fp32_linear() {
   static LinearRunner plain;
   return plain;

@@ -32,6 +32,9 @@ class LinearRunner {
 
 // The fp32 runner: exactly the backend's GEMMs.
 LinearRunner& fp32_linear();
+// The inference runner (generation and serving): forward is the backend's batch-invariant
+// linear_rows, so a sequence gets bitwise the same logits alone or in any batch.
+LinearRunner& inference_linear();
 // `runner`, or the fp32 one when null.
 inline LinearRunner& linear_or_fp32(LinearRunner* runner) {
   return runner ? *runner : fp32_linear();

@@ -162,7 +162,8 @@ class Transformer {
   double cross_entropy(float grad_scale);
   void upload_targets(const int32_t* targets);  // targets_ (+ local_targets_)
   // Final norm of rows x, then logits = norm @ head^T (training: of every tensor-parallel
-  // rank's rows, into this rank's vocabulary columns).
+  // rank's rows, into this rank's vocabulary columns; otherwise the batch-invariant
+  // inference linear).
   void head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits, bool training = false);
 
   Backend& be_;

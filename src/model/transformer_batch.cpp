@@ -51,7 +51,7 @@ void Transformer::forward_batch(const int32_t* tokens, const int32_t* positions,
     a.input = p.resid[l % 2].slice(0, n);
     a.output = p.resid[(l + 1) % 2].slice(0, n);
     block_forward(be_, cfg_, block_tensors(cfg_, params_, l), a, pos,
-                  [&](const Tensor& qkv, Tensor attn) { attention(l, qkv, attn); });
+                  [&](const Tensor& qkv, Tensor attn) { attention(l, qkv, attn); }, {}, &inference_linear(), l);
   }
   if (n_logits == 0) return;
   // Gather the rows that need logits (an embedding lookup over the residual stream).

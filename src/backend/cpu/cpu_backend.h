@@ -1,6 +1,7 @@
 // The reference backend: fp32 on the host, OpenBLAS for GEMMs, OpenMP for everything else.
 // Both share one OpenMP pool (OpenBLAS's OpenMP build), sized by the constructor. The op
 // families live in separate files: cpu_backend.cpp (memory, casts, GEMM, reductions),
+// cpu_linear_rows.cpp (the batch-invariant inference linear),
 // cpu_elementwise.cpp, cpu_norms.cpp, cpu_rope.cpp, cpu_attention.cpp, cpu_paged_attention.cpp (serving), cpu_embedding.cpp,
 // cpu_loss.cpp (softmax cross-entropy) and cpu_adamw.cpp.
 #pragma once
@@ -24,6 +25,7 @@ class CpuBackend final : public Backend {
 
   void matmul(Tensor out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
               float alpha = 1.0f, float beta = 0.0f, const Tensor* bias = nullptr) override;
+  void linear_rows(Tensor y, const Tensor& x, const Tensor& W, const Tensor* bias, bool accumulate) override;
   void sum_rows(Tensor out, const Tensor& x, bool accumulate) override;
 
   void add(Tensor out, const Tensor& a, const Tensor& b) override;

@@ -1,0 +1,145 @@
+// The inference linear y = x W^T (+ bias) (+ y): a dot-product kernel whose per-element
+// summation order is fixed, so each output row is bitwise independent of the batch around it.
+//
+// Why not OpenBLAS: decode runs this with one row (or a few), where sgemm packs the whole
+// weight matrix per call and runs its edge kernels; measured on the 2-core VM it is 2-40x
+// slower than streaming W once (bench/RESULTS.md, serving section). sgemv would stream W,
+// but sums in a different order than sgemm, so a sequence decoded alone (1 row) and the same
+// sequence inside a batch (many rows) would get different logits. Here every y[i][j] is the
+// same 16-lane dot product of x[i] and W[j] (lane l sums elements k = l mod 16 in k order,
+// the tail zero-padded; lanes combined by a fixed tree), whatever the tile it is computed in.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_math.h"
+
+namespace llmrun {
+
+namespace {
+
+// 16 floats: one AVX-512 register, two AVX2 ones; GCC lowers the element-wise arithmetic to
+// whatever -march offers without changing its per-lane results.
+typedef float Lanes __attribute__((vector_size(64)));
+constexpr int kLanes = 16;
+constexpr int kTile = 4;  // x rows and W rows per register tile: 16 accumulators
+
+inline Lanes load(const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline Lanes load_tail(const float* p, int n) {
+  Lanes v = {};
+  std::memcpy(&v, p, size_t(n) * sizeof(float));
+  return v;
+}
+
+inline float sum_lanes(Lanes a) {
+  float h[8], q[4];
+  for (int l = 0; l < 8; ++l) h[l] = a[l] + a[l + 8];
+  for (int l = 0; l < 4; ++l) q[l] = h[l] + h[l + 4];
+  return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
+struct Operands {
+  const float* x;
+  const float* w;
+  const float* bias;  // null: none
+  float* y;
+  int64_t n, k;  // W rows (= y cols), reduction length (= x and W cols)
+  bool accumulate;
+};
+
+// y[i0 .. i0+MR) x [j0 .. j0+NR) of the product.
+template <int MR, int NR>
+void tile(const Operands& o, int64_t i0, int64_t j0) {
+  const float* x = o.x + i0 * o.k;
+  const float* w = o.w + j0 * o.k;
+  const int64_t K = o.k;
+  Lanes acc[MR][NR] = {};
+  Lanes xv[MR], wv[NR];
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes) {
+    for (int i = 0; i < MR; ++i) xv[i] = load(x + i * K + k);
+    for (int j = 0; j < NR; ++j) wv[j] = load(w + j * K + k);
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) acc[i][j] += xv[i] * wv[j];
+  }
+  if (k < K) {  // the zero-padded tail adds 0 * 0 to the lanes it does not fill
+    const int r = static_cast<int>(K - k);
+    for (int i = 0; i < MR; ++i) xv[i] = load_tail(x + i * K + k, r);
+    for (int j = 0; j < NR; ++j) wv[j] = load_tail(w + j * K + k, r);
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) acc[i][j] += xv[i] * wv[j];
+  }
+  for (int i = 0; i < MR; ++i) {
+    float* yrow = o.y + (i0 + i) * o.n + j0;
+    for (int j = 0; j < NR; ++j) {
+      float v = sum_lanes(acc[i][j]);
+      if (o.bias) v += o.bias[j0 + j];
+      yrow[j] = o.accumulate ? yrow[j] + v : v;
+    }
+  }
+}
+
+template <int NR>
+void tile_rows(const Operands& o, int mr, int64_t i0, int64_t j0) {
+  switch (mr) {
+    case 4:
+      return tile<4, NR>(o, i0, j0);
+    case 3:
+      return tile<3, NR>(o, i0, j0);
+    case 2:
+      return tile<2, NR>(o, i0, j0);
+    default:
+      return tile<1, NR>(o, i0, j0);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::linear_rows(Tensor y, const Tensor& x, const Tensor& W, const Tensor* bias,
+                             bool accumulate) {
+  cpu::check_f32(y, "linear_rows y");
+  cpu::check_f32(x, "linear_rows x");
+  cpu::check_f32(W, "linear_rows W");
+  const int64_t m = x.rows(), k = x.cols(), n = W.rows();
+  LLMRUN_CHECK(W.cols() == k && y.rows() == m && y.cols() == n,
+               "linear_rows: x " + x.shape_str() + " W " + W.shape_str() + " y " + y.shape_str());
+  if (bias) {
+    cpu::check_f32(*bias, "linear_rows bias");
+    LLMRUN_CHECK(bias->numel() == n,
+                 "linear_rows: bias " + bias->shape_str() + " for W " + W.shape_str());
+  }
+  if (m == 0 || n == 0) return;
+  const Operands o{x.f32(), W.f32(), bias ? bias->f32() : nullptr, y.f32(), n, k, accumulate};
+  // Rows of x per pass, sized so a pass's x block stays in L2 while W streams past it once:
+  // decode (a few rows) reads W exactly once; a long prefill reads it once per block.
+  const int64_t block = std::max<int64_t>(
+      kTile, (int64_t(256) * 1024 / (std::max<int64_t>(k, 1) * 4)) / kTile * kTile);
+  const int64_t w_tiles = (n + kTile - 1) / kTile;
+  // Threads split W's rows: each streams its own share of the weights.
+#pragma omp parallel num_threads(threads_) if (m * n * k > cpu::kParallelMin * 8)
+  for (int64_t i_begin = 0; i_begin < m; i_begin += block) {
+    const int64_t i_end = std::min(m, i_begin + block);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < w_tiles; ++t) {
+      const int64_t j0 = t * kTile;
+      const int nr = static_cast<int>(std::min<int64_t>(kTile, n - j0));
+      for (int64_t i0 = i_begin; i0 < i_end; i0 += kTile) {
+        const int mr = static_cast<int>(std::min<int64_t>(kTile, i_end - i0));
+        if (nr == kTile) {
+          tile_rows<kTile>(o, mr, i0, j0);
+        } else {
+          for (int j = 0; j < nr; ++j) tile_rows<1>(o, mr, i0, j0 + j);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace llmrun

@@ -1,0 +1,99 @@
+// The CPU inference linear (linear_rows): the product against a double-precision reference,
+// and the property serving relies on, that a row's result does not depend on the batch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+
+using namespace llmrun;
+
+namespace {
+
+struct Problem {
+  int64_t m, n, k;
+  std::vector<float> x, w, bias, y0;
+};
+
+Problem make_problem(int64_t m, int64_t n, int64_t k, uint32_t seed) {
+  Problem p{m, n, k, {}, {}, {}, {}};
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto fill = [&](std::vector<float>& v, size_t count) {
+    v.resize(count);
+    for (auto& e : v) e = nd(rng);
+  };
+  fill(p.x, size_t(m * k));
+  fill(p.w, size_t(n * k));
+  fill(p.bias, size_t(n));
+  fill(p.y0, size_t(m * n));
+  return p;
+}
+
+// linear_rows of rows [r0, r0 + rows) of p.x, with y starting from p.y0's rows.
+std::vector<float> run(Backend& be, const Problem& p, int64_t r0, int64_t rows, bool with_bias,
+                       bool accumulate) {
+  std::vector<float> x(p.x.begin() + r0 * p.k, p.x.begin() + (r0 + rows) * p.k);
+  std::vector<float> y(p.y0.begin() + r0 * p.n, p.y0.begin() + (r0 + rows) * p.n);
+  std::vector<float> w = p.w, b = p.bias;
+  Tensor bt(b.data(), DType::f32, {p.n});
+  be.linear_rows(Tensor(y.data(), DType::f32, {rows, p.n}),
+                 Tensor(x.data(), DType::f32, {rows, p.k}),
+                 Tensor(w.data(), DType::f32, {p.n, p.k}), with_bias ? &bt : nullptr, accumulate);
+  return y;
+}
+
+}  // namespace
+
+// Shapes with every kind of remainder: k not a multiple of the 16 lanes, n and m not
+// multiples of the 4 x 4 tile, one row (decode), and enough rows for several x blocks.
+TEST(LinearRows, MatchesDoubleReference) {
+  auto be = make_cpu_backend(2);
+  const int64_t shapes[][3] = {{1, 7, 5},     {1, 301, 768}, {3, 65, 33},
+                               {5, 130, 100}, {9, 17, 16},   {300, 37, 260}};
+  for (const auto& s : shapes) {
+    const Problem p = make_problem(s[0], s[1], s[2], 11);
+    for (int mode = 0; mode < 4; ++mode) {
+      const bool with_bias = mode & 1, accumulate = mode & 2;
+      const std::vector<float> y = run(*be, p, 0, p.m, with_bias, accumulate);
+      for (int64_t i = 0; i < p.m; ++i)
+        for (int64_t j = 0; j < p.n; ++j) {
+          double ref = 0;
+          for (int64_t c = 0; c < p.k; ++c) ref += double(p.x[i * p.k + c]) * p.w[j * p.k + c];
+          if (with_bias) ref += p.bias[j];
+          if (accumulate) ref += p.y0[i * p.n + j];
+          ASSERT_NEAR(y[i * p.n + j], ref, 1e-5 * (std::sqrt(double(p.k)) + 1) * 4)
+              << "m=" << p.m << " n=" << p.n << " k=" << p.k << " mode " << mode << " at " << i
+              << "," << j;
+        }
+    }
+  }
+}
+
+// Each row of a many-row call is bitwise the row computed alone or in any other slice, with
+// any thread count: what lets continuous batching reproduce single-sequence generation.
+TEST(LinearRows, RowsAreBitwiseIndependentOfTheBatch) {
+  const Problem p = make_problem(70, 203, 777, 3);
+  auto be2 = make_cpu_backend(2);
+  auto be1 = make_cpu_backend(1);
+  const std::vector<float> all = run(*be2, p, 0, p.m, true, true);
+  const int64_t slices[][2] = {{0, 1}, {5, 1}, {69, 1}, {3, 2}, {10, 7}, {1, 33}, {40, 30}};
+  for (const auto& s : slices) {
+    for (Backend* be : {be1.get(), be2.get()}) {
+      const std::vector<float> part = run(*be, p, s[0], s[1], true, true);
+      EXPECT_EQ(0, std::memcmp(part.data(), all.data() + s[0] * p.n, part.size() * sizeof(float)))
+          << "rows " << s[0] << ".." << s[0] + s[1] << " with " << be->threads() << " threads";
+    }
+  }
+}
+
+TEST(LinearRows, RejectsMismatchedShapes) {
+  auto be = make_cpu_backend(1);
+  std::vector<float> x(6), w(12), y(8);
+  EXPECT_ANY_THROW(be->linear_rows(Tensor(y.data(), DType::f32, {2, 4}),
+                                   Tensor(x.data(), DType::f32, {2, 3}),
+                                   Tensor(w.data(), DType::f32, {3, 4}), nullptr, false));
+}
