@@ -71,7 +71,8 @@ Fp8Linears::Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend
     // Under tensor parallelism a column-parallel linear (qkv, up, the vocab-parallel head)
     // reads the whole input (all-gathered under sequence parallelism) and a row-parallel one
     // (out, down) gets the whole output gradient; the other tensors are this rank's shard.
-    const bool column = kind == LinearKind::qkv || kind == LinearKind::up || kind == LinearKind::lm_head;
+    const bool column =
+        kind == LinearKind::qkv || kind == LinearKind::up || kind == LinearKind::lm_head;
     const Role whole = column ? input : grad_output;
     for (int role = 0; role < 3; ++role)
       tensors_.push_back({prefix + "." + kRoleNames[role],

@@ -20,7 +20,9 @@
 // so the max is the owner's). Transformer Engine reduces over its amax_reduction_group (the
 // data- and tensor-parallel ranks of one stage); reducing over the pipeline too gives the
 // owner's numbers unchanged and leaves every rank with the state of every layer, which is
-// what a checkpoint saves from rank 0 and what a resume under any layout reads back. (TE
+// what a checkpoint saves from rank 0 and what a resume under any layout reads back. (With
+// GQA and kv_heads < tp, the shared key/value heads' output gradients are partial sums per rank
+// and are quantised before they are added: numerically fine, but not one rank's run.) (TE
 // updates at each fp8_autocast exit; with one micro-batch per step that is the same thing.)
 #include <nlohmann/json.hpp>
 #include <string>
