@@ -34,7 +34,7 @@ class DelayedScaling {
 
   // Folds one cast's amax into this step's entry (NaN sticks).
   void record(float amax);
-  // Replaces this step's entry (with the amax reduced over data-parallel ranks).
+  // Replaces this step's entry (with the amax reduced over the run's ranks).
   void set_step_amax(float amax) { history_[0] = amax; }
   // End of step: the rule above.
   void update(AmaxCompute algo, float fp8_max, int margin);

@@ -68,11 +68,18 @@ Fp8Linears::Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend
   auto add_site = [&](size_t site, LinearKind kind, const std::string& prefix) {
     if (skip_[int(kind)]) return;
     site_first_[site] = int(tensors_.size());
+    // Under tensor parallelism a column-parallel linear (qkv, up, the vocab-parallel head)
+    // reads the whole input (all-gathered under sequence parallelism) and a row-parallel one
+    // (out, down) gets the whole output gradient; the other tensors are this rank's shard.
+    const bool column =
+        kind == LinearKind::qkv || kind == LinearKind::up || kind == LinearKind::lm_head;
+    const Role whole = column ? input : grad_output;
     for (int role = 0; role < 3; ++role)
       tensors_.push_back({prefix + "." + kRoleNames[role],
                           role == grad_output ? grad_format : Fp8Format::e4m3,
                           DelayedScaling(recipe.amax_history),
-                          {}});
+                          {},
+                          role == whole});
   };
   for (int l = 0; l < layers_; ++l)
     for (int k = 0; k < kBlockKinds; ++k)
@@ -137,7 +144,7 @@ void Fp8Linears::backward(Backend& be, LinearSite site, Tensor dx, const Tensor&
 
 void Fp8Linears::begin_step() { recording_ = true; }
 
-void Fp8Linears::end_step(Communicator& dp) {
+void Fp8Linears::end_step(Communicator& ranks) {
   recording_ = false;
   std::vector<float> amax(tensors_.size());
   for (size_t i = 0; i < tensors_.size(); ++i) {
@@ -145,8 +152,8 @@ void Fp8Linears::end_step(Communicator& dp) {
     // MPI's max is unspecified for NaN: a NaN travels as infinity, which keeps the scale alike.
     amax[i] = std::isnan(a) ? std::numeric_limits<float>::infinity() : a;
   }
-  if (dp.size() > 1 && !amax.empty())
-    dp.all_reduce(Tensor(amax.data(), DType::f32, {int64_t(amax.size())}), ReduceOp::max);
+  if (ranks.size() > 1 && !amax.empty())
+    ranks.all_reduce(Tensor(amax.data(), DType::f32, {int64_t(amax.size())}), ReduceOp::max);
   const float e4m3_max = fp8_max(Fp8Format::e4m3), e5m2_max = fp8_max(Fp8Format::e5m2);
   for (size_t i = 0; i < tensors_.size(); ++i) {
     TensorState& t = tensors_[i];
@@ -155,16 +162,17 @@ void Fp8Linears::end_step(Communicator& dp) {
   }
 }
 
-Fp8Counts Fp8Linears::take_counts(Communicator& dp) {
+Fp8Counts Fp8Linears::take_counts(Communicator& ranks, int tp_rank) {
   Fp8Counts c;
   for (const TensorState& t : tensors_) {
+    if (t.whole_on_tp_ranks && tp_rank != 0) continue;
     c.overflows += t.counts.overflows;
     c.underflows += t.counts.underflows;
   }
   for (TensorState& t : tensors_) t.counts = {};
-  if (dp.size() > 1) {
-    c.overflows = int64_t(dp.all_reduce_scalar(double(c.overflows), ReduceOp::sum));
-    c.underflows = int64_t(dp.all_reduce_scalar(double(c.underflows), ReduceOp::sum));
+  if (ranks.size() > 1) {
+    c.overflows = int64_t(ranks.all_reduce_scalar(double(c.overflows), ReduceOp::sum));
+    c.underflows = int64_t(ranks.all_reduce_scalar(double(c.underflows), ReduceOp::sum));
   }
   return c;
 }

@@ -10,9 +10,19 @@
 // all three. The bias gradient is summed from the unquantised output gradient, as TE's fused
 // cast + dbias kernel does.
 //
-// Scales change once per optimizer step (end_step): every micro-batch and every data-parallel
-// rank of a step casts with the same scales, and amaxes are reduced (max) over the
-// data-parallel group, so a run's numbers do not depend on how its batch is split. (TE
+// Scales change once per optimizer step (end_step): every micro-batch and every rank of a step
+// casts with the same scales, and each amax is reduced (max) over every rank of the run, so a
+// scale is always the full tensor's over the whole global batch, whatever the layout:
+// data-parallel ranks saw other micro-batches, tensor-parallel ranks hold other shards of the
+// same weight, input or output gradient (the max of the shards' amaxes is the full tensor's;
+// replicated tensors give the same amax on every rank, which max does not double), and
+// pipeline stages other layers (a stage records nothing for layers it does not hold, amax 0,
+// so the max is the owner's). Transformer Engine reduces over its amax_reduction_group (the
+// data- and tensor-parallel ranks of one stage); reducing over the pipeline too gives the
+// owner's numbers unchanged and leaves every rank with the state of every layer, which is
+// what a checkpoint saves from rank 0 and what a resume under any layout reads back. (With
+// GQA and kv_heads < tp, the shared key/value heads' output gradients are partial sums per rank
+// and are quantised before they are added: numerically fine, but not one rank's run.) (TE
 // updates at each fp8_autocast exit; with one micro-batch per step that is the same thing.)
 #include <nlohmann/json.hpp>
 #include <string>
@@ -45,10 +55,14 @@ class Fp8Linears final : public LinearRunner {
   // Casts between begin_step() and end_step() record amaxes and count over/underflows; casts
   // outside (validation) only use the current scales.
   void begin_step();
-  // Reduces this step's amaxes over `dp` (max) and updates every tensor's scale.
-  void end_step(Communicator& dp);
-  // Over/underflows counted since the previous call, summed over `dp`.
-  Fp8Counts take_counts(Communicator& dp);
+  // Reduces this step's amaxes over `ranks` (max; every rank of the run, see above) and
+  // updates every tensor's scale. A collective: every rank calls it after every step.
+  void end_step(Communicator& ranks);
+  // Over/underflows counted since the previous call, summed over `ranks` (a collective). A
+  // tensor every tensor-parallel rank casts whole (a column-parallel linear's input, a
+  // row-parallel one's output gradient) is counted on tp rank 0 only, so the sum is what one
+  // rank would count; sharded tensors add up.
+  Fp8Counts take_counts(Communicator& ranks, int tp_rank = 0);
   // Every tensor's scale, latest amax and counts since the previous take_counts (for a debug log
   // line).
   std::string describe() const;
@@ -72,6 +86,7 @@ class Fp8Linears final : public LinearRunner {
     Fp8Format format;
     DelayedScaling scaling;
     Fp8Counts counts;
+    bool whole_on_tp_ranks = false;  // replicated over tensor-parallel ranks (see take_counts)
   };
   // First of the site's three tensors in tensors_, or -1 when the site runs in fp32.
   int first_tensor(LinearSite site) const;

@@ -337,19 +337,16 @@ double Transformer::backward_chunk(int slot, const int32_t* targets, const Tenso
     const HeadTensors e = head_tensors(cfg_, params_);
     const HeadTensors ge = head_tensors(cfg_, grads_);
     const Tensor last = chunk_output(slot);
-    // m.logits now holds dL/dlogits (this rank's vocabulary columns).
-    if (!tp_active()) {
-      linear_or_fp32(linear_).backward(be_, {cfg_.layers, LinearKind::lm_head}, scratch_.d_norm, ge.head, Tensor(),
-                                       m.logits, m.head_input, e.head);
-    } else if (comm_.sequence_parallel) {
-      be_.matmul(ge.head, m.logits, m.head_input, true, false, 1.0f, 1.0f);
-      be_.matmul(comm_.partial, m.logits, e.head, false, false);
+    // m.logits now holds dL/dlogits (this rank's vocabulary columns). Under tensor parallelism
+    // d(norm) is this rank's columns' share, summed over the group (reduce-scattered to this
+    // rank's rows under sequence parallelism).
+    const bool scatter = tp_active() && comm_.sequence_parallel;
+    linear_or_fp32(linear_).backward(be_, {cfg_.layers, LinearKind::lm_head}, scatter ? comm_.partial : scratch_.d_norm,
+                                     ge.head, Tensor(), m.logits, m.head_input, e.head);
+    if (scatter)
       comm_.tp->reduce_scatter(comm_.partial, scratch_.d_norm);
-    } else {
-      be_.matmul(ge.head, m.logits, m.head_input, true, false, 1.0f, 1.0f);
-      be_.matmul(scratch_.d_norm, m.logits, e.head, false, false);
+    else if (tp_active())
       comm_.tp->all_reduce(scratch_.d_norm, ReduceOp::sum);
-    }
     if (cfg_.arch == Arch::gpt2)
       be_.layernorm_bwd(d_resid_, ge.norm_w, ge.norm_b, scratch_.d_norm, last, e.norm_w, m.final_mean,
                         m.final_rstd, false);

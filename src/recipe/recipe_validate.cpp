@@ -150,11 +150,6 @@ void check_train(const TrainSection& t, const Locator& loc) {
 void check_layout(const Recipe& r, const Locator& loc) {
   if (const auto problem = layout_problem(training_shape(r), training_layout(r)))
     loc.fail(problem->key, problem->reason);
-  // FP8 scales are per full tensor: their amaxes are reduced over data-parallel ranks only, and
-  // checkpoints keep rank 0's, so a model split over tp or pp ranks cannot share them yet.
-  if (r.precision.fp8.enabled && r.parallel.tp * r.parallel.pp > 1)
-    loc.fail("precision.fp8", "runs with parallel.tp = 1 and parallel.pp = 1 (scales are reduced over data-parallel "
-                              "ranks only); got tp=" + std::to_string(r.parallel.tp) + " pp=" + std::to_string(r.parallel.pp));
 }
 
 void check_outputs(const Recipe& r, const Locator& loc) {

@@ -133,7 +133,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
     batches.start_step();
     if (fp8) fp8->begin_step();
     rep.stats = step.run([&](int32_t* windows) { batches.next(windows, r.train.micro_batch); });
-    if (fp8) fp8->end_step(topo.dp());
+    if (fp8) fp8->end_step(topo.world());
     const auto t1 = std::chrono::steady_clock::now();
     rep.total_steps = r.train.steps;
     rep.step_seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -150,7 +150,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
     if (fp8 && logged) {
       if (topo.is_logger() && spdlog::should_log(spdlog::level::debug))
         spdlog::debug("fp8 after step {}: {}", s, fp8->describe());
-      const Fp8Counts c = fp8->take_counts(topo.dp());
+      const Fp8Counts c = fp8->take_counts(topo.world(), topo.tp().rank());
       rep.fp8 = true;
       rep.fp8_overflows = c.overflows;
       rep.fp8_underflows = c.underflows;

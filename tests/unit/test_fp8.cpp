@@ -359,3 +359,31 @@ TEST(Fp8Linears, StateRoundTripsExactly) {
   broken["tensors"]["layers.0.out.input"]["amax_history"] = {1, 2};
   EXPECT_THROW(b.restore(broken, "test"), UserError);
 }
+
+// Under tensor parallelism a column-parallel linear's input and a row-parallel one's output
+// gradient are whole on every tp rank: only tp rank 0 counts their over/underflows, so the
+// counts summed over ranks are one rank's. Shards (weights, the other activations) count
+// everywhere.
+TEST(Fp8Linears, TensorsWholeOnEveryTpRankAreCountedOnce) {
+  auto be = make_cpu_backend(2);
+  auto ranks = make_self_communicator("world");
+  const int N = 2, K = 4, M = 4;
+  // At scale 1 every value above 448 saturates: 8 in x, 16 in W, 8 in dy.
+  std::vector<float> x(size_t(N) * K, 1000.0f), W(size_t(M) * K, 1000.0f), dy(size_t(N) * M, 1e6f);
+  std::vector<float> y(size_t(N) * M), dx(size_t(N) * K), dW(size_t(M) * K, 0.0f);
+  const Tensor tx(x.data(), DType::f32, {N, K}), tW(W.data(), DType::f32, {M, K}),
+      tdy(dy.data(), DType::f32, {N, M});
+  auto counts = [&](LinearKind kind, int tp_rank) {
+    Fp8Linears lin(fp8_recipe(), two_layers(), *be);
+    lin.begin_step();
+    lin.forward(*be, {0, kind}, Tensor(y.data(), DType::f32, {N, M}), tx, tW, nullptr, false);
+    lin.backward(*be, {0, kind}, Tensor(dx.data(), DType::f32, {N, K}), Tensor(dW.data(), DType::f32, {M, K}),
+                 Tensor(), tdy, tx, tW);
+    lin.end_step(*ranks);
+    return lin.take_counts(*ranks, tp_rank).overflows;
+  };
+  EXPECT_EQ(counts(LinearKind::qkv, 0), 8 + 16 + 8);
+  EXPECT_EQ(counts(LinearKind::qkv, 1), 16 + 8);  // the input is whole on every rank
+  EXPECT_EQ(counts(LinearKind::down, 0), 8 + 16 + 8);
+  EXPECT_EQ(counts(LinearKind::down, 1), 8 + 16);  // the output gradient is whole on every rank
+}

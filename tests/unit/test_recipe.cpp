@@ -386,6 +386,10 @@ TEST_F(RecipeTest, ModelParallelLayouts) {
   EXPECT_EQ(r.parallel.dp, 1);
   EXPECT_EQ(r.memory.recompute, "full");
   EXPECT_EQ(r.memory.budget_bytes, int64_t(2) << 30);
+  // FP8 runs under any layout (amaxes are reduced over every rank).
+  const Recipe f = load_recipe(write("r.yaml", kGpt2), with({"parallel.tp=2", "parallel.pp=2", "precision.fp8.enabled=true"}));
+  EXPECT_TRUE(f.precision.fp8.enabled);
+  EXPECT_EQ(f.parallel.tp * f.parallel.pp, 4);
   EXPECT_HAS(error_of(kGpt2, with({"parallel.tp=4", "model.heads=2", "model.d_model=64"})),
              "parallel.tp: model.heads=2 is not divisible by tp=4");
   EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=4"})),
