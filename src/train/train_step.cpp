@@ -1,6 +1,7 @@
 #include "train/train_step.h"
 
 #include <chrono>
+#include <functional>
 
 namespace llmrun {
 
@@ -9,21 +10,23 @@ namespace {
 // go to comm_wait instead, so the breakdown adds up without double counting.
 class PhaseTimer {
  public:
-  explicit PhaseTimer(const ZeroOptimizer& opt)
-      : opt_(opt), t0_(std::chrono::steady_clock::now()), c0_(opt.comm_wait_seconds()) {}
+  explicit PhaseTimer(std::function<double()> waited_so_far)
+      : waited_so_far_(std::move(waited_so_far)), t0_(std::chrono::steady_clock::now()), c0_(waited_so_far_()) {}
   void stop(double& phase, double& comm_wait) const {
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-    const double waited = opt_.comm_wait_seconds() - c0_;
+    const double waited = waited_so_far_() - c0_;
     phase += wall - waited;
     comm_wait += waited;
   }
 
  private:
-  const ZeroOptimizer& opt_;
+  std::function<double()> waited_so_far_;
   std::chrono::steady_clock::time_point t0_;
   double c0_;
 };
 }  // namespace
+
+double TrainStep::waited_so_far() const { return opt_.comm_wait_seconds() + (tp_ ? tp_->seconds() : 0.0); }
 
 TrainStep::TrainStep(Transformer& model, ZeroOptimizer& opt, Communicator& dp, const LrSchedule& lr,
                      const StepShape& shape, PipelineRunner* pipeline, Communicator* pp)
@@ -59,10 +62,10 @@ StepStats TrainStep::run(const BatchSource& next_batch) {
       targets.push_back(targets_.data() + at);
       continue;
     }
-    const PhaseTimer forward(opt_);
+    const PhaseTimer forward([this] { return waited_so_far(); });
     model_.forward(inputs_.data(), B, T);
     forward.stop(s.forward_s, s.comm_wait_s);
-    const PhaseTimer backward(opt_);
+    const PhaseTimer backward([this] { return waited_so_far(); });
     loss_sum += model_.backward(targets_.data(), float(1.0 / tokens));
     backward.stop(s.backward_s, s.comm_wait_s);
   }
@@ -70,7 +73,7 @@ StepStats TrainStep::run(const BatchSource& next_batch) {
     // Forwards and backwards interleave by the schedule: the run counts as backward, less the
     // time spent waiting on other stages (pipeline idle) and on reductions.
     const double idle0 = pipeline_->idle_seconds();
-    const PhaseTimer run(opt_);
+    const PhaseTimer run([this] { return waited_so_far(); });
     loss_sum = pipeline_->run(inputs, targets, float(1.0 / tokens));
     run.stop(s.backward_s, s.comm_wait_s);
     s.pipeline_idle_s = pipeline_->idle_seconds() - idle0;
@@ -84,7 +87,7 @@ StepStats TrainStep::run(const BatchSource& next_batch) {
   const auto t_loss = std::chrono::steady_clock::now();
   s.loss = dp_.all_reduce_scalar(loss_sum, ReduceOp::sum) / tokens;
   s.comm_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_loss).count();
-  const PhaseTimer optimizer(opt_);
+  const PhaseTimer optimizer([this] { return waited_so_far(); });
   s.grad_norm = opt_.finish_gradients();
   // torch.nn.utils.clip_grad_norm_'s rule, so runs compare step for step with PyTorch.
   if (shape_.clip > 0) {

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "comm/communicator.h"
+#include "comm/timed_communicator.h"
 #include "model/transformer.h"
 #include "train/lr_schedule.h"
 #include "train/pipeline_runner.h"
@@ -41,8 +42,12 @@ class TrainStep {
   TrainStep(Transformer& model, ZeroOptimizer& opt, Communicator& dp, const LrSchedule& lr, const StepShape& shape,
             PipelineRunner* pipeline = nullptr, Communicator* pp = nullptr);
   StepStats run(const BatchSource& next_batch);
+  // Time blocked in the tensor-parallel group (its collectives run inside forward and
+  // backward) counts as communication: `tp` must be the communicator the model uses.
+  void time_tensor_parallel(const TimedCommunicator* tp) { tp_ = tp; }
 
  private:
+  double waited_so_far() const;
   Transformer& model_;
   ZeroOptimizer& opt_;
   Communicator& dp_;
@@ -50,6 +55,7 @@ class TrainStep {
   StepShape shape_;
   PipelineRunner* pipeline_;
   Communicator* pp_;
+  const TimedCommunicator* tp_ = nullptr;
   std::vector<int32_t> windows_, inputs_, targets_;
 };
 

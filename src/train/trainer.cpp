@@ -77,7 +77,8 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
   std::unique_ptr<Validator> validator;
   if (!r.data.valid.empty()) validator = std::make_unique<Validator>(r, *tokenizer);
 
-  const ModelParallel parallel{model_shard(r, topo.tp().rank(), topo.pp().rank()), &topo.tp(), &topo.pp()};
+  TimedCommunicator tp_timed(topo.tp());
+  const ModelParallel parallel{model_shard(r, topo.tp().rank(), topo.pp().rank()), &tp_timed, &topo.pp()};
   Transformer model(*backend, r.model, ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp), parallel);
   model.set_recompute(parse_recompute(r.memory.recompute));
   model.init_weights(r.train.seed);
@@ -109,6 +110,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
                                                 pipeline_partition(r), r.grad_accum_steps(), r.train.micro_batch,
                                                 r.model.seq_len);
   TrainStep step(model, opt, topo.dp(), lr, shape, pipeline.get(), &topo.pp());
+  step.time_tensor_parallel(&tp_timed);
 
   const PeakFlops peak = measured_peak_flops(*backend);
   const double flops_per_token = r.model.train_flops_per_token(r.model.seq_len);
