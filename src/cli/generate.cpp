@@ -21,7 +21,9 @@ struct GenerateArgs {
 };
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 int generate(const GenerateArgs& a) {
   auto backend = make_cpu_backend(a.threads);
@@ -71,8 +73,11 @@ int generate(const GenerateArgs& a) {
   std::fputs("\n", stdout);
   if (a.timing) {
     std::fflush(stdout);
-    std::fprintf(stderr, "timing: prefill %zu tokens %.2f ms; decode %d steps %.2f ms (%.2f ms/token, %.1f tokens/s)\n",
-                 prompt.size(), prefill_ms, decode_steps, decode_ms, decode_steps ? decode_ms / decode_steps : 0.0,
+    std::fprintf(stderr,
+                 "timing: prefill %zu tokens %.2f ms; decode %d steps %.2f ms (%.2f ms/token, %.1f "
+                 "tokens/s)\n",
+                 prompt.size(), prefill_ms, decode_steps, decode_ms,
+                 decode_steps ? decode_ms / decode_steps : 0.0,
                  decode_ms > 0 ? 1000.0 * decode_steps / decode_ms : 0.0);
   }
   return 0;

@@ -316,8 +316,8 @@ void CpuBackend::attention_cached(Tensor out, const Tensor& q, const Tensor& k_c
   // A decode step's attention (one query over a short cache) is a few microseconds of work:
   // below the threshold it runs on the calling thread, as waking the pool costs more.
   const int64_t work = nq * (start_pos + nq) * hd;
-#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads_, tasks))) \
-    if (work > cpu::kParallelMin * 8)
+  const int team = static_cast<int>(std::min<int64_t>(threads_, tasks));
+#pragma omp parallel num_threads(team) if (work > cpu::kParallelMin * 8)
   {
     FwdScratch w(d);
 #pragma omp for schedule(dynamic, 1)

@@ -77,8 +77,8 @@ void CpuBackend::paged_attention(Tensor out, const Tensor& q, const Tensor& k_po
   const int64_t tasks = tokens * heads;
   // A single decode step over a short context is microseconds of work: run it on the
   // calling thread rather than wake the pool (each task's arithmetic is the same either way).
-#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads_, tasks))) \
-    if (work > cpu::kParallelMin * 8)
+  const int team = static_cast<int>(std::min<int64_t>(threads_, tasks));
+#pragma omp parallel num_threads(team) if (work > cpu::kParallelMin * 8)
   {
     std::vector<float> acc(d), scores(block_size);
 #pragma omp for schedule(dynamic, 4)
