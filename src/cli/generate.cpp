@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -16,7 +17,13 @@ struct GenerateArgs {
   int max_tokens = 64;
   SamplingParams sampling{0.0f, 0, 1.0f, 0};
   int threads = 0;
+  bool timing = false;
 };
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 int generate(const GenerateArgs& a) {
   auto backend = make_cpu_backend(a.threads);
@@ -41,8 +48,13 @@ int generate(const GenerateArgs& a) {
   TokenSampler sampler(a.sampling);
 
   std::fputs(a.prompt.c_str(), stdout);
+  const auto t_prefill = Clock::now();
   m.model->forward_cached(prompt.data(), static_cast<int>(prompt.size()), cache, logits);
+  const double prefill_ms = ms_since(t_prefill);
   const int new_tokens = budget - static_cast<int>(prompt.size());
+  // Decode timing covers every single-token step: forward, logits copy, sampling, output.
+  const auto t_decode = Clock::now();
+  int decode_steps = 0;
   for (int i = 0; i < new_tokens; ++i) {
     backend->copy(Tensor(host.data(), DType::f32, {cfg.vocab}), logits);
     // Ids past the tokenizer's vocabulary (an embedding table padded for speed) cannot be
@@ -52,9 +64,22 @@ int generate(const GenerateArgs& a) {
     std::string piece = m.tokenizer->decode({next});
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
-    if (i + 1 < new_tokens) m.model->forward_cached(&next, 1, cache, logits);
+    if (i + 1 < new_tokens) {
+      m.model->forward_cached(&next, 1, cache, logits);
+      ++decode_steps;
+    }
   }
+  const double decode_ms = ms_since(t_decode);
   std::fputs("\n", stdout);
+  if (a.timing) {
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "timing: prefill %zu tokens %.2f ms; decode %d steps %.2f ms (%.2f ms/token, %.1f "
+                 "tokens/s)\n",
+                 prompt.size(), prefill_ms, decode_steps, decode_ms,
+                 decode_steps ? decode_ms / decode_steps : 0.0,
+                 decode_ms > 0 ? 1000.0 * decode_steps / decode_ms : 0.0);
+  }
   return 0;
 }
 }  // namespace
@@ -70,6 +95,7 @@ Command add_generate_command(CLI::App& root) {
   app->add_option("--top-p", args->sampling.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
   app->add_option("--seed", args->sampling.seed, "Sampling seed");
   app->add_option("--threads", args->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  app->add_flag("--timing", args->timing, "Print prefill and per-token decode time to stderr");
   return {app, [args]() { return generate(*args); }};
 }
 

@@ -20,3 +20,11 @@ for t in 0 1.5; do
     fail "generate on a padded vocabulary (temperature $t)"
 done
 echo "cli: generate on a padded vocabulary ok"
+
+# --timing reports prefill and decode time on stderr and leaves the generated text alone.
+plain=$("$LLMRUN" generate "$WORK/wide" --prompt "hi" --max-tokens 12 --temperature 0)
+timed=$("$LLMRUN" generate "$WORK/wide" --prompt "hi" --max-tokens 12 --temperature 0 --timing 2>"$WORK/timing.err")
+[ "$plain" = "$timed" ] || fail "generate --timing changed stdout: '$timed' vs '$plain'"
+grep -qE '^timing: prefill 2 tokens [0-9.]+ ms; decode [0-9]+ steps [0-9.]+ ms \([0-9.]+ ms/token, [0-9.]+ tokens/s\)$' \
+  "$WORK/timing.err" || fail "generate --timing: $(cat "$WORK/timing.err")"
+echo "cli: generate --timing ok"

@@ -313,7 +313,11 @@ void CpuBackend::attention_cached(Tensor out, const Tensor& q, const Tensor& k_c
   const float *qp = q.f32(), *kp = k_cache.f32(), *vp = v_cache.f32();
   float* o = out.f32();
   const int64_t tasks = static_cast<int64_t>(heads) * qb;
-#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads_, tasks)))
+  // A decode step's attention (one query over a short cache) is a few microseconds of work:
+  // below the threshold it runs on the calling thread, as waking the pool costs more.
+  const int64_t work = nq * (start_pos + nq) * hd;
+  const int team = static_cast<int>(std::min<int64_t>(threads_, tasks));
+#pragma omp parallel num_threads(team) if (work > cpu::kParallelMin * 8)
   {
     FwdScratch w(d);
 #pragma omp for schedule(dynamic, 1)

@@ -57,8 +57,10 @@ void CpuBackend::paged_attention(Tensor out, const Tensor& q, const Tensor& k_po
   LLMRUN_CHECK(qs[0] == 0 && qs[num_seqs] == tokens, "paged_attention: query_starts do not cover q");
   // Validate up front so the parallel loop cannot read outside the pool.
   std::vector<int32_t> seq_of(static_cast<size_t>(tokens));
+  int64_t work = 0;  // query-key pairs times head columns: the multiply-adds of QK^T
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int64_t n_new = qs[s + 1] - qs[s];
+    work += n_new * cl[s] * hd;
     LLMRUN_CHECK(n_new >= 0 && cl[s] >= n_new && (cl[s] + block_size - 1) / block_size <= max_blocks,
                  "paged_attention: sequence " + std::to_string(s) + " has context " + std::to_string(cl[s]) +
                      " for " + std::to_string(n_new) + " new tokens");
@@ -73,7 +75,10 @@ void CpuBackend::paged_attention(Tensor out, const Tensor& q, const Tensor& k_po
   const float *qp = q.f32(), *kp = k_pool.f32(), *vp = v_pool.f32();
   float* o = out.f32();
   const int64_t tasks = tokens * heads;
-#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads_, tasks)))
+  // A single decode step over a short context is microseconds of work: run it on the
+  // calling thread rather than wake the pool (each task's arithmetic is the same either way).
+  const int team = static_cast<int>(std::min<int64_t>(threads_, tasks));
+#pragma omp parallel num_threads(team) if (work > cpu::kParallelMin * 8)
   {
     std::vector<float> acc(d), scores(block_size);
 #pragma omp for schedule(dynamic, 4)
