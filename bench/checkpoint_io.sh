@@ -8,7 +8,7 @@
 #   save: `cp -r STEP COPY && sync COPY/*` with STEP in the page cache (llmrun reads from memory
 #         too), so both pay for writing the same bytes and making them durable;
 #   load cold: `cat STEP/* > /dev/null` after dropping STEP's files from the page cache
-#         (`dd iflag=nocache count=0`, no root needed), llmrun likewise;
+#         (`dd iflag=nocache count=0`, no root needed), llmrun likewise, each after a settled disk;
 #   load warm: `cat STEP/* > /dev/null` with STEP cached, llmrun likewise.
 set -euo pipefail
 LLMRUN=$(realpath "$1"); W=$2; ROUNDS=${3:-3}
@@ -28,17 +28,20 @@ llmrun_load() {
   grep -oP 'resumed from .* \(\K[0-9.]+' load.log
 }
 copy_step() { cp -r ck/step-0000001 copy && sync copy/*; }
+# The load runs end by writing the final model dir (checkpoint.dir is set): let the virtual
+# disk finish that before the next timed read.
+settle() { sync; sleep 2; }
 save=(); cps=(); cold=(); cat_cold=(); warm=(); cat_warm=()
 for r in $(seq "$ROUNDS"); do
   rm -rf ck copy; sync  # both writers start from the same quiet disk
   "$LLMRUN" train r.yaml 2>save.log
   save+=("$(grep -oP 'checkpoint .*step-0000001 \(\K[0-9.]+' save.log)")
-  warm_cache; sync
-  cps+=("$(seconds copy_step)"); rm -rf copy; sync
-  drop_cache; cold+=("$(llmrun_load)")
-  drop_cache; cat_cold+=("$(seconds warm_cache)")
-  warm_cache; warm+=("$(llmrun_load)")
-  cat_warm+=("$(seconds warm_cache)")
+  warm_cache; settle
+  cps+=("$(seconds copy_step)"); rm -rf copy; settle
+  drop_cache; cat_cold+=("$(seconds warm_cache)"); settle
+  drop_cache; cold+=("$(llmrun_load)"); settle
+  warm_cache; cat_warm+=("$(seconds warm_cache)")
+  warm+=("$(llmrun_load)")
 done
 bytes=$(du -cb ck/step-0000001/* | tail -1 | cut -f1)
 gb() { echo "scale=3; $bytes / $1 / 1000000000" | bc; }

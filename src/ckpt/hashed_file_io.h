@@ -16,9 +16,10 @@
 namespace llmrun {
 
 // Writes a new file front to back. write() copies the caller's bytes into aligned staging
-// buffers while hashing them; a background thread writes each full buffer at its offset with
+// buffers while hashing them; two background threads write each full buffer at its offset with
 // O_DIRECT, so the bytes go from the buffer to the disk without a second copy into the page
-// cache (filesystems without O_DIRECT, such as tmpfs, get ordinary writes of the same buffers).
+// cache (filesystems without O_DIRECT, such as tmpfs before Linux 6.6, get ordinary writes of
+// the same buffers).
 // Every failure is a UserError naming the path.
 class HashedFileWriter {
  public:

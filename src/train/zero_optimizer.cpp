@@ -1,7 +1,7 @@
 #include "train/zero_optimizer.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <utility>
 

@@ -45,6 +45,16 @@ def load(path):
     data = memoryview(blob)[8 + header_len:]
 
     metadata = header.pop("__metadata__", None) or {}
+    # Hugging Face's reader (Rust safetensors, `validate`) accepts only a data section its
+    # tensors tile exactly, in offset order, with no holes and nothing after the last one.
+    spans = sorted(tuple(info["data_offsets"]) for info in header.values())
+    at = 0
+    for begin, end in spans:
+        if begin != at:
+            raise ValueError(f"{path}: data_offsets {begin},{end} leave a hole or overlap at {at} (InvalidOffset)")
+        at = end
+    if at != len(data):
+        raise ValueError(f"{path}: tensors cover {at} of {len(data)} data bytes (MetadataIncompleteBuffer)")
     tensors = {}
     for name, info in header.items():
         dtype = info["dtype"]

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <vector>
 
@@ -107,4 +109,23 @@ TEST(ReadFileHashed, RangePastTheEndIsATruncatedFile) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
   }
+}
+
+// tmpfs (O_DIRECT only on recent kernels; older ones refuse it and the writer falls back to
+// ordinary writes of the same blocks) gets the same bytes either way.
+TEST(HashedFileWriter, TmpfsGetsExactBytes) {
+  const std::filesystem::path shm = "/dev/shm";
+  if (!std::filesystem::is_directory(shm)) GTEST_SKIP() << "no /dev/shm (tmpfs) on this machine";
+  const auto path = shm / ("llmrun-test-" + std::to_string(::getpid()));
+  const std::vector<unsigned char> data = pattern((size_t(8) << 20) + 5, 9);
+  {
+    HashedFileWriter w(path, data.size());
+    w.write(data.data(), data.size());
+    w.finish(true);
+    EXPECT_EQ(w.digest(), xxh64(data.data(), data.size()));
+  }
+  const std::string back = read_text(path);
+  std::filesystem::remove(path);
+  ASSERT_EQ(back.size(), data.size());
+  EXPECT_EQ(std::memcmp(back.data(), data.data(), data.size()), 0);
 }
