@@ -23,8 +23,9 @@ Tensor PipelineRunner::tensor(int buffer) { return storage_[size_t(buffer)].as(D
 
 void PipelineRunner::recycle_finished_sends(bool wait_all) {
   for (size_t i = 0; i < sends_.size();) {
-    if (wait_all) sends_[i].req->wait();
-    if (!wait_all && !sends_[i].req->test()) {
+    if (wait_all) {
+      sends_[i].req->wait();
+    } else if (!sends_[i].req->test()) {
       ++i;
       continue;
     }
