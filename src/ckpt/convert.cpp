@@ -146,24 +146,27 @@ void hf_to_checkpoint(const fs::path& model_dir, const fs::path& out) {
   }
 
   std::vector<float> hf, mine;
-  CheckpointTensors tensors;
+  CheckpointShard tensors;
   tensors.layout = &layout;
-  tensors.params = [&](int, int, const ParamSpec& spec) -> const float* {
+  tensors.ranges = whole_tensor_ranges(layout);
+  tensors.params = [&](int b, int p, int64_t first, int64_t) -> const float* {
+    const ParamSpec& spec = layout[size_t(b)].params[size_t(p)];
     const SafetensorsFile* f = weights.find(spec.hf_name);
     hf.resize(size_t(spec.numel()));
     f->read_f32(spec.hf_name, hf.data(), spec.numel());
-    if (!spec.hf_transposed) return hf.data();
+    if (!spec.hf_transposed) return hf.data() + first;
     // Hugging Face [in, out] -> llmrun [out, in]: transposing the HF shape back.
     ParamSpec hf_spec = spec;
     hf_spec.shape = hf_shape(spec);
-    return to_hf_layout(hf_spec, hf.data(), mine);
+    return to_hf_layout(hf_spec, hf.data(), mine) + first;
   };
   CheckpointState st;
   st.step = 0;
   st.recipe = {{"model", model_config_json(cfg)}};
   st.data = json();
   st.seed = 0;
-  const fs::path step = save_training_checkpoint(out, 0, st, tensors, *tokenizer, cfg);
+  const std::unique_ptr<Communicator> self = make_self_communicator("world");
+  const fs::path step = save_training_checkpoint(out, 0, st, tensors, *tokenizer, cfg, *self);
   spdlog::info("wrote {} from {} (step 0, fresh optimizer state)", step.string(), model_dir.string());
 }
 

@@ -8,9 +8,11 @@
 #include <cstring>
 #include <future>
 
+#include "ckpt/checkpoint_pieces.h"
 #include "ckpt/checkpoint_recipe.h"
 #include "ckpt/checksum.h"
 #include "ckpt/hashed_file_io.h"
+#include "comm/string_messages.h"
 #include "util/atomic_dir.h"
 #include "util/error.h"
 #include "util/file_io.h"
@@ -25,7 +27,9 @@ using json = nlohmann::json;
 namespace {
 
 constexpr const char* kFormat = "llmrun-checkpoint";
-constexpr int kVersion = 1;
+// 2: pieces may carry a flat_range and come from one file per rank. Version 1 (whole tensors,
+// one file per group) reads the same way.
+constexpr int kVersion = 2;
 constexpr const char* kLatest = "latest";
 constexpr const char* kStepPrefix = "step-";
 
@@ -60,36 +64,104 @@ void check_checksum(const fs::path& path, uint64_t got, const std::string& want)
                     "): the file is corrupted");
 }
 
-// Writes one tensor group as one safetensors file; appends its index entries and file record.
-void write_group(const fs::path& dir, const std::string& group, const TensorSource& source,
-                 const std::vector<BucketLayout>& layout, json& tensors, json& files) {
-  const std::string file = group_file(group);
-  SafetensorsWriter w;
-  std::vector<float> zeros;  // a fresh optimizer's moments: one tensor of zeros, reused
-  for (int b = 0; b < int(layout.size()); ++b) {
-    for (int p = 0; p < int(layout[b].params.size()); ++p) {
-      const ParamSpec& spec = layout[b].params[p];
-      w.add_produced(spec.hf_name, DType::f32, spec.shape, DType::f32, [&, b, p]() -> const void* {
-        if (source) return source(b, p, spec);
-        if (zeros.size() < size_t(spec.numel())) zeros.assign(size_t(spec.numel()), 0.0f);
-        return zeros.data();
-      });
+// params -> params.safetensors (one writer) or params.rank-00003.safetensors.
+std::string shard_file(const std::string& group, int rank, int world) {
+  if (world == 1) return group_file(group);
+  char suffix[32];
+  std::snprintf(suffix, sizeof suffix, ".rank-%05d", rank);
+  const std::string f = group_file(group);
+  return f.substr(0, f.size() - 12) + suffix + ".safetensors";
+}
+
+json slice_json(const Slice& slice) {
+  json j = json::array();
+  for (auto [b, e] : slice) j.push_back({b, e});
+  return j;
+}
+
+// Writes one tensor group of a rank's shard as one safetensors file. Returns its index
+// fragment: {"files": {file: {bytes, xxh64}}, "tensors": {name: {"shape", "pieces"}}}.
+json write_group(const fs::path& dir, const std::string& file, const std::string& group, const RangeSource& source,
+                 const CheckpointShard& shard) {
+  struct Planned {
+    std::string name, tensor;  // index name, tensor name in the file
+    const ParamSpec* spec;
+    LocalPiece piece;
+    int bucket, param;
+  };
+  std::vector<Planned> planned;
+  for (const CheckpointShard::Range& r : shard.ranges) {
+    const ParamSpec& spec = (*shard.layout)[size_t(r.bucket)].params[size_t(r.param)];
+    const std::vector<LocalPiece> pieces = local_pieces(spec, r.first, r.last);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const bool whole = pieces[i].flat_end - pieces[i].flat_begin == spec.full_numel();
+      planned.push_back({group + "/" + spec.hf_name, whole ? spec.hf_name : spec.hf_name + "/part" + std::to_string(i),
+                         &spec, pieces[i], r.bucket, r.param});
     }
+  }
+  SafetensorsWriter w;
+  std::vector<float> zeros;  // a fresh optimizer's moments: one run of zeros, reused
+  for (const Planned& p : planned) {
+    const int64_t n = p.piece.flat_end - p.piece.flat_begin;
+    const bool whole = n == p.spec->full_numel();
+    w.add_produced(p.tensor, DType::f32, whole ? p.spec->full_shape : std::vector<int64_t>{n}, DType::f32,
+                   [&, n]() -> const void* {
+                     if (source) return source(p.bucket, p.param, p.piece.local_begin, n);
+                     if (zeros.size() < size_t(n)) zeros.assign(size_t(n), 0.0f);
+                     return zeros.data();
+                   });
   }
   w.set_metadata({{"format", "pt"}, {"llmrun_group", group}});
   const WrittenSafetensors info = w.write(dir / file, /*sync=*/false);  // AtomicDir::commit fsyncs
-  files[file] = {{"bytes", info.bytes}, {"xxh64", checksum_hex(info.checksum)}};
-  for (const BucketLayout& bucket : layout) {
-    for (const ParamSpec& spec : bucket.params) {
-      json slice = json::array();
-      for (int64_t d : spec.shape) slice.push_back({0, d});
-      tensors.push_back({{"name", group + "/" + spec.hf_name},
-                         {"dtype", "F32"},
-                         {"shape", spec.shape},
-                         {"pieces", json::array({{{"file", file},
-                                                  {"tensor", spec.hf_name},
-                                                  {"offset_in_file", info.offsets.at(spec.hf_name)},
-                                                  {"global_slice", slice}}})}});
+  json fragment = {{"files", {{file, {{"bytes", info.bytes}, {"xxh64", checksum_hex(info.checksum)}}}}},
+                   {"tensors", json::object()}};
+  for (const Planned& p : planned) {
+    json piece = {{"file", file},
+                  {"tensor", p.tensor},
+                  {"offset_in_file", info.offsets.at(p.tensor)},
+                  {"global_slice", slice_json(p.piece.slice)}};
+    if (p.piece.flat_end - p.piece.flat_begin != p.spec->full_numel()) piece["flat_range"] = {p.piece.flat_begin, p.piece.flat_end};
+    json& t = fragment["tensors"][p.name];
+    if (t.is_null()) t = {{"shape", p.spec->full_shape}, {"pieces", json::array()}};
+    t["pieces"].push_back(std::move(piece));
+  }
+  return fragment;
+}
+
+// This rank's files, written at once (more requests in flight keep the disk busier, and one
+// file's copy + hash overlaps another's writes). Returns the merged index fragment.
+json write_shard(const fs::path& dir, const CheckpointShard& shard, int rank, int world) {
+  const std::pair<const char*, const RangeSource*> groups[] = {
+      {kParamsGroup, &shard.params}, {kExpAvgGroup, &shard.exp_avg}, {kExpAvgSqGroup, &shard.exp_avg_sq}};
+  json fragments[3];
+  std::future<void> writing[3];
+  for (int g = 0; g < 3; ++g)
+    writing[g] = std::async(std::launch::async, [&, g] {
+      fragments[g] = write_group(dir, shard_file(groups[g].first, rank, world), groups[g].first, *groups[g].second, shard);
+    });
+  for (std::future<void>& w : writing) w.wait();
+  for (std::future<void>& w : writing) w.get();  // the first group's error, if any, after all stopped
+  json merged = {{"files", json::object()}, {"tensors", json::array()}};
+  for (json& f : fragments) {
+    merged["files"].update(f["files"]);
+    for (auto& [name, t] : f["tensors"].items()) merged["tensors"].push_back({{"name", name}, {"shape", t["shape"]}, {"pieces", t["pieces"]}});
+  }
+  return merged;
+}
+
+// Rank 0: every rank's fragment into the index's "files" and "tensors" (each tensor's pieces
+// in rank order; tensors in the order ranks first name them).
+void merge_fragments(const std::vector<json>& fragments, json& files, json& tensors) {
+  std::map<std::string, size_t> at;
+  for (const json& f : fragments) {
+    files.update(f.at("files"));
+    for (const json& t : f.at("tensors")) {
+      const std::string name = t.at("name");
+      auto [it, fresh] = at.emplace(name, tensors.size());
+      if (fresh) {
+        tensors.push_back({{"name", name}, {"dtype", "F32"}, {"shape", t.at("shape")}, {"pieces", json::array()}});
+      }
+      for (const json& p : t.at("pieces")) tensors[it->second]["pieces"].push_back(p);
     }
   }
 }
@@ -138,15 +210,12 @@ void remove_stale_temporaries(const fs::path& dir) {
 
 }  // namespace
 
-TensorSource bucket_source(Backend& be, const BucketStore& store) {
-  auto staging = std::make_shared<std::vector<float>>();
-  return [&be, &store, staging](int b, int p, const ParamSpec& spec) -> const float* {
-    const Tensor t = store.tensor(b, p);
-    if (t.device == Device::cpu) return t.f32();  // straight from the bucket: no copy
-    staging->resize(size_t(spec.numel()));
-    be.copy(Tensor(staging->data(), DType::f32, {spec.numel()}), t.view({spec.numel()}));
-    return staging->data();
-  };
+std::vector<CheckpointShard::Range> whole_tensor_ranges(const std::vector<BucketLayout>& layout) {
+  std::vector<CheckpointShard::Range> ranges;
+  for (int b = 0; b < int(layout.size()); ++b)
+    for (int p = 0; p < int(layout[size_t(b)].params.size()); ++p)
+      ranges.push_back({b, p, 0, layout[size_t(b)].params[size_t(p)].numel()});
+  return ranges;
 }
 
 std::string step_dir_name(int64_t step) {
@@ -156,60 +225,80 @@ std::string step_dir_name(int64_t step) {
 }
 
 fs::path save_training_checkpoint(const fs::path& dir, int keep, const CheckpointState& state,
-                                  const CheckpointTensors& tensors, const Tokenizer& tokenizer,
-                                  const ModelConfig& cfg) {
-  LLMRUN_CHECK(tensors.layout && tensors.params, "a checkpoint needs parameters");
-  const auto& layout = *tensors.layout;
+                                  const CheckpointShard& shard, const Tokenizer& tokenizer, const ModelConfig& cfg,
+                                  Communicator& world) {
+  LLMRUN_CHECK(shard.layout && shard.params, "a checkpoint needs parameters");
   const fs::path final_dir = dir / step_dir_name(state.step);
-  std::error_code ec;
-  if (fs::is_directory(dir, ec)) remove_stale_temporaries(dir);
-  AtomicDir out(final_dir);
-  // The three files are written at once: more requests in flight keep the disk busier, and
-  // one file's copy + hash overlaps another's writes. Index entries keep the group order.
-  const std::pair<const char*, const TensorSource*> groups[] = {
-      {kParamsGroup, &tensors.params}, {kExpAvgGroup, &tensors.exp_avg}, {kExpAvgSqGroup, &tensors.exp_avg_sq}};
-  json group_tensors[3], group_files[3];
-  std::future<void> writing[3];
-  for (int g = 0; g < 3; ++g) {
-    group_tensors[g] = json::array();
-    group_files[g] = json::object();
-    writing[g] = std::async(std::launch::async, [&, g] {
-      write_group(out.path(), groups[g].first, *groups[g].second, layout, group_tensors[g], group_files[g]);
-    });
+  // Rank 0 owns the temporary dir; every rank writes into it. Errors travel as messages so
+  // that no rank waits forever for one that failed, and all of them fail together.
+  std::unique_ptr<AtomicDir> out;
+  std::string tmp, error;
+  if (world.rank() == 0) {
+    try {
+      std::error_code ec;
+      if (fs::is_directory(dir, ec)) remove_stale_temporaries(dir);
+      out = std::make_unique<AtomicDir>(final_dir);
+      tmp = out->path().string();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
   }
-  for (std::future<void>& w : writing) w.wait();
-  for (std::future<void>& w : writing) w.get();  // the first group's error, if any, after all stopped
-  json tensor_list = json::array(), files = json::object();
-  for (int g = 0; g < 3; ++g) {
-    for (json& t : group_tensors[g]) tensor_list.push_back(std::move(t));
-    files.update(group_files[g]);
+  tmp = broadcast_string(world, error.empty() ? tmp : std::string());
+  json fragment;
+  if (!tmp.empty()) {
+    try {
+      fragment = write_shard(tmp, shard, world.rank(), world.size());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
   }
-  tokenizer.save(out.path(), cfg.seq_len);
-  for (const auto& e : fs::directory_iterator(out.path())) {
-    const std::string name = e.path().filename().string();
-    if (!files.contains(name)) record_small_file(out.path(), name, files);
+  const std::vector<std::string> fragments = gather_strings(world, error.empty() ? fragment.dump() : "!" + error);
+  std::string outcome;
+  if (world.rank() == 0) {
+    try {
+      if (tmp.empty()) throw UserError(error);
+      std::vector<json> parsed;
+      for (size_t r = 0; r < fragments.size(); ++r) {
+        if (!fragments[r].empty() && fragments[r][0] == '!')
+          throw UserError("rank " + std::to_string(r) + ": " + fragments[r].substr(1));
+        parsed.push_back(json::parse(fragments[r]));
+      }
+      json files = json::object(), tensors = json::array();
+      merge_fragments(parsed, files, tensors);
+      tokenizer.save(out->path(), cfg.seq_len);
+      for (const auto& e : fs::directory_iterator(out->path())) {
+        const std::string name = e.path().filename().string();
+        if (!files.contains(name)) record_small_file(out->path(), name, files);
+      }
+      json index = {
+          {"format", kFormat},
+          {"version", kVersion},
+          {"step", state.step},
+          {"layout", state.layout},
+          {"optimizer", {{"type", "adamw"}, {"step", state.step}}},
+          {"data", state.data},
+          {"rng", {{"seed", state.seed}, {"note", "initialisation and data sampling derive from seed; the data position is in data"}}},
+          {"recipe", state.recipe},
+          {"files", files},
+          {"tensors", tensors},
+      };
+      if (!state.fp8.is_null()) index["fp8"] = state.fp8;
+      {
+        FileWriter f(out->path() / "index.json");
+        f.write(index.dump(1) + "\n");
+        f.close();
+      }
+      out->commit();  // fsyncs every file (every rank's), renames, fsyncs DIR
+      write_file_atomic(dir / kLatest, step_dir_name(state.step) + "\n");
+      prune(dir, keep, state.step);
+    } catch (const std::exception& e) {
+      outcome = e.what();
+    }
+    out.reset();  // an uncommitted dir is removed before any rank goes on
   }
-  json index = {
-      {"format", kFormat},
-      {"version", kVersion},
-      {"step", state.step},
-      {"layout", state.layout},
-      {"optimizer", {{"type", "adamw"}, {"step", state.step}}},
-      {"data", state.data},
-      {"rng", {{"seed", state.seed}, {"note", "initialisation and data sampling derive from seed; the data position is in data"}}},
-      {"recipe", state.recipe},
-      {"files", files},
-      {"tensors", tensor_list},
-  };
-  if (!state.fp8.is_null()) index["fp8"] = state.fp8;
-  {
-    FileWriter f(out.path() / "index.json");
-    f.write(index.dump(1) + "\n");
-    f.close();
-  }
-  out.commit();  // fsyncs every file, renames, fsyncs DIR
-  write_file_atomic(dir / kLatest, step_dir_name(state.step) + "\n");
-  prune(dir, keep, state.step);
+  outcome = broadcast_string(world, outcome);
+  if (!outcome.empty())
+    throw UserError(world.rank() == 0 ? outcome : "checkpoint " + final_dir.string() + " failed: " + outcome);
   return final_dir;
 }
 
@@ -251,9 +340,10 @@ void CheckpointReader::fail(const std::string& what) const { throw UserError((di
 void CheckpointReader::parse_index(const json& index) {
   if (!index.is_object() || index.value("format", "") != kFormat)
     fail("not an llmrun checkpoint index (\"format\" is not \"" + std::string(kFormat) + "\")");
-  if (index.value("version", 0) != kVersion)
-    fail("version " + index.value("version", json()).dump() + " is not " + std::to_string(kVersion) +
-         ", the one this llmrun reads");
+  const int version = index.value("version", 0);
+  if (version != 1 && version != kVersion)
+    fail("version " + index.value("version", json()).dump() + " is not one this llmrun reads (1 or " +
+         std::to_string(kVersion) + ")");
   try {
     state_.step = index.at("step").get<int64_t>();
     state_.recipe = index.at("recipe");
@@ -261,7 +351,7 @@ void CheckpointReader::parse_index(const json& index) {
     state_.fp8 = index.value("fp8", json());
     state_.seed = index.at("rng").at("seed").get<uint64_t>();
     const json& layout = index.at("layout");
-    // Informational: tensors are stored whole, so any layout loads any other's checkpoint.
+    // Informational: every piece names its place in the full tensor, so any layout loads.
     state_.layout = layout;
   } catch (const json::exception& e) {
     fail(std::string("malformed: ") + e.what());
@@ -322,13 +412,26 @@ void CheckpointReader::parse_index(const json& index) {
           piece_shape.push_back(en - b);
           volume *= en - b;
         }
+        piece.flat_end = volume;
+        std::string what = "the slice " + slice.dump();
+        if (p.contains("flat_range")) {  // elements [a, b) of the slice, stored flat
+          const json& r = p.at("flat_range");
+          piece.flat_begin = r.at(0).get<int64_t>();
+          piece.flat_end = r.at(1).get<int64_t>();
+          if (r.size() != 2 || piece.flat_begin < 0 || piece.flat_begin >= piece.flat_end || piece.flat_end > volume)
+            fail("tensor " + name + ": flat_range " + r.dump() + " is not inside the " + std::to_string(volume) +
+                 " elements of its global_slice " + slice.dump());
+          piece_shape = {piece.flat_end - piece.flat_begin};
+          what += " elements " + r.dump();
+        }
         if (st.dtype != DType::f32 || st.shape != piece_shape)
           throw UserError(sf.path().string() + ": tensor " + piece.tensor + " is " + st.dtype_tag + " " +
-                          st.shape_str() + ", index.json expects F32 of the slice " + slice.dump());
-        covered += volume;
+                          st.shape_str() + ", index.json expects F32 of " + what);
+        covered += piece.flat_end - piece.flat_begin;
         e.pieces.push_back(std::move(piece));
       }
       if (covered != numel) fail("tensor " + name + ": its pieces cover " + std::to_string(covered) + " of " + std::to_string(numel) + " elements");
+      if (e.pieces.size() > 1) check_tiling(name, e);
       tensors_[name] = std::move(e);
     } catch (const json::exception& ex) {
       fail(std::string("malformed tensor entry: ") + ex.what());
@@ -347,42 +450,34 @@ bool CheckpointReader::has_group(const std::string& group) const {
   return false;
 }
 
-void CheckpointReader::read_tensor(const std::string& group, const ParamSpec& spec, float* dst) const {
+void CheckpointReader::check_tiling(const std::string& name, const Entry& e) const {
+  // The volumes add up; this catches pieces that overlap (and so leave a hole elsewhere).
+  std::vector<ElementRun> runs;
+  for (const Piece& p : e.pieces) {
+    const std::vector<ElementRun> r = slice_runs(e.shape, p.slice, p.flat_begin, p.flat_end);
+    runs.insert(runs.end(), r.begin(), r.end());
+  }
+  std::sort(runs.begin(), runs.end(), [](const ElementRun& a, const ElementRun& b) { return a.global < b.global; });
+  for (size_t i = 1; i < runs.size(); ++i)
+    if (runs[i - 1].global + runs[i - 1].count > runs[i].global)
+      fail("tensor " + name + ": two pieces hold element " + std::to_string(runs[i].global));
+}
+
+const CheckpointReader::Entry& CheckpointReader::entry(const std::string& group, const ParamSpec& spec) const {
   const std::string name = group + "/" + spec.hf_name;
   auto it = tensors_.find(name);
   if (it == tensors_.end()) fail("tensor " + name + " is missing");
-  const Entry& e = it->second;
-  if (e.shape != spec.shape) {
-    SafetensorsTensor fake;
-    fake.shape = spec.shape;
-    SafetensorsTensor have;
-    have.shape = e.shape;
-    fail("tensor " + name + " has shape " + have.shape_str() + ", the model needs " + fake.shape_str());
+  if (it->second.shape != spec.full_shape) {
+    SafetensorsTensor have, want;
+    have.shape = it->second.shape;
+    want.shape = spec.full_shape;
+    fail("tensor " + name + " has shape " + have.shape_str() + ", the model needs " + want.shape_str());
   }
-  const size_t nd = e.shape.size();
-  for (const Piece& p : e.pieces) {
-    ensure_verified(*p.file);
-    const auto* src = static_cast<const unsigned char*>(p.file->st->info(p.tensor).data);
-    if (nd == 0) {
-      std::memcpy(dst, src, sizeof(float));
-      continue;
-    }
-    // Rows of the last dimension are contiguous on both sides; walk the others.
-    const int64_t row = p.slice[nd - 1].second - p.slice[nd - 1].first;
-    int64_t rows = 1;
-    for (size_t d = 0; d + 1 < nd; ++d) rows *= p.slice[d].second - p.slice[d].first;
-    for (int64_t r = 0; r < rows; ++r) {
-      int64_t rem = r, off = 0, stride = e.shape[nd - 1];
-      for (size_t d = nd - 1; d-- > 0;) {
-        const int64_t ext = p.slice[d].second - p.slice[d].first;
-        off += (p.slice[d].first + rem % ext) * stride;
-        rem /= ext;
-        stride *= e.shape[d];
-      }
-      off += p.slice[nd - 1].first;
-      std::memcpy(dst + off, src + size_t(r * row) * sizeof(float), size_t(row) * sizeof(float));
-    }
-  }
+  return it->second;
+}
+
+void CheckpointReader::read_tensor(const std::string& group, const ParamSpec& spec, float* dst) const {
+  read({{group, &spec, 0, spec.numel(), dst}});
 }
 
 void CheckpointReader::ensure_verified(const TensorFile& f) const {
@@ -391,26 +486,32 @@ void CheckpointReader::ensure_verified(const TensorFile& f) const {
   f.verified = true;
 }
 
-void CheckpointReader::stream_group(const std::string& group, BucketStore& store,
-                                    std::vector<std::vector<bool>>& filled) const {
+void CheckpointReader::read(const std::vector<Target>& targets) const {
+  // What each target takes from each piece it overlaps: whole pieces of unverified files are
+  // streamed (one hashed pass per file), the rest is copied from the verified mapping.
+  struct Copy {
+    const Piece* piece;
+    int64_t from, to, count;  // elements: piece offset, dst offset
+    float* dst;
+  };
+  std::vector<Copy> copies;
   std::map<const TensorFile*, std::vector<FileRange>> streams;
-  std::vector<std::vector<bool>> planned = filled;
-  const auto& layout = store.layout();
-  for (int b = 0; b < store.num_buckets(); ++b) {
-    for (int p = 0; p < int(layout[b].params.size()); ++p) {
-      const ParamSpec& spec = layout[b].params[p];
-      auto it = tensors_.find(group + "/" + spec.hf_name);
-      const Tensor t = store.tensor(b, p);
-      // Anything unusual (missing, misshapen, sliced, on a device) takes read_tensor's path,
-      // which reports the problem or copies piece by piece.
-      if (it == tensors_.end() || it->second.shape != spec.shape || it->second.pieces.size() != 1 ||
-          t.device != Device::cpu)
-        continue;
-      const Piece& piece = it->second.pieces[0];
-      const SafetensorsTensor& st = piece.file->st->info(piece.tensor);
-      if (piece.file->verified || st.bytes != size_t(spec.numel()) * sizeof(float)) continue;
-      streams[piece.file].push_back({st.file_offset, st.bytes, t.data});
-      planned[b][p] = true;
+  for (const Target& t : targets) {
+    const Entry& e = entry(t.group, *t.spec);
+    const std::vector<ElementRun> want = local_runs(*t.spec, t.first, t.last);
+    for (const Piece& p : e.pieces) {
+      const std::vector<ElementRun> have = slice_runs(e.shape, p.slice, p.flat_begin, p.flat_end);
+      const int64_t n = p.flat_end - p.flat_begin;
+      const size_t before = copies.size();
+      for_each_overlap(have, want, [&](int64_t from, int64_t to, int64_t count) {
+        copies.push_back({&p, from, to, count, t.dst});
+      });
+      const bool whole = copies.size() == before + 1 && copies.back().count == n;
+      if (whole && !p.file->verified && verify_ == CheckpointVerify::while_reading) {
+        const SafetensorsTensor& st = p.file->st->info(p.tensor);
+        streams[p.file].push_back({st.file_offset, st.bytes, t.dst + copies.back().to});
+        copies.pop_back();
+      }
     }
   }
   for (auto& [file, ranges] : streams) {
@@ -418,28 +519,10 @@ void CheckpointReader::stream_group(const std::string& group, BucketStore& store
     check_checksum(file->st->path(), read_file_hashed(file->st->path(), ranges), file->xxh64);
     file->verified = true;
   }
-  filled = std::move(planned);
-}
-
-void CheckpointReader::read_group(const std::string& group, BucketStore& store, Backend& be) const {
-  const auto& layout = store.layout();
-  std::vector<std::vector<bool>> filled(size_t(store.num_buckets()));
-  for (int b = 0; b < store.num_buckets(); ++b) filled[b].assign(layout[b].params.size(), false);
-  if (verify_ == CheckpointVerify::while_reading) stream_group(group, store, filled);
-  std::vector<float> staging;
-  for (int b = 0; b < store.num_buckets(); ++b) {
-    for (int p = 0; p < int(layout[b].params.size()); ++p) {
-      if (filled[b][p]) continue;
-      const ParamSpec& spec = layout[b].params[p];
-      const Tensor t = store.tensor(b, p);
-      if (t.device == Device::cpu) {
-        read_tensor(group, spec, t.f32());
-      } else {
-        staging.resize(size_t(spec.numel()));
-        read_tensor(group, spec, staging.data());
-        be.copy(t.view({spec.numel()}), Tensor(staging.data(), DType::f32, {spec.numel()}));
-      }
-    }
+  for (const Copy& c : copies) {
+    ensure_verified(*c.piece->file);
+    const auto* src = static_cast<const char*>(c.piece->file->st->info(c.piece->tensor).data);  // unaligned
+    std::memcpy(c.dst + c.to, src + size_t(c.from) * sizeof(float), size_t(c.count) * sizeof(float));
   }
 }
 

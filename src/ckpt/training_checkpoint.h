@@ -14,8 +14,9 @@
 #include <vector>
 
 #include "ckpt/safetensors.h"
+#include "comm/communicator.h"
 #include "data/tokenizer.h"
-#include "model/bucket_store.h"
+#include "model/param_layout.h"
 #include "model/config.h"
 
 namespace llmrun {
@@ -31,39 +32,49 @@ struct CheckpointState {
   nlohmann::json recipe;         // the resolved recipe (checkpoint_recipe.h), {"model": ...} at least
   nlohmann::json data;           // TrainingData::state(); null: none (converted from a model dir)
   uint64_t seed = 0;             // train.seed: initialisation and the data sampler streams
-  // The {tp, pp, dp, zero} layout of the run that wrote it (informational: tensors are stored
-  // unsharded, so any data-parallel layout and ZeRO stage loads them).
+  // The {tp, pp, dp, zero} layout of the run that wrote it (informational: the index maps every
+  // piece to its place in the full tensor, so any layout loads any other's checkpoint).
   nlohmann::json layout = {{"tp", 1}, {"pp", 1}, {"dp", 1}, {"zero", 0}};
   // FP8 scales and amax histories (Fp8Linears::state()); null: the run trained without FP8.
   nlohmann::json fp8;
 };
 
-// Where a group's tensors come from at write time: the f32 data of layout tensor (b, p) in
-// llmrun's layout, valid until the next call. Lets a conversion stream tensor by tensor.
-using TensorSource = std::function<const float*(int bucket, int param, const ParamSpec& spec)>;
+// Where a piece's data comes from at write time: elements [first, first + count) of layout
+// tensor (bucket, param)'s local tensor, f32 in llmrun's layout, valid until the next call.
+using RangeSource = std::function<const float*(int bucket, int param, int64_t first, int64_t count)>;
 
-// Reads tensors straight out of a BucketStore (staged through host memory when the store
-// lives on a device).
-TensorSource bucket_source(Backend& be, const BucketStore& store);
-
-// The groups are written at once, each source called from its own thread: sources must not
-// share mutable state.
-struct CheckpointTensors {
-  const std::vector<BucketLayout>* layout = nullptr;
-  TensorSource params;
-  TensorSource exp_avg;     // empty: zeros (a fresh optimizer)
-  TensorSource exp_avg_sq;  // empty: zeros
+// What one rank writes of a checkpoint. Together the ranks' ranges must cover every element of
+// every full tensor exactly once (the writer of a replicated tensor is one of its holders).
+struct CheckpointShard {
+  struct Range {
+    int bucket = 0, param = 0;
+    int64_t first = 0, last = 0;  // elements [first, last) of the local tensor
+  };
+  const std::vector<BucketLayout>* layout = nullptr;  // this rank's tensors
+  std::vector<Range> ranges;
+  // The groups are written at once, each source called from its own thread: sources must not
+  // share mutable state.
+  RangeSource params;
+  RangeSource exp_avg;     // empty: zeros (a fresh optimizer)
+  RangeSource exp_avg_sq;  // empty: zeros
 };
+
+// Every tensor of `layout` whole (a single writer: conversions).
+std::vector<CheckpointShard::Range> whole_tensor_ranges(const std::vector<BucketLayout>& layout);
 
 // "step-0000042"
 std::string step_dir_name(int64_t step);
 
-// Writes DIR/step-NNNNNNN atomically (temp dir, fsync, rename), then points DIR/latest at
-// it (atomic file replace), then deletes all but the newest `keep` step dirs (keep <= 0:
-// none deleted). Returns the step dir.
+// A collective over `world`: every rank writes its shard's files (params[.rank-NNNNN].safetensors
+// and the two moment files) into one temporary step dir; rank 0 gathers their index entries,
+// writes index.json and the tokenizer, renames the dir to DIR/step-NNNNNNN (after fsyncing
+// everything), points DIR/latest at it (atomic file replace) and deletes all but the newest
+// `keep` step dirs (keep <= 0: none). `state` counts on rank 0 only. A failure on any rank is a
+// UserError on every rank, and leaves DIR as it was. Returns the step dir.
 std::filesystem::path save_training_checkpoint(const std::filesystem::path& dir, int keep,
-                                               const CheckpointState& state, const CheckpointTensors& tensors,
-                                               const Tokenizer& tokenizer, const ModelConfig& cfg);
+                                               const CheckpointState& state, const CheckpointShard& shard,
+                                               const Tokenizer& tokenizer, const ModelConfig& cfg,
+                                               Communicator& world);
 
 // The step dir DIR/latest names, or an empty path when DIR has no `latest`. UserError when
 // `latest` exists but is malformed or names a missing dir.
@@ -77,7 +88,7 @@ enum class CheckpointVerify {
   // At open, before anything is read: a damaged checkpoint fails before a single tensor is
   // used (conversions, which write what they read elsewhere).
   before_reading,
-  // In the same pass that copies the tensors into a BucketStore (read_group), so each byte is
+  // In the same pass that copies the tensors into their targets (read), so each byte is
   // read once: a damaged file fails when its pass ends, after some tensors were filled. For
   // callers that drop what they filled on failure (resume). Any other read verifies its file first.
   while_reading,
@@ -97,9 +108,18 @@ class CheckpointReader {
   ModelConfig model_config() const;  // from the recipe's model section
   bool has_group(const std::string& group) const;
 
-  // Fills every tensor of `store` from "<group>/<name>" pieces.
-  void read_group(const std::string& group, BucketStore& store, Backend& be) const;
-  // One tensor, in llmrun's layout, into `dst` (spec.numel() floats).
+  // Elements [first, last) of spec's local tensor (a part of the full tensor "<group>/<hf name>"
+  // as spec.shard says) into dst[0, last - first), host memory.
+  struct Target {
+    std::string group;
+    const ParamSpec* spec = nullptr;
+    int64_t first = 0, last = 0;
+    float* dst = nullptr;
+  };
+  // Copies every target from the pieces it overlaps. Under while_reading, a file not verified yet
+  // whose pieces land whole in targets is read once, front to back, copying and hashing.
+  void read(const std::vector<Target>& targets) const;
+  // One whole tensor, in llmrun's layout, into `dst` (spec.numel() floats).
   void read_tensor(const std::string& group, const ParamSpec& spec, float* dst) const;
 
  private:
@@ -112,6 +132,7 @@ class CheckpointReader {
     const TensorFile* file;
     std::string tensor;
     std::vector<std::pair<int64_t, int64_t>> slice;  // [begin, end) per dimension
+    int64_t flat_begin = 0, flat_end = 0;            // the elements of the slice it holds
   };
   struct Entry {
     std::vector<int64_t> shape;
@@ -120,9 +141,8 @@ class CheckpointReader {
   [[noreturn]] void fail(const std::string& what) const;
   void parse_index(const nlohmann::json& index);
   void ensure_verified(const TensorFile& f) const;
-  // Streams the files holding `group`'s unverified whole-tensor pieces straight into the host
-  // tensors of `store`, verifying each file in the same pass; marks the tensors it filled.
-  void stream_group(const std::string& group, BucketStore& store, std::vector<std::vector<bool>>& filled) const;
+  const Entry& entry(const std::string& group, const ParamSpec& spec) const;
+  void check_tiling(const std::string& name, const Entry& e) const;
 
   std::filesystem::path dir_;
   CheckpointVerify verify_;

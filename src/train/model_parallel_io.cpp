@@ -63,15 +63,4 @@ void gather_full_model(const Recipe& r, const Topology& topo, Backend& be, const
   }
 }
 
-void extract_local_model(Backend& be, const BucketStore& full, BucketStore& local) {
-  const auto at = index_by_name(full.layout());
-  for (int b = 0; b < local.num_buckets(); ++b) {
-    const auto& params = local.layout()[size_t(b)].params;
-    for (int p = 0; p < int(params.size()); ++p) {
-      const auto [fb, fp] = at.at(params[size_t(p)].hf_name);
-      extract_shard(be, params[size_t(p)], full.tensor(fb, fp), local.tensor(b, p));
-    }
-  }
-}
-
 }  // namespace llmrun

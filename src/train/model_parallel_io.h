@@ -1,7 +1,7 @@
 #pragma once
-// Full tensors <-> one rank's parts of them, under tensor and pipeline parallelism.
-// Checkpoints and model dirs always hold full tensors (Hugging Face names and shapes), so
-// they load under any layout: saving assembles the parts, loading cuts its own part out.
+// The exported model dir holds full tensors (Hugging Face names and shapes): under tensor and
+// pipeline parallelism rank 0 assembles them from every part. (Training checkpoints are written
+// by every rank, see ckpt/training_checkpoint.h.)
 #include "comm/topology.h"
 #include "model/bucket_store.h"
 #include "recipe/recipe.h"
@@ -13,8 +13,5 @@ namespace llmrun {
 // out by model_layout(cfg); null on other ranks).
 void gather_full_model(const Recipe& r, const Topology& topo, Backend& be, const BucketStore& local,
                        BucketStore* full);
-
-// local = this rank's parts of the tensors of `full`.
-void extract_local_model(Backend& be, const BucketStore& full, BucketStore& local);
 
 }  // namespace llmrun

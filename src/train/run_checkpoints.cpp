@@ -2,16 +2,31 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
 #include "ckpt/checkpoint_recipe.h"
 #include "ckpt/training_checkpoint.h"
-#include "train/model_parallel_io.h"
 
 namespace llmrun {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::pair<ZeroOptimizer::State, const char*> kStateGroups[] = {
+    {ZeroOptimizer::State::params, kParamsGroup},
+    {ZeroOptimizer::State::exp_avg, kExpAvgGroup},
+    {ZeroOptimizer::State::exp_avg_sq, kExpAvgSqGroup}};
+
+// Elements [first, last) of spec's tensor that bucket elements [begin, end) cover (none: first >= last).
+std::pair<int64_t, int64_t> part_of(const ParamSpec& spec, std::pair<int64_t, int64_t> bucket_range) {
+  return {std::max(bucket_range.first, spec.offset) - spec.offset,
+          std::min(bucket_range.second, spec.offset + spec.numel()) - spec.offset};
+}
+
+}  // namespace
 
 RunCheckpoints::RunCheckpoints(const Recipe& r, Transformer& model, ZeroOptimizer& opt, TrainingData& data,
                                const Tokenizer& tok, const Topology& topo)
@@ -33,31 +48,8 @@ int64_t RunCheckpoints::resume() {
   const auto t0 = std::chrono::steady_clock::now();
   CheckpointReader ckpt(step_dir, CheckpointVerify::while_reading);  // a failed resume drops what it read
   check_resume_compatible(ckpt.state().recipe, r_, step_dir.string());
-  Backend& be = model_.backend();
-  if (model_parallel()) {
-    // The files hold full tensors: read them whole, keep this rank's parts.
-    const std::vector<BucketLayout> full_layout = model_layout(model_.config());
-    const int pad = r_.parallel.dp;
-    BucketStore params(be, model_.layout(), pad), m(be, model_.layout(), pad), v(be, model_.layout(), pad);
-    for (auto [group, local] : {std::pair{kParamsGroup, &params}, {kExpAvgGroup, &m}, {kExpAvgSqGroup, &v}}) {
-      BucketStore full(be, full_layout);
-      ckpt.read_group(group, full, be);
-      extract_local_model(be, full, *local);
-    }
-    opt_.load_state(params, m, v, ckpt.state().step);
-  } else if (opt_.unsharded_m()) {  // ZeRO-0: read straight into the live buffers
-    ckpt.read_group(kParamsGroup, model_.params(), be);
-    ckpt.read_group(kExpAvgGroup, *opt_.unsharded_m(), be);
-    ckpt.read_group(kExpAvgSqGroup, *opt_.unsharded_v(), be);
-    opt_.set_steps_taken(ckpt.state().step);
-  } else {
-    const int pad = r_.parallel.dp;
-    BucketStore params(be, model_.layout(), pad), m(be, model_.layout(), pad), v(be, model_.layout(), pad);
-    ckpt.read_group(kParamsGroup, params, be);
-    ckpt.read_group(kExpAvgGroup, m, be);
-    ckpt.read_group(kExpAvgSqGroup, v, be);
-    opt_.load_state(params, m, v, ckpt.state().step);
-  }
+  for (auto [state, group] : kStateGroups) read_state(ckpt, state, group);
+  opt_.set_steps_taken(ckpt.state().step);
   if (ckpt.state().data.is_null())
     spdlog::info("{} holds no data position (converted from a model): data starts from the beginning",
                  step_dir.string());
@@ -69,8 +61,68 @@ int64_t RunCheckpoints::resume() {
   return ckpt.state().step;
 }
 
+void RunCheckpoints::read_state(const CheckpointReader& ckpt, State state, const char* group) {
+  // The parts of every tensor this rank holds, straight into place where that is host memory
+  // (one read() for all of them: each file is streamed once); otherwise bucket by bucket
+  // through host staging.
+  const auto& layout = model_.layout();
+  auto targets_of = [&](int b, float* held_data) {
+    std::vector<CheckpointReader::Target> targets;
+    const auto held = opt_.held(state, b);
+    for (const ParamSpec& spec : layout[size_t(b)].params) {
+      const auto [first, last] = part_of(spec, held);
+      if (first < last) targets.push_back({group, &spec, first, last, held_data + (spec.offset + first - held.first)});
+    }
+    return targets;
+  };
+  std::vector<CheckpointReader::Target> direct;
+  std::vector<float> staging;
+  for (int b = 0; b < int(layout.size()); ++b) {
+    const Tensor view = opt_.host_view(state, b);
+    if (!view.empty()) {
+      for (auto& t : targets_of(b, view.f32())) direct.push_back(std::move(t));
+      continue;
+    }
+    const auto [begin, end] = opt_.held(state, b);
+    staging.assign(size_t(end - begin), 0.0f);
+    ckpt.read(targets_of(b, staging.data()));
+    opt_.write_state(state, b, begin, Tensor(staging.data(), DType::f32, {end - begin}));
+  }
+  ckpt.read(direct);
+}
+
 bool RunCheckpoints::due(int64_t step) const {
   return enabled() && r_.checkpoint.every > 0 && step % r_.checkpoint.every == 0;
+}
+
+RangeSource RunCheckpoints::state_source(State state) const {
+  auto staging = std::make_shared<std::vector<float>>();  // one per source: sources run on their own threads
+  return [this, state, staging](int b, int p, int64_t first, int64_t count) -> const float* {
+    const int64_t at = model_.layout()[size_t(b)].params[size_t(p)].offset + first;  // bucket element
+    const Tensor view = opt_.host_view(state, b);
+    if (!view.empty()) return view.f32() + (at - opt_.held(state, b).first);
+    staging->resize(size_t(count));
+    opt_.read_state(state, b, at, Tensor(staging->data(), DType::f32, {count}));
+    return staging->data();
+  };
+}
+
+std::vector<CheckpointShard::Range> RunCheckpoints::written_ranges() const {
+  // Each rank writes its ZeRO partition of every bucket; of a tensor that several tensor-parallel
+  // ranks hold alike, the first of them writes; the last stage's copy of a tied token table is
+  // the first stage's tensor and is not written.
+  std::vector<CheckpointShard::Range> ranges;
+  const auto& layout = model_.layout();
+  const int tp_rank = topo_.tp().rank();
+  for (int b = 0; b < int(layout.size()); ++b) {
+    for (int p = 0; p < int(layout[size_t(b)].params.size()); ++p) {
+      const ParamSpec& spec = layout[size_t(b)].params[size_t(p)];
+      if (spec.tied_copy || tp_rank % spec.shard.replicas != 0) continue;
+      const auto [first, last] = part_of(spec, opt_.partition(b));
+      if (first < last) ranges.push_back({b, p, first, last});
+    }
+  }
+  return ranges;
 }
 
 void RunCheckpoints::save(int64_t step) {
@@ -82,46 +134,16 @@ void RunCheckpoints::save(int64_t step) {
   st.seed = r_.train.seed;
   if (fp8_) st.fp8 = fp8_->state();
   st.layout = {{"tp", r_.parallel.tp}, {"pp", r_.parallel.pp}, {"dp", r_.parallel.dp}, {"zero", r_.parallel.zero}};
-  Backend& be = model_.backend();
-  // ZeRO-0 writes from the live buffers; sharded stages gather a full copy first.
-  std::unique_ptr<BucketStore> params, m, v;
-  const BucketStore* src_params = &model_.params();
-  const BucketStore* src_m = opt_.unsharded_m();
-  const BucketStore* src_v = opt_.unsharded_v();
-  if (!src_m) {
-    const int pad = r_.parallel.dp;
-    params = std::make_unique<BucketStore>(be, model_.layout(), pad);
-    m = std::make_unique<BucketStore>(be, model_.layout(), pad);
-    v = std::make_unique<BucketStore>(be, model_.layout(), pad);
-    opt_.gather_state(*params, *m, *v);
-    src_params = params.get();
-    src_m = m.get();
-    src_v = v.get();
-  }
-  // Under tensor/pipeline parallelism rank 0 assembles the full tensors of every part.
-  const std::vector<BucketLayout> full_layout = model_layout(model_.config());
-  std::unique_ptr<BucketStore> full[3];
-  if (model_parallel()) {
-    const BucketStore* parts[3] = {src_params, src_m, src_v};
-    for (int i = 0; i < 3; ++i) {
-      if (topo_.is_logger()) full[i] = std::make_unique<BucketStore>(be, full_layout);
-      gather_full_model(r_, topo_, be, *parts[i], full[i].get());
-    }
-    if (topo_.is_logger()) {
-      src_params = full[0].get();
-      src_m = full[1].get();
-      src_v = full[2].get();
-    }
-  }
-  if (topo_.is_logger()) {
-    CheckpointTensors t{model_parallel() ? &full_layout : &model_.layout(), bucket_source(be, *src_params),
-                        bucket_source(be, *src_m), bucket_source(be, *src_v)};
-    const fs::path dir = save_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, st, t, tok_, model_.config());
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    spdlog::info("checkpoint {} ({:.2f} s)", dir.string(), s);
-  }
-  // No rank runs ahead while rank 0 may still fail to write.
-  topo_.world().barrier();
+  CheckpointShard shard;
+  shard.layout = &model_.layout();
+  shard.ranges = written_ranges();
+  shard.params = state_source(State::params);
+  shard.exp_avg = state_source(State::exp_avg);
+  shard.exp_avg_sq = state_source(State::exp_avg_sq);
+  const fs::path dir =
+      save_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, st, shard, tok_, model_.config(), topo_.world());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (topo_.is_logger()) spdlog::info("checkpoint {} ({:.2f} s)", dir.string(), s);
 }
 
 }  // namespace llmrun

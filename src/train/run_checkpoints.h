@@ -1,11 +1,12 @@
 #pragma once
 // A training run's side of checkpoints: which checkpoint to resume from (checkpoint.resume),
 // restoring weights, optimizer and data position from it, and saving on the recipe's cadence.
-// Checkpoints hold unsharded tensors: every rank takes part in gathering (ZeRO shards) and
-// rank 0 writes; on resume every rank reads and keeps its own shard, so a run may resume
-// under another data-parallel size or ZeRO stage.
+// Every rank writes the part of the state it holds (its ZeRO partition of its tensor/pipeline
+// part) to its own files, and on resume reads the pieces that overlap what it holds, so a run
+// may resume under any other tp x pp x dp layout and ZeRO stage.
 #include <cstdint>
 
+#include "ckpt/training_checkpoint.h"
 #include "comm/topology.h"
 #include "data/tokenizer.h"
 #include "data/training_data.h"
@@ -32,7 +33,10 @@ class RunCheckpoints {
   void attach_fp8(Fp8Linears* fp8) { fp8_ = fp8; }
 
  private:
-  bool model_parallel() const { return r_.parallel.tp * r_.parallel.pp > 1; }
+  using State = ZeroOptimizer::State;
+  void read_state(const CheckpointReader& ckpt, State state, const char* group);
+  RangeSource state_source(State state) const;
+  std::vector<CheckpointShard::Range> written_ranges() const;
   const Recipe& r_;
   Transformer& model_;
   ZeroOptimizer& opt_;

@@ -96,23 +96,25 @@ size_t ShardStore::resident_bytes() const {
   return n;
 }
 
-void ShardStore::read(int b, int a, const Tensor& dst) const {
-  LLMRUN_CHECK(dst.numel() == shard_[b], "whole-shard read of the wrong size");
-  if (in_memory()) return be_.copy(dst, array(b, a));
-  const off_t at = off_t(a) * shard_[b] * 4;
-  if (dst.device == Device::cpu) return pread_all(fds_[b], dst.data, size_t(shard_[b]) * 4, at, file(b));
-  Buffer staging = Buffer::host(size_t(shard_[b]) * 4);
+void ShardStore::read_range(int b, int a, int64_t first, const Tensor& dst) const {
+  const int64_t n = dst.numel();
+  LLMRUN_CHECK(first >= 0 && first + n <= shard_[b], "shard read outside the shard");
+  if (in_memory()) return be_.copy(dst, array(b, a).flat(first, n));
+  const off_t at = off_t(a * shard_[b] + first) * 4;
+  if (dst.device == Device::cpu) return pread_all(fds_[b], dst.data, size_t(n) * 4, at, file(b));
+  Buffer staging = Buffer::host(size_t(n) * 4);
   pread_all(fds_[b], staging.data(), staging.bytes(), at, file(b));
-  be_.copy(dst, staging.as(DType::f32, {shard_[b]}));
+  be_.copy(dst, staging.as(DType::f32, {n}));
 }
 
-void ShardStore::write(int b, int a, const Tensor& src) {
-  LLMRUN_CHECK(src.numel() == shard_[b], "whole-shard write of the wrong size");
-  if (in_memory()) return be_.copy(array(b, a), src);
-  const off_t at = off_t(a) * shard_[b] * 4;
-  if (src.device == Device::cpu) return pwrite_all(fds_[b], src.data, size_t(shard_[b]) * 4, at, file(b));
-  Buffer staging = Buffer::host(size_t(shard_[b]) * 4);
-  be_.copy(staging.as(DType::f32, {shard_[b]}), src);
+void ShardStore::write_range(int b, int a, int64_t first, const Tensor& src) {
+  const int64_t n = src.numel();
+  LLMRUN_CHECK(first >= 0 && first + n <= shard_[b], "shard write outside the shard");
+  if (in_memory()) return be_.copy(array(b, a).flat(first, n), src);
+  const off_t at = off_t(a * shard_[b] + first) * 4;
+  if (src.device == Device::cpu) return pwrite_all(fds_[b], src.data, size_t(n) * 4, at, file(b));
+  Buffer staging = Buffer::host(size_t(n) * 4);
+  be_.copy(staging.as(DType::f32, {n}), src);
   pwrite_all(fds_[b], staging.data(), staging.bytes(), at, file(b));
 }
 

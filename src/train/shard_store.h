@@ -37,8 +37,12 @@ class ShardStore {
   void for_each_chunk(int b, const ChunkFn& fn) { for_each_chunk(b, 0, shard_[b], fn); }
   // Whole-array copies between array a of bucket b and `t` (shard_numel(b) floats). Reads of
   // different buckets may run on several threads at once.
-  void read(int b, int a, const Tensor& dst) const;
-  void write(int b, int a, const Tensor& src);
+  void read(int b, int a, const Tensor& dst) const { read_range(b, a, 0, dst); }
+  void write(int b, int a, const Tensor& src) { write_range(b, a, 0, src); }
+  // Elements [first, first + t.numel()) of array a of bucket b. Thread-safe for nvme (no
+  // shared staging), so checkpoint writers may read several arrays at once.
+  void read_range(int b, int a, int64_t first, const Tensor& dst) const;
+  void write_range(int b, int a, int64_t first, const Tensor& src);
 
   bool in_memory() const { return where_.kind != "nvme"; }
   Tensor array(int b, int a) const;  // the whole array; only when in_memory()

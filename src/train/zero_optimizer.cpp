@@ -52,14 +52,6 @@ ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage, co
     }
   }
   moments_ = std::make_unique<ShardStore>(be_, "optimizer", shard_numel_, 2, optimizer_where, dp_.rank());
-  if (stage_ == 0 && moments_->in_memory()) {
-    m_store_ = std::make_unique<BucketStore>(be_, model_.layout(), dp_.size(), false);
-    v_store_ = std::make_unique<BucketStore>(be_, model_.layout(), dp_.size(), false);
-    for (int b = 0; b < buckets; ++b) {
-      m_store_->attach(b, moments_->array(b, 0));
-      v_store_->attach(b, moments_->array(b, 1));
-    }
-  }
   model_.set_hooks(this);
 }
 
@@ -306,49 +298,40 @@ void ZeroOptimizer::release_full_params() {
   for (int b = 0; b < model_.params().num_buckets(); ++b) release(b, Phase::forward);
 }
 
-void ZeroOptimizer::gather_state(BucketStore& params, BucketStore& m, BucketStore& v) {
-  const int ranks = stage_ == 0 ? 1 : dp_.size();
-  Buffer staging;  // chunks of every rank, when the moments stream from files
-  if (ranks > 1 && !moments_->in_memory()) staging = be_.allocate(size_t(moments_->max_chunk()) * ranks * 4);
-  for (int b = 0; b < model_.params().num_buckets(); ++b) {
-    if (stage_ == 3) {  // this rank's shard into its place, then gathered in place
-      param_shards_->read(b, 0, shard_of(params.bucket(b), b));
-      wait(*dp_.iall_gather(shard_of(params.bucket(b), b), params.bucket(b)));
-    } else {
-      be_.copy(params.bucket(b), model_.params().bucket(b));
-    }
-    const int64_t shard = shard_numel_[b];
-    moments_->for_each_chunk(b, [&](int64_t off, const std::vector<Tensor>& mv) {
-      const int64_t len = mv[0].numel();
-      for (auto [chunk, full] : {std::pair{mv[0], m.bucket(b)}, std::pair{mv[1], v.bucket(b)}}) {
-        if (ranks == 1) {
-          be_.copy(full.flat(off, len), chunk);
-        } else if (len == shard) {
-          wait(*dp_.iall_gather(chunk, full));
-        } else {  // rank r's chunk belongs at r * shard + off
-          Tensor all = staging.as(DType::f32, {len * ranks});
-          wait(*dp_.iall_gather(chunk, all));
-          for (int r = 0; r < ranks; ++r) be_.copy(full.flat(r * shard + off, len), all.flat(r * len, len));
-        }
-      }
-    });
-  }
+std::pair<int64_t, int64_t> ZeroOptimizer::held(State s, int b) const {
+  const bool sharded = s == State::params ? stage_ == 3 : stage_ > 0;
+  if (!sharded) return {0, model_.params().padded_numel(b)};
+  return {shard_numel_[b] * dp_.rank(), shard_numel_[b] * (dp_.rank() + 1)};
 }
 
-void ZeroOptimizer::load_state(const BucketStore& params, const BucketStore& m, const BucketStore& v,
-                               int64_t steps_taken) {
-  for (int b = 0; b < model_.params().num_buckets(); ++b) {
-    if (stage_ == 3)
-      param_shards_->write(b, 0, shard_of(params.bucket(b), b));
-    else
-      be_.copy(model_.params().bucket(b), params.bucket(b));
-    const Tensor mine_m = shard_of(m.bucket(b), b), mine_v = shard_of(v.bucket(b), b);
-    moments_->for_each_chunk(b, [&](int64_t off, const std::vector<Tensor>& mv) {
-      be_.copy(mv[0], mine_m.flat(off, mv[0].numel()));
-      be_.copy(mv[1], mine_v.flat(off, mv[1].numel()));
-    });
-  }
-  steps_ = steps_taken;
+std::pair<int64_t, int64_t> ZeroOptimizer::partition(int b) const {
+  const int64_t n = model_.params().padded_numel(b) / dp_.size();
+  return {n * dp_.rank(), n * (dp_.rank() + 1)};
+}
+
+Tensor ZeroOptimizer::host_view(State s, int b) const {
+  Tensor t;
+  if (s == State::params && stage_ < 3)
+    t = model_.params().bucket(b);
+  else if (s == State::params && param_shards_->in_memory())
+    t = param_shards_->array(b, 0);
+  else if (s != State::params && moments_->in_memory())
+    t = moments_->array(b, s == State::exp_avg ? 0 : 1);
+  return t.device == Device::cpu ? t : Tensor();
+}
+
+void ZeroOptimizer::read_state(State s, int b, int64_t first, const Tensor& dst) const {
+  const int64_t at = first - held(s, b).first;
+  if (s == State::params && stage_ < 3) return be_.copy(dst, model_.params().bucket(b).flat(first, dst.numel()));
+  if (s == State::params) return param_shards_->read_range(b, 0, at, dst);
+  moments_->read_range(b, s == State::exp_avg ? 0 : 1, at, dst);
+}
+
+void ZeroOptimizer::write_state(State s, int b, int64_t first, const Tensor& src) {
+  const int64_t at = first - held(s, b).first;
+  if (s == State::params && stage_ < 3) return be_.copy(model_.params().bucket(b).flat(first, src.numel()), src);
+  if (s == State::params) return param_shards_->write_range(b, 0, at, src);
+  moments_->write_range(b, s == State::exp_avg ? 0 : 1, at, src);
 }
 
 TrainingMemory ZeroOptimizer::memory() const {

@@ -57,14 +57,19 @@ class ZeroOptimizer final : public BucketHooks {
   void acquire_full_params();
   void release_full_params();
 
-  // Checkpoints hold parameters and moments unsharded, so they load under any data-parallel
-  // layout and ZeRO stage. The full stores use the model's layout and padding.
-  void gather_state(BucketStore& params, BucketStore& m, BucketStore& v);  // a collective
-  void load_state(const BucketStore& params, const BucketStore& m, const BucketStore& v, int64_t steps_taken);
-  // Stage 0 with moments in memory holds everything unsharded: checkpoints then read and write
-  // the moments in place (no gathered copy). Null otherwise. (Moments are arrays 0 and 1.)
-  BucketStore* unsharded_m() { return m_store_.get(); }
-  BucketStore* unsharded_v() { return v_store_.get(); }
+  // Checkpoints: every rank writes and reads the state it holds, by ranges of bucket elements.
+  enum class State { params, exp_avg, exp_avg_sq };
+  // The elements [begin, end) of bucket b's `s` that this rank holds: the whole (padded)
+  // bucket, or its ZeRO shard (moments from stage 1, parameters at stage 3).
+  std::pair<int64_t, int64_t> held(State s, int b) const;
+  // This rank's share of bucket b when writing a checkpoint: its 1/dp partition (ranks that
+  // hold the same values still split the writing).
+  std::pair<int64_t, int64_t> partition(int b) const;
+  // Host memory holding held(s, b), when it lives there (no copy needed); else an empty Tensor.
+  Tensor host_view(State s, int b) const;
+  // Copies between `t` and bucket elements [first, first + t.numel()), inside held(s, b).
+  void read_state(State s, int b, int64_t first, const Tensor& dst) const;
+  void write_state(State s, int b, int64_t first, const Tensor& src);
   void set_steps_taken(int64_t steps) { steps_ = steps; }
 
   TrainingMemory memory() const;
@@ -106,7 +111,6 @@ class ZeroOptimizer final : public BucketHooks {
 
   std::vector<int64_t> shard_numel_;
   std::unique_ptr<ShardStore> moments_;        // AdamW m, v of the owned shards (whole buckets at stage 0)
-  std::unique_ptr<BucketStore> m_store_, v_store_;  // stage 0: views of m_ and v_ by layout
   std::unique_ptr<ShardStore> param_shards_;   // stage 3: the owned parameter shards
   // Stage 3 with offloaded shards: shard-sized staging buffers (a pool), the one each bucket's
   // read or gather is using, and the reads under way (read one bucket ahead of the gathers).

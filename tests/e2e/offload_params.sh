@@ -50,7 +50,11 @@ wait $pid || { cat nvme.log; fail "offloaded run failed"; }
 echo "$seen" > files.txt
 identical base nvme 1
 # Same weights and optimizer state, byte for byte, in the step-6 checkpoints.
-for f in params.safetensors optim.exp_avg.safetensors optim.exp_avg_sq.safetensors; do
+# Each rank writes its own three files (its ZeRO partition).
+files=$(cd base/step-0000006 && ls *.safetensors)
+[ "$(echo $files)" = "$(cd nvme_ck/step-0000006 && echo *.safetensors)" ] || fail "the two runs wrote different files"
+[ "$(grep -c 'rank-0000[01]' <<<"$files")" = 6 ] || fail "expected 3 files per rank, got: $files"
+for f in $files; do
   cmp -s base/step-0000006/$f nvme_ck/step-0000006/$f || fail "$f differs between the offloaded and the in-memory run"
 done
 /usr/bin/python3 - <<'PY' || fail "shard files or memory counters are wrong"
