@@ -1,6 +1,7 @@
 # Sharded checkpoints: under tp2 x dp2 with ZeRO-1 every rank writes its own three files,
 # each element of the model once, the writing split evenly; 4 + resume + 4 steps equal 8
-# uninterrupted steps bit for bit; a damaged shard or index is refused by name.
+# uninterrupted steps bit for bit; convert assembles the pieces into the same model the run
+# exports; a damaged shard or index is refused by name.
 source "$(dirname "$0")/common.bash"
 cd "$WORK"
 for i in $(seq 150); do printf 'sharded checkpoints %d: the quick brown fox jumps over the lazy dog. ' $i; done > text.txt
@@ -51,6 +52,16 @@ loss = lambda f: {r["step"]: r["loss"] for r in map(json.loads, open(f)) if "los
 full, rest = loss("full.jsonl"), loss("rest.jsonl")
 assert all(rest[s] == full[s] for s in (5, 6, 7, 8)), (full, rest)
 print(f"4 ranks x 3 files, params bytes per rank {per_rank}; steps 5-8 bit-equal after resume")
+PY
+
+# convert assembles the pieces: the step-8 checkpoint as a model dir equals the run's final model.
+"$LLMRUN" convert full --to hf conv 2>conv.log || { cat conv.log; fail "convert of a sharded checkpoint failed"; }
+PYTHONPATH="$SRC/tests/oracle" /usr/bin/python3 - <<'PY' || fail "converted sharded checkpoint differs from the final model"
+import numpy as np, safetensors_np as st
+a, b = st.load("conv/model.safetensors")[0], st.load("full/model/model.safetensors")[0]
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+assert all(np.array_equal(a[k], b[k]) for k in a), [k for k in a if not np.array_equal(a[k], b[k])]
+print(f"convert: {len(a)} tensors equal to the trainer's own export")
 PY
 
 # Damage: the run must stop with the file or tensor named, and change nothing.
