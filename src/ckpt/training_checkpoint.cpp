@@ -371,15 +371,13 @@ void CheckpointReader::parse_index(const json& index) {
                       " (truncated or replaced?)");
     const std::string want = rec.value("xxh64", "");
     const bool tensors = name.size() > 12 && name.substr(name.size() - 12) == ".safetensors";
-    const bool now = !tensors || verify_ == CheckpointVerify::before_reading;
-    if (now) check_checksum(path, file_checksum(path), want);
+    if (!tensors) check_checksum(path, file_checksum(path), want);
     if (tensors) {
-      // Mapped for the header (validated here either way); while_reading copies the data with
-      // reads, so the map need not bring the pages in.
+      // Mapped for the header (validated here either way); the data is verified when its
+      // group is first read (see read()), so files of groups nobody reads are not read.
       TensorFile& f = files_[name];
-      f.st = std::make_unique<SafetensorsFile>(path, /*populate=*/now);
+      f.st = std::make_unique<SafetensorsFile>(path, /*populate=*/false);
       f.xxh64 = want;
-      f.verified = now;
     }
   }
   if (!index.contains("tensors") || !index["tensors"].is_array()) fail("no \"tensors\" list");
@@ -482,8 +480,16 @@ void CheckpointReader::read_tensor(const std::string& group, const ParamSpec& sp
 
 void CheckpointReader::ensure_verified(const TensorFile& f) const {
   if (f.verified) return;
-  check_checksum(f.st->path(), read_file_hashed(f.st->path(), {}), f.xxh64);
+  check_checksum(f.st->path(), file_checksum(f.st->path()), f.xxh64);
   f.verified = true;
+}
+
+void CheckpointReader::verify_group(const std::string& group) const {
+  if (!verified_groups_.insert(group).second) return;
+  const std::string prefix = group + "/";
+  for (const auto& [name, e] : tensors_)
+    if (name.rfind(prefix, 0) == 0)
+      for (const Piece& p : e.pieces) ensure_verified(*p.file);
 }
 
 void CheckpointReader::read(const std::vector<Target>& targets) const {
@@ -494,6 +500,8 @@ void CheckpointReader::read(const std::vector<Target>& targets) const {
     int64_t from, to, count;  // elements: piece offset, dst offset
     float* dst;
   };
+  if (verify_ == CheckpointVerify::before_reading)
+    for (const Target& t : targets) verify_group(t.group);
   std::vector<Copy> copies;
   std::map<const TensorFile*, std::vector<FileRange>> streams;
   for (const Target& t : targets) {

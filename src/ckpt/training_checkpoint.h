@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -85,8 +86,9 @@ std::filesystem::path resolve_checkpoint_path(const std::filesystem::path& path)
 
 // When a CheckpointReader checks the XXH64 of the tensor files.
 enum class CheckpointVerify {
-  // At open, before anything is read: a damaged checkpoint fails before a single tensor is
-  // used (conversions, which write what they read elsewhere).
+  // Every file of a group (params, or a moment) before the first tensor of that group is used:
+  // a damaged group fails before any of it is read (conversions, which write what they read
+  // elsewhere, and read only the parameters).
   before_reading,
   // In the same pass that copies the tensors into their targets (read), so each byte is
   // read once: a damaged file fails when its pass ends, after some tensors were filled. For
@@ -141,6 +143,7 @@ class CheckpointReader {
   [[noreturn]] void fail(const std::string& what) const;
   void parse_index(const nlohmann::json& index);
   void ensure_verified(const TensorFile& f) const;
+  void verify_group(const std::string& group) const;
   const Entry& entry(const std::string& group, const ParamSpec& spec) const;
   void check_tiling(const std::string& name, const Entry& e) const;
 
@@ -149,6 +152,7 @@ class CheckpointReader {
   CheckpointState state_;
   std::map<std::string, TensorFile> files_;
   std::map<std::string, Entry> tensors_;
+  mutable std::set<std::string> verified_groups_;
 };
 
 }  // namespace llmrun

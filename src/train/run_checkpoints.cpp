@@ -58,6 +58,7 @@ int64_t RunCheckpoints::resume() {
   if (fp8_) fp8_->restore(ckpt.state().fp8, step_dir.string());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("resumed from {} at step {} ({:.2f} s)", step_dir.string(), ckpt.state().step, s);
+  last_dir_ = step_dir;
   return ckpt.state().step;
 }
 
@@ -140,10 +141,10 @@ void RunCheckpoints::save(int64_t step) {
   shard.params = state_source(State::params);
   shard.exp_avg = state_source(State::exp_avg);
   shard.exp_avg_sq = state_source(State::exp_avg_sq);
-  const fs::path dir =
+  last_dir_ =
       save_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, st, shard, tok_, model_.config(), topo_.world());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (topo_.is_logger()) spdlog::info("checkpoint {} ({:.2f} s)", dir.string(), s);
+  if (topo_.is_logger()) spdlog::info("checkpoint {} ({:.2f} s)", last_dir_.string(), s);
 }
 
 }  // namespace llmrun

@@ -28,6 +28,9 @@ class RunCheckpoints {
   // Whether step `step` ends on the checkpoint.every cadence.
   bool due(int64_t step) const;
   void save(int64_t step);  // a collective
+  // The step dir holding the model's current state: the last one saved, or the one resumed
+  // from while nothing was trained since; empty before either.
+  const std::filesystem::path& last_dir() const { return last_dir_; }
   bool enabled() const { return !r_.checkpoint.dir.empty(); }
   // Saves and restores the FP8 scaling state with the rest (call before resume()).
   void attach_fp8(Fp8Linears* fp8) { fp8_ = fp8; }
@@ -44,6 +47,7 @@ class RunCheckpoints {
   const Tokenizer& tok_;
   const Topology& topo_;
   Fp8Linears* fp8_ = nullptr;
+  std::filesystem::path last_dir_;
 };
 
 }  // namespace llmrun

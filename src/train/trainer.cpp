@@ -7,13 +7,13 @@
 #include <filesystem>
 #include <optional>
 
+#include "ckpt/convert.h"
 #include "ckpt/hf_weights.h"
 #include "ckpt/model_dir.h"
 #include "comm/mpi_communicator.h"
 #include "comm/topology.h"
 #include "data/tokenizer.h"
 #include "data/training_data.h"
-#include "train/model_parallel_io.h"
 #include "train/model_partition.h"
 #include "fp8/fp8_linears.h"
 #include "train/peak_flops.h"
@@ -197,17 +197,14 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
     // The model goes to its own subdirectory: checkpoint.dir also holds what else a run keeps
     // (metrics, and training checkpoints step-N/ once resume exists).
     const std::string model_dir = (std::filesystem::path(r.checkpoint.dir) / "model").string();
-    opt.acquire_full_params();  // a collective under ZeRO-3
-    if (r.parallel.tp * r.parallel.pp == 1) {
+    if (r.parallel.tp * r.parallel.pp == 1 && opt.stage() < 3) {
       if (topo.is_logger()) save_model_dir(model_dir, model, *tokenizer);
     } else {
-      // The parts of every model-parallel rank come together in one whole model on rank 0.
-      std::unique_ptr<Transformer> whole;
-      if (topo.is_logger()) whole = std::make_unique<Transformer>(*backend, r.model);
-      gather_full_model(r, topo, *backend, model.params(), whole ? &whole->params() : nullptr);
-      if (whole) save_model_dir(model_dir, *whole, *tokenizer);
+      // No rank holds the whole model: rank 0 converts the checkpoint that holds this state,
+      // tensor by tensor (the memory of one tensor, not of the model).
+      if (checkpoints.last_dir().empty()) checkpoints.save(first_step - 1);
+      if (topo.is_logger()) checkpoint_to_hf(checkpoints.last_dir(), model_dir, DType::f32, UINT64_MAX);
     }
-    opt.release_full_params();
     spdlog::info("saved model to {}", model_dir);
   }
   topo.world().barrier();

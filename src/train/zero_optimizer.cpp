@@ -290,14 +290,6 @@ void ZeroOptimizer::step(float lr) {
   for (auto& g : gathers) wait(*g);
 }
 
-void ZeroOptimizer::acquire_full_params() {
-  for (int b = 0; b < model_.params().num_buckets(); ++b) acquire(b, Phase::forward);
-}
-
-void ZeroOptimizer::release_full_params() {
-  for (int b = 0; b < model_.params().num_buckets(); ++b) release(b, Phase::forward);
-}
-
 std::pair<int64_t, int64_t> ZeroOptimizer::held(State s, int b) const {
   const bool sharded = s == State::params ? stage_ == 3 : stage_ > 0;
   if (!sharded) return {0, model_.params().padded_numel(b)};

@@ -52,11 +52,6 @@ class ZeroOptimizer final : public BucketHooks {
   void scale_gradients(float factor);
   void step(float lr);
 
-  // Makes every parameter bucket resident and full on every rank (a collective under
-  // ZeRO-3) for saving; release_full_params() undoes it.
-  void acquire_full_params();
-  void release_full_params();
-
   // Checkpoints: every rank writes and reads the state it holds, by ranges of bucket elements.
   enum class State { params, exp_avg, exp_avg_sq };
   // The elements [begin, end) of bucket b's `s` that this rank holds: the whole (padded)
