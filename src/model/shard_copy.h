@@ -1,7 +1,7 @@
 #pragma once
 // Moving a tensor-parallel rank's part of a tensor in and out of the full tensor
-// (TensorShard: ranges along one axis), for initialisation, checkpoints and Hugging Face
-// files, which always hold full tensors.
+// (TensorShard: ranges along one axis), for initialisation and Hugging Face files, which hold
+// full tensors (training checkpoints place pieces with ckpt/checkpoint_pieces instead).
 #include <cstdint>
 #include <functional>
 
