@@ -75,7 +75,7 @@ json recipe_json(const Recipe& r) {
           {"margin", r.precision.fp8.margin}, {"skip", r.precision.fp8.skip}}}}},
       {"checkpoint",
        {{"dir", r.checkpoint.dir}, {"every", r.checkpoint.every}, {"keep", r.checkpoint.keep},
-        {"resume", r.checkpoint.resume}}},
+        {"resume", r.checkpoint.resume}, {"async", r.checkpoint.async}}},
       {"logging", {{"every", r.logging.every}, {"metrics", r.logging.metrics}}},
   };
 }

@@ -224,39 +224,51 @@ std::string step_dir_name(int64_t step) {
   return buf;
 }
 
-fs::path save_training_checkpoint(const fs::path& dir, int keep, const CheckpointState& state,
-                                  const CheckpointShard& shard, const Tokenizer& tokenizer, const ModelConfig& cfg,
-                                  Communicator& world) {
-  LLMRUN_CHECK(shard.layout && shard.params, "a checkpoint needs parameters");
-  const fs::path final_dir = dir / step_dir_name(state.step);
+CheckpointInProgress::~CheckpointInProgress() = default;
+CheckpointInProgress::CheckpointInProgress(CheckpointInProgress&&) noexcept = default;
+
+CheckpointInProgress begin_training_checkpoint(const fs::path& dir, int keep, const CheckpointState& state,
+                                               Communicator& world) {
+  CheckpointInProgress c;
+  c.dir_ = dir;
+  c.final_dir_ = dir / step_dir_name(state.step);
+  c.keep_ = keep;
+  c.rank_ = world.rank();
+  c.world_size_ = world.size();
+  c.state_ = state;
   // Rank 0 owns the temporary dir; every rank writes into it. Errors travel as messages so
   // that no rank waits forever for one that failed, and all of them fail together.
-  std::unique_ptr<AtomicDir> out;
-  std::string tmp, error;
   if (world.rank() == 0) {
     try {
       std::error_code ec;
       if (fs::is_directory(dir, ec)) remove_stale_temporaries(dir);
-      out = std::make_unique<AtomicDir>(final_dir);
-      tmp = out->path().string();
+      c.out_ = std::make_unique<AtomicDir>(c.final_dir_);
+      c.tmp_ = c.out_->path().string();
     } catch (const std::exception& e) {
-      error = e.what();
+      c.error_ = e.what();
     }
   }
-  tmp = broadcast_string(world, error.empty() ? tmp : std::string());
-  json fragment;
-  if (!tmp.empty()) {
-    try {
-      fragment = write_shard(tmp, shard, world.rank(), world.size());
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
+  c.tmp_ = broadcast_string(world, c.tmp_);
+  return c;
+}
+
+void write_checkpoint_shard(CheckpointInProgress& c, const CheckpointShard& shard) {
+  if (c.tmp_.empty()) return;
+  try {
+    LLMRUN_CHECK(shard.layout && shard.params, "a checkpoint needs parameters");
+    c.fragment_ = write_shard(c.tmp_, shard, c.rank_, c.world_size_);
+  } catch (const std::exception& e) {
+    c.error_ = e.what();
   }
-  const std::vector<std::string> fragments = gather_strings(world, error.empty() ? fragment.dump() : "!" + error);
+}
+
+fs::path finish_training_checkpoint(CheckpointInProgress& c, const Tokenizer& tokenizer, const ModelConfig& cfg,
+                                    Communicator& world) {
+  const std::vector<std::string> fragments = gather_strings(world, c.error_.empty() ? c.fragment_.dump() : "!" + c.error_);
   std::string outcome;
   if (world.rank() == 0) {
     try {
-      if (tmp.empty()) throw UserError(error);
+      if (c.tmp_.empty()) throw UserError(c.error_);
       std::vector<json> parsed;
       for (size_t r = 0; r < fragments.size(); ++r) {
         if (!fragments[r].empty() && fragments[r][0] == '!')
@@ -265,11 +277,13 @@ fs::path save_training_checkpoint(const fs::path& dir, int keep, const Checkpoin
       }
       json files = json::object(), tensors = json::array();
       merge_fragments(parsed, files, tensors);
-      tokenizer.save(out->path(), cfg.seq_len);
-      for (const auto& e : fs::directory_iterator(out->path())) {
+      const fs::path tmp = c.out_->path();
+      tokenizer.save(tmp, cfg.seq_len);
+      for (const auto& e : fs::directory_iterator(tmp)) {
         const std::string name = e.path().filename().string();
-        if (!files.contains(name)) record_small_file(out->path(), name, files);
+        if (!files.contains(name)) record_small_file(tmp, name, files);
       }
+      const CheckpointState& state = c.state_;
       json index = {
           {"format", kFormat},
           {"version", kVersion},
@@ -284,22 +298,30 @@ fs::path save_training_checkpoint(const fs::path& dir, int keep, const Checkpoin
       };
       if (!state.fp8.is_null()) index["fp8"] = state.fp8;
       {
-        FileWriter f(out->path() / "index.json");
+        FileWriter f(tmp / "index.json");
         f.write(index.dump(1) + "\n");
         f.close();
       }
-      out->commit();  // fsyncs every file (every rank's), renames, fsyncs DIR
-      write_file_atomic(dir / kLatest, step_dir_name(state.step) + "\n");
-      prune(dir, keep, state.step);
+      c.out_->commit();  // fsyncs every file (every rank's), renames, fsyncs DIR
+      write_file_atomic(c.dir_ / kLatest, step_dir_name(state.step) + "\n");
+      prune(c.dir_, c.keep_, state.step);
     } catch (const std::exception& e) {
       outcome = e.what();
     }
-    out.reset();  // an uncommitted dir is removed before any rank goes on
+    c.out_.reset();  // an uncommitted dir is removed before any rank goes on
   }
   outcome = broadcast_string(world, outcome);
   if (!outcome.empty())
-    throw UserError(world.rank() == 0 ? outcome : "checkpoint " + final_dir.string() + " failed: " + outcome);
-  return final_dir;
+    throw UserError(world.rank() == 0 ? outcome : "checkpoint " + c.final_dir_.string() + " failed: " + outcome);
+  return c.final_dir_;
+}
+
+fs::path save_training_checkpoint(const fs::path& dir, int keep, const CheckpointState& state,
+                                  const CheckpointShard& shard, const Tokenizer& tokenizer, const ModelConfig& cfg,
+                                  Communicator& world) {
+  CheckpointInProgress c = begin_training_checkpoint(dir, keep, state, world);
+  write_checkpoint_shard(c, shard);
+  return finish_training_checkpoint(c, tokenizer, cfg, world);
 }
 
 fs::path latest_checkpoint(const fs::path& dir) {

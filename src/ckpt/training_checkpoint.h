@@ -22,6 +22,8 @@
 
 namespace llmrun {
 
+class AtomicDir;
+
 // The tensor groups of a step dir; each is one safetensors file and one name prefix in
 // index.json ("params/transformer.wte.weight").
 inline constexpr const char* kParamsGroup = "params";
@@ -72,10 +74,44 @@ std::string step_dir_name(int64_t step);
 // everything), points DIR/latest at it (atomic file replace) and deletes all but the newest
 // `keep` step dirs (keep <= 0: none). `state` counts on rank 0 only. A failure on any rank is a
 // UserError on every rank, and leaves DIR as it was. Returns the step dir.
+// = begin_training_checkpoint + write_checkpoint_shard + finish_training_checkpoint.
 std::filesystem::path save_training_checkpoint(const std::filesystem::path& dir, int keep,
                                                const CheckpointState& state, const CheckpointShard& shard,
                                                const Tokenizer& tokenizer, const ModelConfig& cfg,
                                                Communicator& world);
+
+// The three phases of a save, for writing in the background: begin (a collective: rank 0 makes
+// the temporary step dir), write (this rank's files; any thread, no communication), finish
+// (a collective: publish, or fail on every rank).
+class CheckpointInProgress {
+ public:
+  ~CheckpointInProgress();  // an unfinished one leaves nothing behind
+  int64_t step() const { return state_.step; }
+
+ private:
+  friend CheckpointInProgress begin_training_checkpoint(const std::filesystem::path&, int, const CheckpointState&,
+                                                        Communicator&);
+  friend void write_checkpoint_shard(CheckpointInProgress&, const CheckpointShard&);
+  friend std::filesystem::path finish_training_checkpoint(CheckpointInProgress&, const Tokenizer&, const ModelConfig&,
+                                                          Communicator&);
+  CheckpointInProgress() = default;
+  std::filesystem::path dir_, final_dir_;
+  int keep_ = 0, rank_ = 0, world_size_ = 1;
+  CheckpointState state_;
+  std::string tmp_;    // the temporary step dir every rank writes into; empty: it could not be made
+  std::string error_;  // this rank's failure, if any
+  nlohmann::json fragment_;
+  std::unique_ptr<AtomicDir> out_;  // rank 0
+
+ public:
+  CheckpointInProgress(CheckpointInProgress&&) noexcept;
+};
+CheckpointInProgress begin_training_checkpoint(const std::filesystem::path& dir, int keep, const CheckpointState& state,
+                                               Communicator& world);
+// Records a failure instead of throwing: finish reports it on every rank.
+void write_checkpoint_shard(CheckpointInProgress& c, const CheckpointShard& shard);
+std::filesystem::path finish_training_checkpoint(CheckpointInProgress& c, const Tokenizer& tokenizer,
+                                                 const ModelConfig& cfg, Communicator& world);
 
 // The step dir DIR/latest names, or an empty path when DIR has no `latest`. UserError when
 // `latest` exists but is malformed or names a missing dir.

@@ -66,6 +66,9 @@ struct CheckpointSection {
   int64_t every = 0;  // steps between checkpoints; 0: only at the end and on SIGTERM/SIGINT
   int keep = 3;       // newest step dirs kept; 0 keeps all
   std::string resume = "never";  // auto | never | a step dir or checkpoint dir (absolute)
+  // Write in the background: each rank copies what it writes to host memory and training goes
+  // on; the checkpoint is published (`latest`) once every rank has written its files.
+  bool async = false;
 };
 
 struct LoggingSection {

@@ -147,7 +147,8 @@ std::string describe_recipe(const Recipe& r) {
   for (size_t i = 0; i < f8.skip.size(); ++i) o << (i ? ", " : "") << f8.skip[i];
   o << "]\n";
   o << "checkpoint:\n  dir: " << str(r.checkpoint.dir) << "\n  every: " << r.checkpoint.every
-    << "\n  keep: " << r.checkpoint.keep << "\n  resume: " << str(r.checkpoint.resume) << "\n";
+    << "\n  keep: " << r.checkpoint.keep << "\n  resume: " << str(r.checkpoint.resume)
+    << "\n  async: " << (r.checkpoint.async ? "true" : "false") << "\n";
   o << "logging:\n  every: " << r.logging.every << "\n  metrics: " << str(r.logging.metrics)
     << "\n";
   o << "parallel:\n  tp: " << r.parallel.tp << "\n  pp: " << r.parallel.pp << "\n  dp: " << r.parallel.dp

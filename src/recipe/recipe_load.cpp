@@ -282,14 +282,15 @@ void read_rest(const MapReader& top, Locator& loc, const fs::path& base, Recipe&
     loc.fail("precision.compute",
              "'" + r.precision.compute + "' is not supported: the CPU backend computes in fp32");
   }
-  const MapReader c(top.node("checkpoint"), "checkpoint", loc, {"dir", "every", "keep", "resume"});
+  const MapReader c(top.node("checkpoint"), "checkpoint", loc, {"dir", "every", "keep", "resume", "async"});
   r.checkpoint.dir = resolve(c.string("dir", true).value_or(""), "checkpoint.dir", base, loc);
   r.checkpoint.every = c.integer("every", 0, INT64_MAX).value_or(r.checkpoint.every);
   r.checkpoint.keep = to_int(c.integer("keep", 0, INT_MAX), r.checkpoint.keep);
   r.checkpoint.resume = c.string("resume").value_or(r.checkpoint.resume);
   if (r.checkpoint.resume != "auto" && r.checkpoint.resume != "never")
     r.checkpoint.resume = resolve(r.checkpoint.resume, "checkpoint.resume", base, loc);
-  for (const char* key : {"every", "resume"}) {
+  r.checkpoint.async = c.boolean("async").value_or(r.checkpoint.async);
+  for (const char* key : {"every", "resume", "async"}) {
     if (c.has(key) && r.checkpoint.dir.empty() && (std::string(key) != "resume" || r.checkpoint.resume == "auto"))
       loc.fail(std::string("checkpoint.") + key, "needs checkpoint.dir (where checkpoints are written)");
   }

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <chrono>
 #include <memory>
 
@@ -126,8 +128,7 @@ std::vector<CheckpointShard::Range> RunCheckpoints::written_ranges() const {
   return ranges;
 }
 
-void RunCheckpoints::save(int64_t step) {
-  const auto t0 = std::chrono::steady_clock::now();
+CheckpointState RunCheckpoints::state_at(int64_t step) const {
   CheckpointState st;
   st.step = step;
   st.recipe = recipe_json(r_);
@@ -135,16 +136,79 @@ void RunCheckpoints::save(int64_t step) {
   st.seed = r_.train.seed;
   if (fp8_) st.fp8 = fp8_->state();
   st.layout = {{"tp", r_.parallel.tp}, {"pp", r_.parallel.pp}, {"dp", r_.parallel.dp}, {"zero", r_.parallel.zero}};
+  return st;
+}
+
+void RunCheckpoints::save(int64_t step) {
+  finish_pending();
+  std::vector<CheckpointShard::Range> ranges = written_ranges();
+  if (r_.checkpoint.async) return save_in_background(step, std::move(ranges));
+  const auto t0 = std::chrono::steady_clock::now();
   CheckpointShard shard;
   shard.layout = &model_.layout();
-  shard.ranges = written_ranges();
+  shard.ranges = std::move(ranges);
   shard.params = state_source(State::params);
   shard.exp_avg = state_source(State::exp_avg);
   shard.exp_avg_sq = state_source(State::exp_avg_sq);
-  last_dir_ =
-      save_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, st, shard, tok_, model_.config(), topo_.world());
+  last_dir_ = save_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, state_at(step), shard, tok_,
+                                       model_.config(), topo_.world());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (topo_.is_logger()) spdlog::info("checkpoint {} ({:.2f} s)", last_dir_.string(), s);
+}
+
+void RunCheckpoints::save_in_background(int64_t step, std::vector<CheckpointShard::Range> ranges) {
+  auto bg = std::make_unique<Background>();
+  bg->started = std::chrono::steady_clock::now();
+  // The snapshot: every range this rank writes, copied while training waits; from here on the
+  // live buffers may change.
+  std::map<std::pair<int, int>, int64_t> at;  // (bucket, param) -> its range's first element in a snapshot
+  int64_t total = 0;
+  for (const auto& rg : ranges) {
+    at[{rg.bucket, rg.param}] = total - rg.first;
+    total += rg.last - rg.first;
+  }
+  RangeSource* sources[3] = {&bg->shard.params, &bg->shard.exp_avg, &bg->shard.exp_avg_sq};
+  for (auto [i, state] : {std::pair{0, State::params}, {1, State::exp_avg}, {2, State::exp_avg_sq}}) {
+    std::vector<float>& snap = snapshot_[i];
+    snap.resize(size_t(total));
+    const RangeSource live = state_source(state);
+    for (const auto& rg : ranges) {
+      const int64_t n = rg.last - rg.first;
+      std::memcpy(snap.data() + (at[{rg.bucket, rg.param}] + rg.first), live(rg.bucket, rg.param, rg.first, n),
+                  size_t(n) * sizeof(float));
+    }
+    *sources[i] = [&snap, at](int b, int p, int64_t first, int64_t) -> const float* {
+      return snap.data() + (at.at({b, p}) + first);
+    };
+  }
+  bg->shard.layout = &model_.layout();
+  bg->shard.ranges = std::move(ranges);
+  bg->checkpoint = std::make_unique<CheckpointInProgress>(
+      begin_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, state_at(step), topo_.world()));
+  const double snap_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - bg->started).count();
+  bg->writing = std::async(std::launch::async, [c = bg->checkpoint.get(), shard = &bg->shard] {
+    write_checkpoint_shard(*c, *shard);
+  });
+  if (topo_.is_logger())
+    spdlog::info("checkpoint step {}: writing in the background ({:.2f} s to copy {:.1f} MB per rank)", step, snap_s,
+                 3.0 * double(total) * 4 / 1e6);
+  background_ = std::move(bg);
+}
+
+void RunCheckpoints::poll() {
+  if (!background_) return;
+  const bool written = background_->writing.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  Communicator& world = topo_.world();
+  if (world.all_reduce_scalar(written ? 1.0 : 0.0, ReduceOp::sum) == world.size()) finish_pending();
+}
+
+void RunCheckpoints::finish_pending() {
+  if (!background_) return;
+  const std::unique_ptr<Background> bg = std::move(background_);
+  bg->writing.wait();  // write_checkpoint_shard records its errors: finish reports them on every rank
+  last_dir_ = finish_training_checkpoint(*bg->checkpoint, tok_, model_.config(), topo_.world());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - bg->started).count();
+  if (topo_.is_logger()) spdlog::info("checkpoint {} ({:.2f} s, written in the background)", last_dir_.string(), s);
 }
 
 }  // namespace llmrun

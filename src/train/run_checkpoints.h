@@ -4,7 +4,10 @@
 // Every rank writes the part of the state it holds (its ZeRO partition of its tensor/pipeline
 // part) to its own files, and on resume reads the pieces that overlap what it holds, so a run
 // may resume under any other tp x pp x dp layout and ZeRO stage.
+#include <chrono>
 #include <cstdint>
+#include <future>
+#include <memory>
 
 #include "ckpt/training_checkpoint.h"
 #include "comm/topology.h"
@@ -27,7 +30,15 @@ class RunCheckpoints {
   int64_t resume();
   // Whether step `step` ends on the checkpoint.every cadence.
   bool due(int64_t step) const;
-  void save(int64_t step);  // a collective
+  // A collective. With checkpoint.async the rank copies what it writes to host memory and
+  // writes it on another thread; poll() publishes it once every rank is done. A save that is
+  // due while another is being written waits for that one first.
+  void save(int64_t step);
+  // A collective, after every step: publishes a background save once every rank has written
+  // its files (one scalar all-reduce while one is under way, nothing otherwise).
+  void poll();
+  // A collective: waits for a background save and publishes it (end of run, stop signal).
+  void finish_pending();
   // The step dir holding the model's current state: the last one saved, or the one resumed
   // from while nothing was trained since; empty before either.
   const std::filesystem::path& last_dir() const { return last_dir_; }
@@ -40,6 +51,15 @@ class RunCheckpoints {
   void read_state(const CheckpointReader& ckpt, State state, const char* group);
   RangeSource state_source(State state) const;
   std::vector<CheckpointShard::Range> written_ranges() const;
+  CheckpointState state_at(int64_t step) const;
+  // A save being written in the background from snapshot_.
+  struct Background {
+    std::unique_ptr<CheckpointInProgress> checkpoint;
+    CheckpointShard shard;
+    std::future<void> writing;
+    std::chrono::steady_clock::time_point started;
+  };
+  void save_in_background(int64_t step, std::vector<CheckpointShard::Range> ranges);
   const Recipe& r_;
   Transformer& model_;
   ZeroOptimizer& opt_;
@@ -48,6 +68,10 @@ class RunCheckpoints {
   const Topology& topo_;
   Fp8Linears* fp8_ = nullptr;
   std::filesystem::path last_dir_;
+  std::unique_ptr<Background> background_;
+  // What a background save writes: params, exp_avg, exp_avg_sq, this rank's ranges back to back.
+  // Kept between saves: fresh pages cost more to fault in than the copy itself.
+  std::vector<float> snapshot_[3];
 };
 
 }  // namespace llmrun

@@ -177,8 +177,10 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
       progress.finish();
       checkpoints.save(s);
     }
+    checkpoints.poll();
     if (stopping) {
       progress.finish();
+      checkpoints.finish_pending();
       const std::string cause = stop.signal() ? "signal " + std::to_string(stop.signal()) : "a signal to another rank";
       if (checkpoints.enabled())
         spdlog::info("stopped by {} after step {}; resume with checkpoint.resume: auto", cause, s);
@@ -189,6 +191,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
     }
   }
   progress.finish();
+  checkpoints.finish_pending();
   if (observer.on_finish) observer.on_finish({topo.world(), peak.flops, backend->threads()});
   if (first_step > r.train.steps)
     spdlog::info("the checkpoint is at step {}, train.steps is {}: nothing to train", first_step - 1, r.train.steps);

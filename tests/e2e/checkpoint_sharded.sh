@@ -1,6 +1,7 @@
 # Sharded checkpoints: under tp2 x dp2 with ZeRO-1 every rank writes its own three files,
 # each element of the model once, the writing split evenly; 4 + resume + 4 steps equal 8
-# uninterrupted steps bit for bit; convert assembles the pieces into the same model the run
+# uninterrupted steps bit for bit; checkpoint.async writes the same bytes in the background;
+# convert assembles the pieces into the same model the run
 # exports; a damaged shard or index is refused by name.
 source "$(dirname "$0")/common.bash"
 cd "$WORK"
@@ -21,6 +22,14 @@ run() {  # run NAME [--set ...]
 }
 run full
 run rest --set checkpoint.resume="$WORK/full/step-0000004"
+run async --set checkpoint.async=true
+grep -q "writing in the background" async.log || fail "checkpoint.async did not write in the background"
+for step in step-0000004 step-0000008; do  # the same bytes as the synchronous saves
+  for f in $(cd full/$step && ls *.safetensors); do
+    cmp -s full/$step/$f async/$step/$f || fail "async $step/$f differs from the synchronous save"
+  done
+done
+[ "$(cat async/latest)" = step-0000008 ] || fail "async: latest is $(cat async/latest)"
 
 /usr/bin/python3 - <<'PY' || fail "sharded checkpoint layout or resume is wrong"
 import json, os

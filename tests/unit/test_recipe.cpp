@@ -370,6 +370,10 @@ TEST_F(RecipeTest, CheckpointCadenceAndResume) {
   EXPECT_HAS(error_of(kGpt2 + "checkpoint:\n  every: 100\n"),
              at(10, 10) + "checkpoint.every: needs checkpoint.dir");
   EXPECT_HAS(error_of(kGpt2 + "checkpoint: {resume: auto}\n"), "checkpoint.resume: needs checkpoint.dir");
+  EXPECT_FALSE(r.checkpoint.async);
+  EXPECT_TRUE(load_recipe(write("a.yaml", kGpt2 + "checkpoint: {dir: out, async: true}\n")).checkpoint.async);
+  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {async: true}\n"), "checkpoint.async: needs checkpoint.dir");
+  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {dir: out, async: sometimes}\n"), "checkpoint.async");
   EXPECT_HAS(error_of(kGpt2 + "checkpoint: {dir: out, keep: -1}\n"), "checkpoint.keep");
 }
 
