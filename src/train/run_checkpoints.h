@@ -56,7 +56,7 @@ class RunCheckpoints {
   struct Background {
     std::unique_ptr<CheckpointInProgress> checkpoint;
     CheckpointShard shard;
-    std::future<void> writing;
+    std::future<void> writing;  // last: destroyed (waited for) before what the writer uses
     std::chrono::steady_clock::time_point started;
   };
   void save_in_background(int64_t step, std::vector<CheckpointShard::Range> ranges);
@@ -68,10 +68,11 @@ class RunCheckpoints {
   const Topology& topo_;
   Fp8Linears* fp8_ = nullptr;
   std::filesystem::path last_dir_;
-  std::unique_ptr<Background> background_;
   // What a background save writes: params, exp_avg, exp_avg_sq, this rank's ranges back to back.
-  // Kept between saves: fresh pages cost more to fault in than the copy itself.
+  // Kept between saves: fresh pages cost more to fault in than the copy itself. Declared before
+  // background_, so a writer still running at destruction finishes before it goes away.
   std::vector<float> snapshot_[3];
+  std::unique_ptr<Background> background_;
 };
 
 }  // namespace llmrun
