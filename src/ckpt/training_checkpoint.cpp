@@ -463,13 +463,6 @@ ModelConfig CheckpointReader::model_config() const {
   return model_config_from_json(state_.recipe.value("model", json()), (dir_ / "index.json").string() + ": recipe");
 }
 
-bool CheckpointReader::has_group(const std::string& group) const {
-  const std::string prefix = group + "/";
-  for (const auto& [name, e] : tensors_)
-    if (name.rfind(prefix, 0) == 0) return true;
-  return false;
-}
-
 void CheckpointReader::check_tiling(const std::string& name, const Entry& e) const {
   // The volumes add up; this catches pieces that overlap (and so leave a hole elsewhere).
   std::vector<ElementRun> runs;

@@ -144,7 +144,6 @@ class CheckpointReader {
   const std::filesystem::path& dir() const { return dir_; }
   const CheckpointState& state() const { return state_; }
   ModelConfig model_config() const;  // from the recipe's model section
-  bool has_group(const std::string& group) const;
 
   // Elements [first, last) of spec's local tensor (a part of the full tensor "<group>/<hf name>"
   // as spec.shard says) into dst[0, last - first), host memory.
