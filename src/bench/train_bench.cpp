@@ -161,7 +161,8 @@ nlohmann::json run_train_bench(Recipe r, const LaunchEnvironment& env, const Tra
           {"recompute", recompute_name(recompute)}}},
         {"peak_flops_per_rank", info.peak_flops},
         {"mfu", mfu},
-        {"hfu", mfu * flops.hardware_per_token / flops.model_per_token},
+        // The ratio first: it is exactly 1 without recompute, so HFU then equals MFU to the bit.
+        {"hfu", mfu * (flops.hardware_per_token / flops.model_per_token)},
         {"breakdown_s",
          {{"forward", r0[f_forward]},
           {"backward", r0[f_backward]},
