@@ -29,7 +29,7 @@ int generate(const GenerateArgs& a) {
   auto backend = make_cpu_backend(a.threads);
   LoadedModel m = load_model_dir(a.model_dir, *backend);
   const ModelConfig& cfg = m.model->config();
-  std::vector<int32_t> prompt = m.tokenizer->encode(a.prompt);
+  std::vector<int32_t> prompt = m.tokenizer->encode_prompt(a.prompt);
   if (prompt.empty()) throw UserError("--prompt: the prompt encodes to no tokens");
   for (int32_t t : prompt)
     if (t >= cfg.vocab) throw UserError("--prompt: token " + std::to_string(t) + " is outside the model's vocabulary");
@@ -61,7 +61,7 @@ int generate(const GenerateArgs& a) {
     // decoded: sample among the tokenizer's ids only, as `llmrun serve` does.
     int32_t next = sampler.sample(host.data(), std::min(cfg.vocab, m.tokenizer->vocab_size()));
     if (next == m.tokenizer->eos_id()) break;
-    std::string piece = m.tokenizer->decode({next});
+    std::string piece = m.tokenizer->token_bytes(next);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     if (i + 1 < new_tokens) {

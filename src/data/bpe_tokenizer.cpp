@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <optional>
 #include <queue>
 
@@ -43,6 +44,7 @@ struct WordCache {
   std::unordered_map<std::string, std::vector<int32_t>> ids;
 };
 constexpr size_t kWordCacheMax = 1 << 18;
+constexpr size_t kCachedWordMax = 256;  // bytes
 
 }  // namespace
 
@@ -59,14 +61,19 @@ BpeTokenizer::BpeTokenizer(const std::string& text, const std::string& where, co
       throw UserError(where + ": has no \"model\" object; is it a Hugging Face tokenizer.json?");
     const std::string type = doc["model"].value("type", "BPE");
     if (type != "BPE")
-      throw UserError(where + ": model type \"" + type + "\" is not supported (only byte-level BPE)");
+      throw UserError(where + ": model type \"" + type + "\" is not supported (only BPE)");
     pre_ = std::make_unique<PreTokenizer>(doc, where);
+    // The decoder tells the vocabulary's alphabet: ByteLevel for bytes, else text.
     const json decoder = doc.value("decoder", json());
-    if (!decoder.is_object() || decoder.value("type", "") != "ByteLevel")
-      throw UserError(where + ": decoder " + decoder.dump().substr(0, 200) +
-                      " is not supported (a byte-level BPE has a ByteLevel decoder)");
+    const bool byte_level = decoder.is_object() && decoder.value("type", "") == "ByteLevel";
+    if (!byte_level) text_decoder_ = std::make_unique<TextDecoder>(decoder, where);
+    if (byte_level && !pre_->byte_level())
+      throw UserError(where + ": its decoder is ByteLevel but its pre_tokenizer has no ByteLevel step");
+    if (!byte_level && pre_->byte_level())
+      throw UserError(where + ": its pre_tokenizer is ByteLevel but its decoder is " + decoder.dump().substr(0, 200));
     load_model(doc["model"], where);
     load_added_tokens(doc.value("added_tokens", json::array()), where);
+    load_bos(doc.value("post_processor", json()), where);
   } catch (const json::exception& e) {  // a field of an unexpected JSON type
     throw UserError(where + ": malformed tokenizer.json: " + e.what());
   }
@@ -88,7 +95,7 @@ void BpeTokenizer::load_model(const json& model, const std::string& where) {
     throw UserError(where + ": BPE dropout is not supported (training-time randomness)");
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (model.contains(k) && model[k].is_string() && !model[k].get<std::string>().empty())
-      throw UserError(where + ": model." + k + " is not supported by byte-level BPE");
+      throw UserError(where + ": model." + k + " is not supported");
   ignore_merges_ = model.value("ignore_merges", false);
   const json& vocab = model.at("vocab");
   if (!vocab.is_object() || vocab.empty()) throw UserError(where + ": model.vocab must be a non-empty object");
@@ -103,14 +110,22 @@ void BpeTokenizer::load_model(const json& model, const std::string& where) {
     by_text.emplace(it.key(), static_cast<int32_t>(id));
   }
   id_bytes_.assign(static_cast<size_t>(max_id) + 1, std::string());
-  std::vector<bool> has(id_bytes_.size(), false);
-  for (const auto& [text, id] : by_text) {
-    std::optional<std::string> bytes = unicode_to_bytes(text);
-    id_bytes_[id] = bytes ? *bytes : text;
-    has[id] = true;
-    if (bytes) vocab_.emplace(*bytes, id);
+  if (text_decoder_) {
+    id_text_.assign(id_bytes_.size(), std::string());
+    for (const auto& [text, id] : by_text) {
+      id_text_[id] = text;
+      id_bytes_[id] = text_decoder_->piece(text);
+      vocab_.emplace(text, id);
+    }
+    load_text_symbols(model, where);
+  } else {
+    for (const auto& [text, id] : by_text) {
+      std::optional<std::string> bytes = unicode_to_bytes(text);
+      id_bytes_[id] = bytes ? *bytes : text;
+      if (bytes) vocab_.emplace(*bytes, id);
+    }
   }
-  for (int b = 0; b < 256; ++b) {
+  for (int b = 0; b < 256 && !text_decoder_; ++b) {
     auto it = vocab_.find(std::string(1, static_cast<char>(b)));
     if (it == vocab_.end())
       throw UserError(where + ": vocab has no token for byte " + std::to_string(b) + " (\"" +
@@ -145,6 +160,48 @@ void BpeTokenizer::load_model(const json& model, const std::string& where) {
   }
 }
 
+void BpeTokenizer::load_text_symbols(const json& model, const std::string& where) {
+  byte_fallback_ = model.value("byte_fallback", false);
+  fuse_unk_ = model.value("fuse_unk", false);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    auto it = vocab_.find(name);
+    byte_id_[b] = it == vocab_.end() ? -1 : it->second;
+  }
+  const json unk = model.value("unk_token", json());
+  if (unk.is_string()) {
+    auto it = vocab_.find(unk.get<std::string>());
+    if (it == vocab_.end())
+      throw UserError(where + ": model.unk_token \"" + unk.get<std::string>() + "\" is not in the vocab");
+    unk_id_ = it->second;
+  }
+}
+
+void BpeTokenizer::load_bos(const json& pp, const std::string& where) {
+  if (!pp.is_object()) return;
+  const std::string type = pp.value("type", "");
+  if (type == "Sequence") {
+    for (const json& p : pp.value("processors", json::array())) load_bos(p, where);
+    return;
+  }
+  // Other processors (ByteLevel offsets, BERT's [CLS]) add nothing a causal LM's prompt takes.
+  if (type != "TemplateProcessing") return;
+  for (const json& item : pp.value("single", json::array())) {
+    if (!item.contains("SpecialToken")) break;  // the text ($A) comes next
+    const std::string name = item["SpecialToken"].at("id").get<std::string>();
+    const json& special = pp.at("special_tokens");
+    if (!special.contains(name))
+      throw UserError(where + ": post_processor names special token \"" + name + "\" but does not define it");
+    for (const json& id : special[name].at("ids")) {
+      const int64_t v = id.get<int64_t>();
+      if (v < 0 || static_cast<size_t>(v) >= id_bytes_.size())
+        throw UserError(where + ": post_processor token \"" + name + "\" has id " + std::to_string(v) + " outside the vocabulary");
+      bos_ids_.push_back(static_cast<int32_t>(v));
+    }
+  }
+}
+
 void BpeTokenizer::load_added_tokens(const json& added, const std::string& where) {
   if (!added.is_array()) throw UserError(where + ": added_tokens must be a list");
   for (const json& t : added) {
@@ -156,6 +213,14 @@ void BpeTokenizer::load_added_tokens(const json& added, const std::string& where
       if (t.value(k, false))
         throw UserError(where + ": added token \"" + content + "\" sets " + k + ", which is not supported");
     if (static_cast<size_t>(id) >= id_bytes_.size()) id_bytes_.resize(static_cast<size_t>(id) + 1);
+    if (text_decoder_) {  // the decoder chain sees an added token's content like any token
+      if (static_cast<size_t>(id) >= id_text_.size()) id_text_.resize(static_cast<size_t>(id) + 1);
+      id_text_[id] = content;
+      id_bytes_[id] = text_decoder_->piece(content);
+      added_.push_back({content, static_cast<int32_t>(id)});
+      added_first_byte_[static_cast<unsigned char>(content[0])] = true;
+      continue;
+    }
     // The ByteLevel decoder maps an added token's characters back to bytes when they all
     // are byte-level characters, and otherwise keeps its text: the same rule as for the vocab.
     std::optional<std::string> bytes = unicode_to_bytes(content);
@@ -181,21 +246,21 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
     if (!added_first_byte_[static_cast<unsigned char>(text[i])]) continue;
     for (const AddedToken& t : added_) {
       if (text.compare(i, t.content.size(), t.content) != 0) continue;
-      encode_span(text.substr(span_start, i - span_start), out);
+      encode_span(text.substr(span_start, i - span_start), span_start == 0, out);
       out.push_back(t.id);
       span_start = i + t.content.size();
       i = span_start - 1;
       break;
     }
   }
-  encode_span(text.substr(span_start), out);
+  encode_span(text.substr(span_start), span_start == 0, out);
   return out;
 }
 
-void BpeTokenizer::encode_span(std::string_view text, std::vector<int32_t>& out) const {
+void BpeTokenizer::encode_span(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
   if (text.empty()) return;
   const std::string normalized = pre_->normalize(text);
-  pre_->split(normalized, [&](std::string_view word) { encode_word(word, out); });
+  pre_->split(normalized, at_start, [&](std::string_view word) { encode_word(word, out); });
 }
 
 void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) const {
@@ -206,8 +271,25 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out)
       return;
     }
   }
-  if (word.size() == 1) {
+  if (word.size() == 1 && !text_decoder_) {
     out.push_back(byte_id_[static_cast<unsigned char>(word[0])]);
+    return;
+  }
+  auto symbols = [&] {
+    std::vector<int32_t> ids;
+    if (text_decoder_) {
+      ids = text_symbols(word);
+    } else {
+      ids.resize(word.size());
+      for (size_t i = 0; i < word.size(); ++i) ids[i] = byte_id_[static_cast<unsigned char>(word[i])];
+    }
+    merge_word(ids);
+    return ids;
+  };
+  // Without a pre-tokenizer (Llama 2's tokenizer.json) a whole span is one word: not cached.
+  if (word.size() > kCachedWordMax) {
+    const std::vector<int32_t> ids = symbols();
+    out.insert(out.end(), ids.begin(), ids.end());
     return;
   }
   thread_local WordCache cache;
@@ -217,13 +299,37 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out)
   }
   std::string key(word);
   auto it = cache.ids.find(key);
-  if (it == cache.ids.end()) {
-    std::vector<int32_t> ids(word.size());
-    for (size_t i = 0; i < word.size(); ++i) ids[i] = byte_id_[static_cast<unsigned char>(word[i])];
-    merge_word(ids);
-    it = cache.ids.emplace(std::move(key), std::move(ids)).first;
-  }
+  if (it == cache.ids.end()) it = cache.ids.emplace(std::move(key), symbols()).first;
   out.insert(out.end(), it->second.begin(), it->second.end());
+}
+
+std::vector<int32_t> BpeTokenizer::text_symbols(std::string_view word) const {
+  // tokenizers' BPE::merge_word: each character is its token, else its byte tokens, else the
+  // unknown token (a run of them fused into one with fuse_unk), else it is dropped.
+  std::vector<int32_t> ids;
+  bool unk_pending = false;
+  for (size_t i = 0; i < word.size();) {
+    size_t n = 1;
+    while (i + n < word.size() && (static_cast<unsigned char>(word[i + n]) & 0xC0) == 0x80) ++n;
+    const std::string c(word.substr(i, n));
+    i += n;
+    auto it = vocab_.find(c);
+    if (it != vocab_.end()) {
+      if (unk_pending) ids.push_back(unk_id_);
+      unk_pending = false;
+      ids.push_back(it->second);
+      continue;
+    }
+    if (byte_fallback_ && std::all_of(c.begin(), c.end(), [&](char b) { return byte_id_[static_cast<unsigned char>(b)] >= 0; })) {
+      for (char b : c) ids.push_back(byte_id_[static_cast<unsigned char>(b)]);
+      continue;
+    }
+    if (unk_id_ < 0) continue;
+    if (unk_pending && !fuse_unk_) ids.push_back(unk_id_);
+    unk_pending = true;
+  }
+  if (unk_pending) ids.push_back(unk_id_);
+  return ids;
 }
 
 void BpeTokenizer::merge_word(std::vector<int32_t>& ids) const {
@@ -282,15 +388,28 @@ void BpeTokenizer::merge_word(std::vector<int32_t>& ids) const {
   ids.swap(merged);
 }
 
+const std::string& BpeTokenizer::checked(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= id_bytes_.size())
+    throw UserError("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                    std::to_string(id_bytes_.size()) + ")");
+  return id_bytes_[id];
+}
+
+std::string BpeTokenizer::token_bytes(int32_t id) const { return checked(id); }
+
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
-  for (int32_t id : ids) {
-    if (id < 0 || static_cast<size_t>(id) >= id_bytes_.size())
-      throw UserError("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                      std::to_string(id_bytes_.size()) + ")");
-    out += id_bytes_[id];
+  if (!text_decoder_) {
+    for (int32_t id : ids) out += checked(id);
+    return out;
   }
-  return out;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    checked(id);
+    tokens.push_back(static_cast<size_t>(id) < id_text_.size() ? id_text_[id] : std::string());
+  }
+  return text_decoder_->decode(std::move(tokens));
 }
 
 }  // namespace llmrun

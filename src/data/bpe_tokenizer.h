@@ -1,9 +1,13 @@
 #pragma once
-// A Hugging Face byte-level BPE tokenizer (GPT-2, Llama 3, Qwen 2, Mistral-Nemo): added and
-// special tokens split out first, then normalizer + pre-tokenizer (data/pre_tokenizer.h),
-// then rank-ordered merges within each word. encode() gives the ids of
-// tokenizers' encode(text, add_special_tokens=False); post-processor templates (BOS) are
-// not applied, so callers decide where document boundaries go.
+// A Hugging Face BPE tokenizer: added and special tokens split out first, then normalizer +
+// pre-tokenizer (data/pre_tokenizer.h), then rank-ordered merges within each word. Two
+// vocabularies:
+//  - byte-level (GPT-2, Llama 3, Qwen 2, Mistral-Nemo): words start as bytes;
+//  - text, converted from SentencePiece (Llama 1/2, Mistral 7B, TinyLlama): words start as
+//    characters, "▁" stands for a space, a character missing from the vocabulary becomes its
+//    "<0xAB>" byte tokens (byte_fallback) or the unknown token; data/text_decoder.h decodes.
+// encode() gives the ids of tokenizers' encode(text, add_special_tokens=False); the
+// post-processor's leading special tokens (Llama's <s>) are bos_ids(), for callers to place.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -11,6 +15,7 @@
 #include <vector>
 
 #include "data/pre_tokenizer.h"
+#include "data/text_decoder.h"
 #include "data/tokenizer.h"
 
 namespace llmrun {
@@ -25,6 +30,8 @@ class BpeTokenizer final : public Tokenizer {
   // UserError if `text` is not valid UTF-8 (it names the byte offset).
   std::vector<int32_t> encode(std::string_view text) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
+  std::string token_bytes(int32_t id) const override;
+  std::vector<int32_t> bos_ids() const override { return bos_ids_; }
   int32_t vocab_size() const override { return static_cast<int32_t>(id_bytes_.size()); }
   int32_t eos_id() const override { return eos_id_; }
   nlohmann::ordered_json tokenizer_json() const override;
@@ -40,9 +47,13 @@ class BpeTokenizer final : public Tokenizer {
     int32_t id;
   };
   void load_model(const nlohmann::json& model, const std::string& where);
+  void load_text_symbols(const nlohmann::json& model, const std::string& where);
   void load_added_tokens(const nlohmann::json& added, const std::string& where);
-  void encode_span(std::string_view text, std::vector<int32_t>& out) const;
+  void load_bos(const nlohmann::json& post_processor, const std::string& where);
+  void encode_span(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  std::vector<int32_t> text_symbols(std::string_view word) const;
+  const std::string& checked(int32_t id) const;
   void merge_word(std::vector<int32_t>& ids) const;
   const Merge* find_merge(int32_t a, int32_t b) const {
     auto it = merges_.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
@@ -51,13 +62,19 @@ class BpeTokenizer final : public Tokenizer {
 
   std::string source_;
   std::unique_ptr<PreTokenizer> pre_;
-  std::unordered_map<std::string, int32_t> vocab_;  // raw bytes -> id (model vocab only)
+  std::unique_ptr<TextDecoder> text_decoder_;  // set: a text vocabulary
+  std::unordered_map<std::string, int32_t> vocab_;  // raw bytes (byte-level) or text -> id (model vocab only)
   std::unordered_map<uint64_t, Merge> merges_;      // (left id, right id) -> rank, result
-  int32_t byte_id_[256];
+  int32_t byte_id_[256];  // byte-level: each byte's token; text: its "<0xAB>" token or -1
+  bool byte_fallback_ = false;
+  int32_t unk_id_ = -1;
+  bool fuse_unk_ = false;
   bool ignore_merges_ = false;
   std::vector<AddedToken> added_;   // longest first, for leftmost-longest matching
   bool added_first_byte_[256] = {};
-  std::vector<std::string> id_bytes_;  // what each id decodes to
+  std::vector<std::string> id_bytes_;  // the bytes each id adds to a text
+  std::vector<std::string> id_text_;   // text vocabulary: each id's token string
+  std::vector<int32_t> bos_ids_;
   int32_t eos_id_ = -1;
   uint64_t instance_;  // keys the per-thread word cache
 };

@@ -75,34 +75,38 @@ bool Regex::match_at(std::string_view text, size_t start, size_t* begin, size_t*
 
 PreTokenizer::PreTokenizer(const json& doc, const std::string& where) {
   const json norm = doc.value("normalizer", json());
-  auto is_nfc = [](const json& n) { return n.is_object() && n.value("type", "") == "NFC"; };
-  if (norm.is_null()) {
-  } else if (is_nfc(norm)) {
-    nfc_ = true;
-  } else if (norm.is_object() && norm.value("type", "") == "Sequence" && norm.contains("normalizers") &&
-             norm["normalizers"].is_array()) {
-    for (const json& n : norm["normalizers"]) {
-      if (!is_nfc(n))
-        throw UserError(where + ": normalizer " + n.dump() + " is not supported (only none or NFC)");
-      nfc_ = true;
-    }
-  } else {
-    throw UserError(where + ": normalizer " + norm.dump().substr(0, 200) +
-                    " is not supported (only none or NFC)");
-  }
+  if (!norm.is_null()) add_normalizer(norm, where);
   const json pt = doc.value("pre_tokenizer", json());
-  if (!pt.is_object())
-    throw UserError(where + ": has no pre_tokenizer; only byte-level BPE tokenizers are supported");
-  add(pt, where);
-  if (!byte_level_)
-    throw UserError(where + ": its pre_tokenizer has no ByteLevel step; only byte-level BPE tokenizers "
-                            "(GPT-2, Llama 3, Qwen 2, Mistral-Nemo style) are supported");
+  if (!pt.is_null()) {
+    if (!pt.is_object()) throw UserError(where + ": pre_tokenizer must be an object or null");
+    add(pt, where);
+  }
+}
+
+void PreTokenizer::add_normalizer(const json& n, const std::string& where) {
+  const std::string type = n.is_object() ? n.value("type", "") : "";
+  if (type == "Sequence" && n.contains("normalizers") && n["normalizers"].is_array()) {
+    for (const json& step : n["normalizers"]) add_normalizer(step, where);
+  } else if (type == "NFC") {
+    norm_.push_back({NormStep::Kind::nfc, "", ""});
+  } else if (type == "Prepend" && n.contains("prepend") && n["prepend"].is_string()) {
+    norm_.push_back({NormStep::Kind::prepend, n["prepend"].get<std::string>(), ""});
+  } else if (type == "Replace" && n.contains("pattern") && n["pattern"].is_object() &&
+             n["pattern"].contains("String") && n["pattern"]["String"].is_string() &&
+             !n["pattern"]["String"].get<std::string>().empty() && n.contains("content") && n["content"].is_string()) {
+    norm_.push_back({NormStep::Kind::replace, n["pattern"]["String"].get<std::string>(), n["content"].get<std::string>()});
+  } else {
+    throw UserError(where + ": normalizer " + n.dump().substr(0, 200) +
+                    " is not supported (only NFC, Prepend, Replace with a String pattern, and Sequence of those)");
+  }
 }
 
 PreTokenizer::~PreTokenizer() = default;
 
 void PreTokenizer::add(const json& pt, const std::string& where) {
   const std::string type = pt.value("type", "");
+  if (metaspace_ || (type == "Metaspace" && (byte_level_ || !steps_.empty())))
+    throw UserError(where + ": a Metaspace pre-tokenizer combined with others is not supported");
   if (type == "Sequence") {
     if (!pt.contains("pretokenizers") || !pt["pretokenizers"].is_array())
       throw UserError(where + ": Sequence pre_tokenizer without a pretokenizers list");
@@ -132,14 +136,29 @@ void PreTokenizer::add(const json& pt, const std::string& where) {
       throw UserError(where + ": Split pattern must be {\"Regex\": ...} or {\"String\": ...}");
     }
     steps_.push_back({behavior == "Removed", std::make_shared<Regex>(re, where)});
+  } else if (type == "Metaspace") {
+    auto m = std::make_unique<Metaspace>();
+    m->replacement = pt.value("replacement", "\u2581");
+    if (m->replacement.empty()) throw UserError(where + ": Metaspace replacement is empty");
+    // prepend_scheme (tokenizers >= 0.19), else the older add_prefix_space.
+    const std::string scheme = pt.contains("prepend_scheme") && pt["prepend_scheme"].is_string()
+                                   ? pt["prepend_scheme"].get<std::string>()
+                                   : (pt.value("add_prefix_space", true) ? "always" : "never");
+    if (scheme != "always" && scheme != "first" && scheme != "never")
+      throw UserError(where + ": Metaspace prepend_scheme \"" + scheme + "\" is not always, first or never");
+    m->prepend_always = scheme == "always";
+    m->prepend_first = scheme != "never";
+    m->split = pt.value("split", true);
+    metaspace_ = std::move(m);
   } else {
     throw UserError(where + ": pre_tokenizer type \"" + type +
-                    "\" is not supported (only ByteLevel, Split and Sequence of those)");
+                    "\" is not supported (only ByteLevel, Split, Metaspace and Sequence of those)");
   }
 }
 
-std::string PreTokenizer::normalize(std::string_view text) const {
-  if (!nfc_) return std::string(text);
+namespace {
+
+std::string nfc(std::string_view text) {
   bool ascii = true;
   for (char c : text) ascii &= static_cast<unsigned char>(c) < 0x80;
   if (ascii) return std::string(text);  // NFC leaves ASCII as it is
@@ -153,8 +172,41 @@ std::string PreTokenizer::normalize(std::string_view text) const {
   return s;
 }
 
-void PreTokenizer::split(std::string_view text, const std::function<void(std::string_view)>& on_word) const {
-  if (add_prefix_space_ && !text.empty() && text[0] != ' ') {
+std::string replace_all(std::string_view text, const std::string& from, const std::string& to) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, from.size(), from) == 0) {
+      out += to;
+      i += from.size();
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string PreTokenizer::normalize(std::string_view text) const {
+  std::string s(text);
+  for (const NormStep& n : norm_) {
+    switch (n.kind) {
+      case NormStep::Kind::nfc: s = nfc(s); break;
+      case NormStep::Kind::prepend:
+        if (!s.empty()) s.insert(0, n.a);  // tokenizers prepends to non-empty text only
+        break;
+      case NormStep::Kind::replace: s = replace_all(s, n.a, n.b); break;
+    }
+  }
+  return s;
+}
+
+void PreTokenizer::split(std::string_view text, bool at_start,
+                         const std::function<void(std::string_view)>& on_word) const {
+  if (metaspace_) {
+    metaspace_split(text, at_start, on_word);
+  } else if (add_prefix_space_ && !text.empty() && text[0] != ' ') {
     std::string spaced(1, ' ');
     spaced.append(text.data(), text.size());
     apply(0, spaced, on_word);
@@ -178,6 +230,26 @@ void PreTokenizer::apply(size_t step, std::string_view text,
     last = e;
   });
   if (last < text.size()) apply(step + 1, text.substr(last), out);
+}
+
+void PreTokenizer::metaspace_split(std::string_view text, bool at_start,
+                                   const std::function<void(std::string_view)>& out) const {
+  const Metaspace& m = *metaspace_;
+  std::string s = replace_all(text, " ", m.replacement);
+  if (!s.empty() && s.compare(0, m.replacement.size(), m.replacement) != 0 &&
+      (m.prepend_always || (m.prepend_first && at_start)))
+    s.insert(0, m.replacement);
+  if (!m.split) {
+    if (!s.empty()) out(s);
+    return;
+  }
+  // Split before each replacement, which stays with the word it starts (MergedWithNext).
+  size_t begin = 0;
+  for (size_t at = s.find(m.replacement, 1); at != std::string::npos; at = s.find(m.replacement, at + 1)) {
+    out(std::string_view(s).substr(begin, at - begin));
+    begin = at;
+  }
+  if (begin < s.size()) out(std::string_view(s).substr(begin));
 }
 
 }  // namespace llmrun

@@ -1,8 +1,9 @@
 #pragma once
-// The pre-tokenization half of a Hugging Face byte-level BPE tokenizer: the normalizer
-// (none or NFC) and the pre-tokenizer chain (ByteLevel with its GPT-2 regex, Split with a
-// Regex or String pattern, Sequence of those) that cut text into the words BPE merges
-// within. Regexes run on PCRE2 in UTF + Unicode-property mode with JIT, which reads the
+// The pre-tokenization half of a Hugging Face BPE tokenizer: the normalizer (NFC, Prepend,
+// string Replace, or a Sequence of those) and the pre-tokenizer that cuts text into the
+// words BPE merges within: for byte-level vocabularies a chain of ByteLevel (with its GPT-2
+// regex) and Split (Regex or String pattern); for text vocabularies converted from
+// SentencePiece none (the whole span is one word) or Metaspace. Regexes run on PCRE2 in UTF + Unicode-property mode with JIT, which reads the
 // Oniguruma patterns found in tokenizer.json files (\p{L}, \p{N}, (?i:...), \s+(?!\S)).
 #include <functional>
 #include <memory>
@@ -51,30 +52,49 @@ void Regex::for_each_match(std::string_view text, F&& on_match) const {
 // The normalizer + pre-tokenizer of a tokenizer.json, as one callable step.
 class PreTokenizer {
  public:
-  // `doc` is the whole tokenizer.json; UserError naming `where` for anything that is not
-  // a byte-level pre-tokenizer this class implements exactly.
+  // `doc` is the whole tokenizer.json; UserError naming `where` for anything this class
+  // does not implement exactly.
   PreTokenizer(const nlohmann::json& doc, const std::string& where);
   ~PreTokenizer();
 
-  // Normalize `text` (NFC when the tokenizer asks for it); UserError on invalid UTF-8 then.
+  // Whether the chain has a ByteLevel step (the vocabulary is then byte-level).
+  bool byte_level() const { return byte_level_; }
+
+  // Apply the normalizer to `text` (one span between added tokens).
   std::string normalize(std::string_view text) const;
-  // Cut normalized `text` (one span between added tokens) into words, calling
-  // on_word(word) for each; words are raw UTF-8 bytes (the byte-to-unicode mapping of
-  // ByteLevel is applied by the caller's vocabulary, which is stored as raw bytes).
-  void split(std::string_view text, const std::function<void(std::string_view)>& on_word) const;
+  // Cut normalized `text` (one span between added tokens; `at_start` when it begins the
+  // input, which Metaspace's prepend_scheme "first" asks) into words, calling on_word(word)
+  // for each. Byte-level words are raw UTF-8 bytes (the caller's vocabulary is stored as
+  // raw bytes); text-vocabulary words are text with spaces already replaced.
+  void split(std::string_view text, bool at_start, const std::function<void(std::string_view)>& on_word) const;
 
  private:
   struct Step {
     bool remove_matches;  // Split behavior "Removed" (else "Isolated": matches and gaps are words)
     std::shared_ptr<Regex> regex;
   };
+  struct NormStep {
+    enum class Kind { nfc, prepend, replace } kind;
+    std::string a, b;  // prepend: a; replace: a -> b
+  };
+  // Metaspace: spaces become `replacement`, which is prepended to the span (always, or
+  // only to the span at the start of the input) unless it starts with one; `split` cuts
+  // the span before every replacement.
+  struct Metaspace {
+    std::string replacement;
+    bool prepend_always = true, prepend_first = true;
+    bool split = true;
+  };
   void add(const nlohmann::json& pt, const std::string& where);
+  void add_normalizer(const nlohmann::json& n, const std::string& where);
   void apply(size_t step, std::string_view text, const std::function<void(std::string_view)>& out) const;
+  void metaspace_split(std::string_view text, bool at_start, const std::function<void(std::string_view)>& out) const;
 
-  bool nfc_ = false;
-  bool byte_level_ = false;        // a ByteLevel step was seen (required)
+  std::vector<NormStep> norm_;
+  bool byte_level_ = false;        // a ByteLevel step was seen
   bool add_prefix_space_ = false;  // ByteLevel add_prefix_space, applied before the first step
   std::vector<Step> steps_;
+  std::unique_ptr<Metaspace> metaspace_;  // set: the only pre-tokenizer
 };
 
 }  // namespace llmrun

@@ -1,8 +1,18 @@
 #include "data/tokenizer.h"
 
+#include <algorithm>
+
 #include "util/atomic_dir.h"
 
 namespace llmrun {
+
+std::vector<int32_t> Tokenizer::encode_prompt(std::string_view text) const {
+  std::vector<int32_t> ids = encode(text);
+  const std::vector<int32_t> bos = bos_ids();
+  if (!bos.empty() && !(ids.size() >= bos.size() && std::equal(bos.begin(), bos.end(), ids.begin())))
+    ids.insert(ids.begin(), bos.begin(), bos.end());
+  return ids;
+}
 
 void Tokenizer::save(const std::filesystem::path& dir, int64_t model_max_length) const {
   write_file_atomic(dir / "tokenizer.json", tokenizer_json_text());

@@ -17,6 +17,15 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   // UserError for an id outside the vocabulary (ids can come from API requests).
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  // The bytes token `id` adds inside a longer text, for streaming (no leading space is
+  // stripped, unlike decode of a text-vocabulary tokenizer); UserError like decode.
+  virtual std::string token_bytes(int32_t id) const { return decode({id}); }
+  // Special tokens the tokenizer's post-processor puts before a text (Llama's <s>): what
+  // transformers' encode(text) adds with add_special_tokens=True. Empty for most.
+  virtual std::vector<int32_t> bos_ids() const { return {}; }
+  // A prompt's ids as transformers and vLLM tokenize it: bos_ids() + encode(text), unless
+  // the text already starts with them (a chat template that writes <s> itself).
+  std::vector<int32_t> encode_prompt(std::string_view text) const;
   virtual int32_t vocab_size() const = 0;
   virtual int32_t eos_id() const = 0;  // -1 when the tokenizer has none
   // The Hugging Face tokenizer.json document describing this tokenizer (ordered, so

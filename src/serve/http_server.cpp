@@ -280,9 +280,9 @@ struct HttpServer::Impl {
       if (target == "/tokenize") {
         std::vector<int32_t> ids;
         if (body.contains("messages"))
-          ids = tok.encode(render_chat(body["messages"], tmpl));
+          ids = tok.encode_prompt(render_chat(body["messages"], tmpl));
         else if (body.contains("prompt") && body["prompt"].is_string())
-          ids = tok.encode(body["prompt"].get<std::string>());
+          ids = tok.encode_prompt(body["prompt"].get<std::string>());
         else
           throw invalid("'prompt' (a string) or 'messages' is required", "prompt");
         out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx.max_model_len}};

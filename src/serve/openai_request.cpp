@@ -64,13 +64,13 @@ std::vector<int32_t> token_array(const json& a, int vocab, const char* param) {
 std::vector<std::vector<int32_t>> completion_prompts(const json& p, const ApiContext& ctx) {
   std::vector<std::vector<int32_t>> out;
   if (p.is_string()) {
-    out.push_back(ctx.tok.encode(p.get<std::string>()));
+    out.push_back(ctx.tok.encode_prompt(p.get<std::string>()));
   } else if (p.is_array() && !p.empty() && p[0].is_number()) {
     out.push_back(token_array(p, ctx.vocab, "prompt"));
   } else if (p.is_array() && !p.empty()) {
     for (const auto& e : p) {
       if (e.is_string())
-        out.push_back(ctx.tok.encode(e.get<std::string>()));
+        out.push_back(ctx.tok.encode_prompt(e.get<std::string>()));
       else if (e.is_array())
         out.push_back(token_array(e, ctx.vocab, "prompt"));
       else
@@ -125,7 +125,7 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
   }
   if (chat) {
     if (!body.contains("messages")) throw invalid("'messages' is required", "messages");
-    job.prompts.push_back(ctx.tok.encode(render_chat(body["messages"], ctx.chat_template)));
+    job.prompts.push_back(ctx.tok.encode_prompt(render_chat(body["messages"], ctx.chat_template)));
     if (job.prompts[0].empty()) throw invalid("the rendered chat encodes to no tokens", "messages");
   } else {
     if (!body.contains("prompt")) throw invalid("'prompt' is required", "prompt");

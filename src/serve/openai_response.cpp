@@ -43,10 +43,10 @@ json ResponseBuilder::logprobs_json(const std::vector<TokenLogprob>& lps, size_t
   if (job_.chat) {
     json content = json::array();
     for (const auto& lp : lps) {
-      const std::string t = ctx_.tok.decode({lp.token});
+      const std::string t = ctx_.tok.token_bytes(lp.token);
       json top = json::array();
       for (const auto& alt : lp.top) {
-        const std::string a = ctx_.tok.decode({alt.token});
+        const std::string a = ctx_.tok.token_bytes(alt.token);
         top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", bytes_of(a)}});
       }
       content.push_back({{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
@@ -56,11 +56,11 @@ json ResponseBuilder::logprobs_json(const std::vector<TokenLogprob>& lps, size_t
   json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
   size_t offset = text_offset;
   for (const auto& lp : lps) {
-    const std::string t = ctx_.tok.decode({lp.token});
+    const std::string t = ctx_.tok.token_bytes(lp.token);
     tokens.push_back(t);
     token_lps.push_back(lp.logprob);
     json top = json::object();
-    for (const auto& alt : lp.top) top[ctx_.tok.decode({alt.token})] = alt.logprob;
+    for (const auto& alt : lp.top) top[ctx_.tok.token_bytes(alt.token)] = alt.logprob;
     tops.push_back(top);
     offsets.push_back(offset);
     offset += t.size();

@@ -29,7 +29,7 @@ TextStream::TextStream(const Tokenizer& tok, std::vector<std::string> stops) : t
 std::string TextStream::push(int32_t token, bool& stopped) {
   stopped = false;
   const size_t old = text_.size();
-  text_ += tok_.decode({token});
+  text_ += tok_.token_bytes(token);
   // A stop string can only complete in the new text or straddle into it.
   const size_t from = old >= max_stop_ ? old - max_stop_ + 1 : 0;
   size_t cut = std::string::npos;

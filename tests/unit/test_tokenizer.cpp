@@ -148,7 +148,7 @@ TEST(LoadTokenizer, RejectsWhatItCannotEncodeExactly) {
   doc = tiny_bpe();
   doc["normalizer"] = {{"type", "Lowercase"}};
   write_text(p, doc.dump());
-  expect_rejected(p, "is not supported (only none or NFC)");
+  expect_rejected(p, "normalizer {\"type\":\"Lowercase\"} is not supported");
 
   doc = tiny_bpe();
   doc["decoder"] = {{"type", "Metaspace"}};
@@ -194,4 +194,127 @@ TEST(LoadTokenizer, NfcNormalizerComposes) {
   auto tok = load_tokenizer(p);
   // "e" + U+0301 COMBINING ACUTE composes to U+00E9, two bytes instead of three.
   EXPECT_EQ(tok->encode("e\xCC\x81"), (std::vector<int32_t>{0xC3, 0xA9}));
+}
+
+// A tiny tokenizer converted from SentencePiece: <unk> <s> </s>, 256 byte tokens, then
+// "▁" (259), "a", "b", "▁a", "▁ab", "é", "a▁" (265); transformers' legacy Llama 2 form.
+static nlohmann::json tiny_sentencepiece() {
+  const std::string sp = "\xE2\x96\x81";  // U+2581
+  nlohmann::json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    vocab[name] = 3 + b;
+  }
+  for (const auto& [t, id] : std::vector<std::pair<std::string, int>>{
+           {sp, 259}, {"a", 260}, {"b", 261}, {sp + "a", 262}, {sp + "ab", 263}, {"\xC3\xA9", 264}, {"a" + sp, 265}})
+    vocab[t] = id;
+  auto added = [](int id, const char* c) {
+    return nlohmann::json{{"id", id}, {"content", c}, {"special", true}, {"normalized", false}};
+  };
+  return {
+      {"added_tokens", {added(0, "<unk>"), added(1, "<s>"), added(2, "</s>")}},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", sp}}, {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders",
+         {{{"type", "Replace"}, {"pattern", {{"String", sp}}}, {"content", " "}},
+          {{"type", "ByteFallback"}},
+          {{"type", "Fuse"}},
+          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+      {"model",
+       {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true}, {"vocab", vocab},
+        {"merges", {sp + " a", sp + "a b"}}}},
+  };
+}
+
+TEST(LoadTokenizer, SentencePieceBpeWithByteFallback) {
+  TempDir tmp;
+  const auto p = tmp / "tokenizer.json";
+  write_text(p, tiny_sentencepiece().dump());
+  auto tok = load_tokenizer(p);
+  EXPECT_EQ(tok->vocab_size(), 266);
+  EXPECT_EQ(tok->eos_id(), 2);
+  EXPECT_EQ(tok->encode("ab a"), (std::vector<int32_t>{263, 262}));
+  EXPECT_EQ(tok->encode(" a"), (std::vector<int32_t>{259, 262}));  // "▁▁a": the prepend and the space
+  EXPECT_EQ(tok->encode("a\xC3\xA9"), (std::vector<int32_t>{262, 264}));
+  // A character outside the vocabulary becomes its UTF-8 bytes' tokens.
+  EXPECT_EQ(tok->encode("a\xE2\x82\xAC"), (std::vector<int32_t>{262, 3 + 0xE2, 3 + 0x82, 3 + 0xAC}));
+  // Prepend applies to every span between added tokens (transformers' legacy behaviour).
+  EXPECT_EQ(tok->encode("<s>a"), (std::vector<int32_t>{1, 262}));
+  EXPECT_TRUE(tok->encode("").empty());
+  for (const char* s : {"ab a", " a", "a\xE2\x82\xAC b", "  x y  "}) EXPECT_EQ(tok->decode(tok->encode(s)), s);
+  // decode strips the one leading space; token_bytes (streaming) keeps it.
+  EXPECT_EQ(tok->decode({263}), "ab");
+  EXPECT_EQ(tok->token_bytes(263), " ab");
+  EXPECT_EQ(tok->token_bytes(3 + 0xE2), "\xE2");
+  // Byte tokens that are not valid UTF-8 decode as one U+FFFD each.
+  EXPECT_EQ(tok->decode({260, 3 + 0xE2, 3 + 0x82, 260}), "a\xEF\xBF\xBD\xEF\xBF\xBD" "a");
+  // The post-processor's <s> goes before a prompt, once.
+  EXPECT_EQ(tok->bos_ids(), (std::vector<int32_t>{1}));
+  EXPECT_EQ(tok->encode_prompt("a"), (std::vector<int32_t>{1, 262}));
+  EXPECT_EQ(tok->encode_prompt("<s>a"), (std::vector<int32_t>{1, 262}));
+  EXPECT_THROW(tok->decode({266}), UserError);
+
+  // Without byte fallback an unknown character is <unk>, a run of them one <unk> with fuse_unk.
+  nlohmann::json doc = tiny_sentencepiece();
+  doc["model"]["byte_fallback"] = false;
+  write_text(p, doc.dump());
+  EXPECT_EQ(load_tokenizer(p)->encode("a\xE2\x82\xAC\xE2\x82\xAC" "b"), (std::vector<int32_t>{262, 0, 261}));
+  doc["model"]["fuse_unk"] = false;
+  write_text(p, doc.dump());
+  EXPECT_EQ(load_tokenizer(p)->encode("a\xE2\x82\xAC\xE2\x82\xAC" "b"), (std::vector<int32_t>{262, 0, 0, 261}));
+}
+
+TEST(LoadTokenizer, SentencePieceMetaspacePreTokenizer) {
+  TempDir tmp;
+  const auto p = tmp / "tokenizer.json";
+  const std::string sp = "\xE2\x96\x81";
+  nlohmann::json doc = tiny_sentencepiece();
+  doc["normalizer"] = nullptr;
+  doc["model"]["merges"] = {"a " + sp, sp + " a", sp + "a b"};  // "a▁" merges first
+  // split: true cuts before every "▁", so "a▁" can never form.
+  doc["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", "always"}, {"split", true}};
+  write_text(p, doc.dump());
+  EXPECT_EQ(load_tokenizer(p)->encode("a b"), (std::vector<int32_t>{262, 259, 261}));
+  doc["pre_tokenizer"]["split"] = false;
+  write_text(p, doc.dump());
+  EXPECT_EQ(load_tokenizer(p)->encode("a b"), (std::vector<int32_t>{259, 265, 261}));
+  // "first": only the span at the start of the input gets the "▁", and a leading space is it.
+  doc["model"]["merges"] = {sp + " a", sp + "a b"};
+  doc["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", "first"}, {"split", false}};
+  write_text(p, doc.dump());
+  auto tok = load_tokenizer(p);
+  EXPECT_EQ(tok->encode("a"), (std::vector<int32_t>{262}));
+  EXPECT_EQ(tok->encode(" a"), (std::vector<int32_t>{262}));
+  EXPECT_EQ(tok->encode("<s>a"), (std::vector<int32_t>{1, 260}));
+  EXPECT_EQ(tok->encode("<s> a"), (std::vector<int32_t>{1, 262}));
+
+  // A Metaspace decoder drops every "▁" of the first token (tokenizers' rule), then maps to spaces.
+  doc["decoder"] = {{"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", "always"}};
+  write_text(p, doc.dump());
+  tok = load_tokenizer(p);
+  EXPECT_EQ(tok->decode({262, 262}), "a a");
+  EXPECT_EQ(tok->decode({259, 262}), " a");
+  EXPECT_EQ(tok->token_bytes(262), " a");
+
+  doc["pre_tokenizer"]["prepend_scheme"] = "sometimes";
+  write_text(p, doc.dump());
+  expect_rejected(p, "prepend_scheme \"sometimes\"");
+  doc = tiny_sentencepiece();
+  doc["model"]["unk_token"] = "<missing>";
+  write_text(p, doc.dump());
+  expect_rejected(p, "model.unk_token \"<missing>\" is not in the vocab");
+  doc = tiny_sentencepiece();
+  doc["decoder"]["decoders"][0]["pattern"] = {{"Regex", "x"}};
+  write_text(p, doc.dump());
+  expect_rejected(p, "Replace decoder");
 }
