@@ -1,5 +1,6 @@
 #include "model/hf_config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
@@ -121,6 +122,15 @@ ModelConfig llama_from_hf(const HfReader& r) {
   return c;
 }
 
+// Mistral is Llama with sliding-window attention: each token sees the last sliding_window
+// positions. Within a context no longer than the window that is full causal attention, so the
+// model's context is capped at the window, where llmrun's attention is exact.
+ModelConfig mistral_from_hf(const HfReader& r) {
+  ModelConfig c = llama_from_hf(r);
+  if (r.has("sliding_window")) c.seq_len = std::min(c.seq_len, r.positive_int("sliding_window"));
+  return c;
+}
+
 }  // namespace
 
 json hf_config_json(const ModelConfig& c, int eos_token_id) {
@@ -178,10 +188,12 @@ ModelConfig model_config_from_hf(const json& j, const std::string& source_path) 
     c = gpt2_from_hf(r);
   else if (type == "llama")
     c = llama_from_hf(r);
+  else if (type == "mistral")
+    c = mistral_from_hf(r);
   else if (type.empty())
     r.fail("missing key \"model_type\"");
   else
-    r.fail("model_type \"" + type + "\" is not supported (llmrun reads gpt2 and llama)");
+    r.fail("model_type \"" + type + "\" is not supported (llmrun reads gpt2, llama and mistral)");
   if (c.d_model % c.heads != 0)
     r.fail("hidden size " + std::to_string(c.d_model) + " is not a multiple of the " +
            std::to_string(c.heads) + " attention heads");

@@ -32,6 +32,16 @@ ChatTemplate ChatTemplate::for_model_dir(const std::filesystem::path& model_dir)
   }
   if (text.find("<|im_start|>") != std::string::npos) return ChatTemplate(ChatTemplateKind::chatml);
   if (text.find("<|start_header_id|>") != std::string::npos) return ChatTemplate(ChatTemplateKind::llama3);
+  if (text.find("[INST]") != std::string::npos) {
+    auto token = [&](const char* key, const char* fallback) {  // a string or {"content": ...}
+      const nlohmann::json t = cfg.value(key, nlohmann::json());
+      if (t.is_string()) return t.get<std::string>();
+      if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
+      return std::string(fallback);
+    };
+    const auto kind = text.find("<<SYS>>") != std::string::npos ? ChatTemplateKind::llama2 : ChatTemplateKind::mistral;
+    return ChatTemplate(kind, token("bos_token", "<s>"), token("eos_token", "</s>"));
+  }
   return ChatTemplate(ChatTemplateKind::plain);
 }
 
@@ -39,6 +49,8 @@ std::string ChatTemplate::name() const {
   switch (kind_) {
     case ChatTemplateKind::chatml: return "chatml";
     case ChatTemplateKind::llama3: return "llama3";
+    case ChatTemplateKind::llama2: return "llama2";
+    case ChatTemplateKind::mistral: return "mistral";
     case ChatTemplateKind::plain: break;
   }
   return "plain";
@@ -48,6 +60,8 @@ std::string ChatTemplate::end_of_turn() const {
   switch (kind_) {
     case ChatTemplateKind::chatml: return "<|im_end|>";
     case ChatTemplateKind::llama3: return "<|eot_id|>";
+    case ChatTemplateKind::llama2:  // a turn ends with the end-of-sequence token, which stops anyway
+    case ChatTemplateKind::mistral:
     case ChatTemplateKind::plain: break;
   }
   return "";
@@ -64,11 +78,55 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages) const
       for (const auto& m : messages)
         out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
       return out + "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    case ChatTemplateKind::llama2:
+    case ChatTemplateKind::mistral:
+      return render_inst(messages);
     case ChatTemplateKind::plain:
       break;
   }
   for (const auto& m : messages) out += m.role + ": " + m.content + "\n";
   return out + "assistant:";
+}
+
+namespace {
+
+std::string strip(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(ws);
+  return b == std::string::npos ? "" : s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+}  // namespace
+
+// The chat templates Meta and Mistral publish in tokenizer_config.json, written out:
+//   Llama 2: <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s><s>[INST] ...
+//   Mistral: <s>[INST] {user} [/INST]{assistant}</s>[INST] ...
+// with the templates' own errors for roles out of order.
+std::string ChatTemplate::render_inst(const std::vector<ChatMessage>& messages) const {
+  const bool llama2 = kind_ == ChatTemplateKind::llama2;
+  size_t first = 0;
+  std::string system;
+  if (llama2 && !messages.empty() && messages[0].role == "system") {
+    system = messages[0].content;
+    first = 1;
+  }
+  std::string out = llama2 ? "" : bos_;
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role != "user" && m.role != "assistant")
+      throw UserError("this model's chat template supports only user and assistant roles" +
+                      std::string(llama2 ? " (and one system message first)" : "") + ", not '" + m.role + "'");
+    if ((m.role == "user") != ((i - first) % 2 == 0))
+      throw UserError("conversation roles must alternate user/assistant/user/assistant/...");
+    if (m.role == "user") {
+      std::string content = m.content;
+      if (llama2 && i == first && first == 1) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+      out += llama2 ? bos_ + "[INST] " + strip(content) + " [/INST]" : "[INST] " + m.content + " [/INST]";
+    } else {
+      out += llama2 ? " " + strip(m.content) + " " + eos_ : m.content + eos_;
+    }
+  }
+  return out;
 }
 
 }  // namespace llmrun

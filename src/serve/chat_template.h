@@ -1,7 +1,8 @@
 #pragma once
-// Renders chat messages into the prompt text a model was trained on. Built in: ChatML and
-// Llama-3, picked from the chat_template in the model dir's tokenizer_config.json by their
-// marker tokens; any other model gets the plain template:
+// Renders chat messages into the prompt text a model was trained on. Built in: ChatML,
+// Llama 3, Llama 2 ([INST] with <<SYS>>) and Mistral ([INST]), picked from the chat_template
+// in the model dir's tokenizer_config.json by their markers; any other model gets the plain
+// template:
 //   "<role>: <content>\n" per message, then "assistant:" for the reply.
 #include <filesystem>
 #include <string>
@@ -13,22 +14,30 @@ struct ChatMessage {
   std::string role, content;
 };
 
-enum class ChatTemplateKind { chatml, llama3, plain };
+enum class ChatTemplateKind { chatml, llama3, llama2, mistral, plain };
 
 class ChatTemplate {
  public:
-  explicit ChatTemplate(ChatTemplateKind kind = ChatTemplateKind::plain) : kind_(kind) {}
+  // bos/eos: the tokenizer_config.json token texts the [INST] templates write.
+  explicit ChatTemplate(ChatTemplateKind kind = ChatTemplateKind::plain, std::string bos = "<s>",
+                        std::string eos = "</s>")
+      : kind_(kind), bos_(std::move(bos)), eos_(std::move(eos)) {}
   // Reads model_dir/tokenizer_config.json (if any) and recognises its chat_template.
   static ChatTemplate for_model_dir(const std::filesystem::path& model_dir);
 
   ChatTemplateKind kind() const { return kind_; }
   std::string name() const;
+  // UserError where the template would raise: the [INST] templates take user/assistant turns
+  // alternating from a user (Llama 2 also one leading system message).
   std::string render(const std::vector<ChatMessage>& messages) const;
   // Text that ends an assistant turn (a default stop string for chat); empty for plain.
   std::string end_of_turn() const;
 
  private:
+  std::string render_inst(const std::vector<ChatMessage>& messages) const;
+
   ChatTemplateKind kind_;
+  std::string bos_, eos_;
 };
 
 }  // namespace llmrun

@@ -114,6 +114,22 @@ TEST(HfConfig, DefaultsFollowTransformers) {
   EXPECT_FALSE(c.tie_embeddings);
 }
 
+// Mistral reads as Llama with its context capped at the attention window (null: no window).
+TEST(HfConfig, MistralIsLlamaWithinItsWindow) {
+  json j = hf_config_json(llama_config());
+  j["model_type"] = "mistral";
+  j["max_position_embeddings"] = 32768;
+  j["sliding_window"] = 4096;
+  ModelConfig c = model_config_from_hf(j, "x");
+  EXPECT_EQ(c.arch, Arch::llama);
+  EXPECT_EQ(c.seq_len, 4096);
+  EXPECT_EQ(c.kv_heads, llama_config().kv_heads);
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(model_config_from_hf(j, "x").seq_len, 32768);
+  j["sliding_window"] = 0;
+  expect_user_error(j, "sliding_window");
+}
+
 TEST(HfConfig, Errors) {
   json j = hf_config_json(gpt2_config());
   j.erase("n_head");
@@ -140,8 +156,8 @@ TEST(HfConfig, Errors) {
   expect_user_error(j, "\"activation_function\": \"relu\" is not supported");
 
   j = hf_config_json(gpt2_config());
-  j["model_type"] = "mistral";
-  expect_user_error(j, "model_type \"mistral\" is not supported");
+  j["model_type"] = "mixtral";
+  expect_user_error(j, "model_type \"mixtral\" is not supported");
 
   j.erase("model_type");
   expect_user_error(j, "missing key \"model_type\"");

@@ -7,6 +7,7 @@
 #include "serve/openai_api.h"
 #include "serve/text_stream.h"
 #include "temp_dir.h"
+#include "util/error.h"
 
 using namespace llmrun;
 using llmrun::testing::TempDir;
@@ -72,6 +73,26 @@ TEST(ChatTemplate, RecognisesTemplatesFromTokenizerConfig) {
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user"
             "<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
   EXPECT_EQ(ChatTemplate().render(msgs), "system: S\nuser: U\nassistant:");
+}
+
+TEST(ChatTemplate, InstTemplatesOfLlama2AndMistral) {
+  TempDir dir;
+  auto write = [&](const std::string& json) { std::ofstream(dir.path() / "tokenizer_config.json") << json; };
+  write(R"({"chat_template": "{{ bos_token + '[INST] ' + '<<SYS>>' }}", "bos_token": {"content": "<B>"}, "eos_token": "<E>"})");
+  const ChatTemplate llama2 = ChatTemplate::for_model_dir(dir.path());
+  EXPECT_EQ(llama2.kind(), ChatTemplateKind::llama2);
+  EXPECT_EQ(llama2.render({{"system", "S"}, {"user", " U1 "}, {"assistant", "A1"}, {"user", "U2"}}),
+            // strip() applies to the system block + content, so U1's leading space stays
+            "<B>[INST] <<SYS>>\nS\n<</SYS>>\n\n U1 [/INST] A1 <E><B>[INST] U2 [/INST]");
+  EXPECT_EQ(llama2.render({{"user", "U"}}), "<B>[INST] U [/INST]");
+  write(R"({"chat_template": "{{ bos_token }}{% for m in messages %}[INST] {% endfor %}"})");
+  const ChatTemplate mistral = ChatTemplate::for_model_dir(dir.path());
+  EXPECT_EQ(mistral.kind(), ChatTemplateKind::mistral);
+  EXPECT_EQ(mistral.render({{"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}}),
+            "<s>[INST] U1 [/INST]A1</s>[INST] U2 [/INST]");
+  EXPECT_THROW(mistral.render({{"system", "S"}, {"user", "U"}}), UserError);
+  EXPECT_THROW(mistral.render({{"user", "U"}, {"user", "U"}}), UserError);
+  EXPECT_THROW(llama2.render({{"assistant", "A"}}), UserError);
 }
 
 TEST(OpenAiRequest, ParsesParametersAndRejectsBadOnes) {
