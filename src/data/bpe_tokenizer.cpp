@@ -45,6 +45,7 @@ struct WordCache {
 };
 constexpr size_t kWordCacheMax = 1 << 18;
 constexpr size_t kCachedWordMax = 256;  // bytes
+constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 }  // namespace
 
@@ -169,6 +170,14 @@ void BpeTokenizer::load_text_symbols(const json& model, const std::string& where
     auto it = vocab_.find(name);
     byte_id_[b] = it == vocab_.end() ? -1 : it->second;
   }
+  // Whether a word may be cut before every "▁" that follows another character: exact when "▁"
+  // is a token (so it never fuses into an <unk> with its neighbour) and no token holds "x▁".
+  split_before_space_ = !ignore_merges_ && vocab_.count(std::string(kSpace));
+  for (auto it = vocab_.begin(); split_before_space_ && it != vocab_.end(); ++it) {
+    const std::string_view t = it->first;
+    for (size_t at = t.find(kSpace, 1); at != std::string_view::npos; at = t.find(kSpace, at + 1))
+      if (!t.substr(0, at).ends_with(kSpace)) split_before_space_ = false;
+  }
   const json unk = model.value("unk_token", json());
   if (unk.is_string()) {
     auto it = vocab_.find(unk.get<std::string>());
@@ -275,6 +284,22 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out)
     out.push_back(byte_id_[static_cast<unsigned char>(word[0])]);
     return;
   }
+  if (split_before_space_) {
+    // Cut before each "▁" that follows another character: no vocabulary token spans such a
+    // spot, so no merge crosses it, and the pieces (short, repeating) merge and cache alone.
+    size_t begin = 0;
+    for (size_t at = word.find(kSpace, 1); at != std::string_view::npos; at = word.find(kSpace, at + 1)) {
+      if (word.substr(0, at).ends_with(kSpace)) continue;  // a run of "▁" stays together
+      encode_piece(word.substr(begin, at - begin), out);
+      begin = at;
+    }
+    encode_piece(word.substr(begin), out);
+    return;
+  }
+  encode_piece(word, out);
+}
+
+void BpeTokenizer::encode_piece(std::string_view word, std::vector<int32_t>& out) const {
   auto symbols = [&] {
     std::vector<int32_t> ids;
     if (text_decoder_) {
@@ -286,7 +311,7 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out)
     merge_word(ids);
     return ids;
   };
-  // Without a pre-tokenizer (Llama 2's tokenizer.json) a whole span is one word: not cached.
+  // Long words (a span without a pre-tokenizer that cannot be cut) are not cached.
   if (word.size() > kCachedWordMax) {
     const std::vector<int32_t> ids = symbols();
     out.insert(out.end(), ids.begin(), ids.end());

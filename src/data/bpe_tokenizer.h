@@ -52,6 +52,7 @@ class BpeTokenizer final : public Tokenizer {
   void load_bos(const nlohmann::json& post_processor, const std::string& where);
   void encode_span(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  void encode_piece(std::string_view word, std::vector<int32_t>& out) const;
   std::vector<int32_t> text_symbols(std::string_view word) const;
   const std::string& checked(int32_t id) const;
   void merge_word(std::vector<int32_t>& ids) const;
@@ -69,6 +70,7 @@ class BpeTokenizer final : public Tokenizer {
   bool byte_fallback_ = false;
   int32_t unk_id_ = -1;
   bool fuse_unk_ = false;
+  bool split_before_space_ = false;  // text vocabulary: see encode_word
   bool ignore_merges_ = false;
   std::vector<AddedToken> added_;   // longest first, for leftmost-longest matching
   bool added_first_byte_[256] = {};
