@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/rope_frequencies.h"
 #include "tensor/tensor.h"
 
 namespace llmrun {
@@ -90,9 +91,10 @@ class Backend {
   // --- positions and attention --------------------------------------------------
   // Rotates, in place, the first `rotated_heads` heads of every row of x [rows, *] by the
   // rotary angle of positions[row] (i32 [rows]); Hugging Face "rotate_half" pairing
-  // (i, i + head_dim/2). inverse=true applies the transpose (for the backward).
+  // (i, i + head_dim/2), frequencies from theta and `scaling` (backend/rope_frequencies.h).
+  // inverse=true applies the transpose (for the backward).
   virtual void rope(Tensor x, const Tensor& positions, int rotated_heads, int head_dim,
-                    float theta, bool inverse) = 0;
+                    float theta, const RopeScaling& scaling, bool inverse) = 0;
   // Causal attention over qkv [batch*seq, qkv_cols]; out [batch*seq, heads*head_dim];
   // lse [batch, heads, seq] keeps the log-sum-exp so the backward never stores probabilities.
   virtual void attention_fwd(Tensor out, Tensor lse, const Tensor& qkv, const AttentionShape& s) = 0;

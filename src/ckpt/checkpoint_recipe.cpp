@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "model/hf_config.h"
 #include "util/error.h"
 
 namespace llmrun {
@@ -9,10 +10,13 @@ namespace llmrun {
 using json = nlohmann::json;
 
 json model_config_json(const ModelConfig& c) {
-  return {{"arch", arch_name(c.arch)}, {"layers", c.layers},         {"d_model", c.d_model},
-          {"heads", c.heads},          {"kv_heads", c.kv_heads},     {"ffn", c.ffn},
-          {"vocab", c.vocab},          {"seq_len", c.seq_len},       {"rope_theta", c.rope_theta},
-          {"norm_eps", c.norm_eps},    {"tie_embeddings", c.tie_embeddings}};
+  json j = {{"arch", arch_name(c.arch)}, {"layers", c.layers},         {"d_model", c.d_model},
+            {"heads", c.heads},          {"kv_heads", c.kv_heads},     {"ffn", c.ffn},
+            {"vocab", c.vocab},          {"seq_len", c.seq_len},       {"rope_theta", c.rope_theta},
+            {"norm_eps", c.norm_eps},    {"tie_embeddings", c.tie_embeddings}};
+  // Only where there is one, so checkpoints of unscaled models read as before.
+  if (c.rope_scaling.type != RopeScaling::Type::none) j["rope_scaling"] = rope_scaling_json(c.rope_scaling);
+  return j;
 }
 
 ModelConfig model_config_from_json(const json& j, const std::string& where) {
@@ -48,6 +52,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& where) {
   c.seq_len = integer("seq_len");
   c.rope_theta = number("rope_theta");
   c.norm_eps = number("norm_eps");
+  if (j.contains("rope_scaling")) c.rope_scaling = rope_scaling_from_json(j["rope_scaling"], where + ": model");
   const json& tie = need("tie_embeddings");
   if (!tie.is_boolean()) throw UserError(where + ": model.tie_embeddings must be true or false");
   c.tie_embeddings = tie.get<bool>();

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/rope_frequencies.h"
+
 namespace llmrun {
 
 enum class Arch { gpt2, llama };
@@ -19,6 +21,7 @@ struct ModelConfig {
   int vocab = 256;
   int seq_len = 64;    // maximum context (GPT-2: size of the position table)
   float rope_theta = 10000.0f;
+  RopeScaling rope_scaling;  // Llama: context-extension rescaling of the rotary frequencies
   float norm_eps = 1e-5f;
   bool tie_embeddings = true;  // GPT-2 always ties; Llama usually does not
   int fixed_head_dim = 0;      // 0: d_model / heads (a tensor-parallel shard keeps the full model's)

@@ -30,6 +30,11 @@ class HfReader {
   [[noreturn]] void fail(const std::string& what) const { throw UserError(path_ + ": " + what); }
 
   bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  const std::string& where() const { return path_; }
+  const json& object(const char* key) const {
+    if (!j_[key].is_object()) fail("key \"" + std::string(key) + "\" must be an object, got " + j_[key].dump());
+    return j_[key];
+  }
 
   int positive_int(const char* key) const {
     if (!has(key)) fail("missing key \"" + std::string(key) + "\"");
@@ -112,7 +117,13 @@ ModelConfig llama_from_hf(const HfReader& r) {
   r.require(r.string("hidden_act", "silu") == "silu", "hidden_act");
   r.require(!r.boolean("attention_bias", false), "attention_bias");
   r.require(!r.boolean("mlp_bias", false), "mlp_bias");
-  r.require(!r.has("rope_scaling"), "rope_scaling");
+  // transformers >= 5 keeps theta and the scaling together in "rope_parameters".
+  const char* rope_key = r.has("rope_scaling") ? "rope_scaling" : "rope_parameters";
+  if (r.has(rope_key)) {
+    const json& rp = r.object(rope_key);
+    c.rope_scaling = rope_scaling_from_json(rp, r.where());
+    if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) c.rope_theta = rp["rope_theta"].get<float>();
+  }
   if (r.has("head_dim"))
     r.require(c.d_model % c.heads == 0 && r.positive_int("head_dim") == c.d_model / c.heads,
               "head_dim");
@@ -169,6 +180,7 @@ json hf_config_json(const ModelConfig& c, int eos_token_id) {
       {"vocab_size", c.vocab},
       {"rms_norm_eps", decimal(c.norm_eps)},
       {"rope_theta", decimal(c.rope_theta)},
+      {"rope_scaling", rope_scaling_json(c.rope_scaling)},
       {"hidden_act", "silu"},
       {"tie_word_embeddings", c.tie_embeddings},
       {"attention_bias", false},
@@ -177,6 +189,44 @@ json hf_config_json(const ModelConfig& c, int eos_token_id) {
       {"eos_token_id", eos},
       {"torch_dtype", "float32"},
   };
+}
+
+json rope_scaling_json(const RopeScaling& s) {
+  switch (s.type) {
+    case RopeScaling::Type::none: return nullptr;
+    case RopeScaling::Type::linear: return {{"rope_type", "linear"}, {"factor", decimal(s.factor)}};
+    case RopeScaling::Type::llama3:
+      return {{"rope_type", "llama3"},
+              {"factor", decimal(s.factor)},
+              {"low_freq_factor", decimal(s.low_freq_factor)},
+              {"high_freq_factor", decimal(s.high_freq_factor)},
+              {"original_max_position_embeddings", s.original_max_positions}};
+  }
+  return nullptr;
+}
+
+RopeScaling rope_scaling_from_json(const json& j, const std::string& where) {
+  RopeScaling s;
+  if (j.is_null()) return s;
+  HfReader r(j, where);
+  auto fail = [&](const std::string& what) { r.fail("rope_scaling: " + what); };
+  // "rope_type" since transformers 4.45, "type" before.
+  const std::string type = r.has("rope_type") ? r.string("rope_type", "") : r.string("type", "default");
+  if (type == "default") return s;
+  if (type != "linear" && type != "llama3")
+    fail("type \"" + type + "\" is not supported (llmrun implements linear and llama3)");
+  s.type = type == "linear" ? RopeScaling::Type::linear : RopeScaling::Type::llama3;
+  if (!r.has("factor")) fail("missing key \"factor\"");
+  s.factor = r.positive_float("factor", 1.0f);
+  if (s.type == RopeScaling::Type::llama3) {
+    for (const char* k : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+      if (!r.has(k)) fail("missing key \"" + std::string(k) + "\"");
+    s.low_freq_factor = r.positive_float("low_freq_factor", 1.0f);
+    s.high_freq_factor = r.positive_float("high_freq_factor", 4.0f);
+    s.original_max_positions = r.positive_int("original_max_position_embeddings");
+    if (!(s.high_freq_factor > s.low_freq_factor)) fail("high_freq_factor must exceed low_freq_factor");
+  }
+  return s;
 }
 
 ModelConfig model_config_from_hf(const json& j, const std::string& source_path) {

@@ -112,7 +112,7 @@ void block_forward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, B
   norm_forward(be, cfg, a.norm1, a.norm1_mean, a.norm1_rstd, a.input, w.norm1_w, w.norm1_b);
   lin.forward(be, {layer, LinearKind::qkv}, a.qkv, all_rows(comm, a.norm1), w.qkv_w, bias_or_null(w.qkv_b), false);
   if (cfg.arch == Arch::llama)
-    be.rope(a.qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta, false);
+    be.rope(a.qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta, cfg.rope_scaling, false);
   core(a.qkv, a.attn);
   row_parallel_residual(be, lin, {layer, LinearKind::out}, comm, a.mid, a.input, a.attn, w.out_w, w.out_b);
 
@@ -146,7 +146,7 @@ void block_backward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, 
   lin.backward(be, {layer, LinearKind::out}, s.d_attn, g.out_w, g.out_b, all_rows(comm, d_resid), a.attn, w.out_w);
   be.attention_bwd(s.d_qkv, s.d_attn, a.qkv, a.attn, a.lse, shape);
   if (cfg.arch == Arch::llama)
-    be.rope(s.d_qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta, true);
+    be.rope(s.d_qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta, cfg.rope_scaling, true);
   column_parallel_backward(be, lin, {layer, LinearKind::qkv}, comm, s.d_norm, g.qkv_w, g.qkv_b, s.d_qkv, a.norm1,
                            w.qkv_w);
   norm_backward(be, cfg, d_resid, g.norm1_w, g.norm1_b, s.d_norm, a.input, w.norm1_w, a.norm1_mean,

@@ -113,6 +113,15 @@ std::string describe_recipe(const Recipe& r) {
     << "  seq_len: " << m.seq_len << "\n";
   // GPT-2 has learned positions; printing a RoPE theta for it would be misleading.
   if (m.arch == Arch::llama) o << "  rope_theta: " << num(m.rope_theta) << "\n";
+  // Only a model.from dir brings a scaling; shown as a comment, since it is not a recipe key.
+  if (m.rope_scaling.type != RopeScaling::Type::none)
+    o << "  # rope_scaling: " << rope_scaling_name(m.rope_scaling.type) << ", factor " << num(m.rope_scaling.factor)
+      << (m.rope_scaling.type == RopeScaling::Type::llama3
+              ? ", low_freq_factor " + num(m.rope_scaling.low_freq_factor) + ", high_freq_factor " +
+                    num(m.rope_scaling.high_freq_factor) + ", original_max_position_embeddings " +
+                    std::to_string(m.rope_scaling.original_max_positions)
+              : std::string())
+      << " (from the model dir)\n";
   o << "  norm_eps: " << num(m.norm_eps) << "\n"
     << "  tie_embeddings: " << (m.tie_embeddings ? "true" : "false") << "\n";
   if (!r.model_from.empty()) o << "  from: " << str(r.model_from) << "\n";

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Hugging Face directory helpers for the interop e2e test, independent of llmrun.
 
-  make DIR KIND[:shards][:f16] ...     write config.json + random weights (gpt2 | llama | llama-tied)
+  make DIR KIND[:shards][:f16] ...     write config.json + random weights (gpt2 | llama | llama31 | llama-tied)
   same A B                             every tensor of model dir A equals B's (by HF name, exactly)
   loss TEXT DIR ...                    mean next-token loss of the text (byte tokens, windows of
                                        n_positions + 1 overlapping by one), one "DIR LOSS" line each
@@ -23,6 +23,12 @@ CONFIGS = {
     "llama": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
               "num_key_value_heads": 2, "intermediate_size": 96, "max_position_embeddings": 64,
               "vocab_size": 256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False},
+    # Llama 3.1's rope_scaling, its context shrunk to 64 so the 8 frequencies fall in every band.
+    "llama31": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "intermediate_size": 96, "max_position_embeddings": 64,
+                "vocab_size": 256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
+                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64}},
     "llama-tied": {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 8,
                    "num_key_value_heads": 8, "intermediate_size": 128, "max_position_embeddings": 64,
                    "vocab_size": 256, "rms_norm_eps": 1e-6, "tie_word_embeddings": True},

@@ -35,8 +35,9 @@ def arch_of(config):
             raise ValueError(f"unsupported hidden_act {config['hidden_act']!r}")
         if config.get("attention_bias") or config.get("mlp_bias"):
             raise ValueError("attention_bias/mlp_bias are not supported")
-        if config.get("rope_scaling"):
-            raise ValueError("rope_scaling is not supported")
+        rs = config.get("rope_scaling")
+        if rs and rs.get("rope_type", rs.get("type")) not in ("linear", "llama3"):
+            raise ValueError(f"unsupported rope_scaling {rs!r}")
     return t
 
 
@@ -180,10 +181,29 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rope_cos_sin(T, head_dim, theta, dtype):
-    # HF LlamaRotaryEmbedding (default rope type): frequencies over the
-    # first half of the head dim, duplicated so they pair i with i + D/2.
+def scaled_inv_freq(inv_freq, rs):
+    """transformers' linear and llama3 rope_scaling (modeling_rope_utils), in float32."""
+    if not rs:
+        return inv_freq
+    kind = rs.get("rope_type", rs.get("type"))
+    factor = rs["factor"]
+    if kind == "linear":
+        return inv_freq / factor
+    low, high, old = rs["low_freq_factor"], rs["high_freq_factor"], rs["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old / low, old / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope_cos_sin(T, head_dim, theta, dtype, rope_scaling=None):
+    # HF LlamaRotaryEmbedding: frequencies over the first half of the head dim (rescaled
+    # for long-context configs), duplicated so they pair i with i + D/2.
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    inv_freq = scaled_inv_freq(inv_freq, rope_scaling)
     t = torch.arange(T, dtype=torch.float32)
     freqs = torch.outer(t, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -224,7 +244,7 @@ class Llama:
         p = self.p
         B, T = tokens.shape
         h = p["model.embed_tokens.weight"][tokens]
-        cos, sin = rope_cos_sin(T, self.hd, self.theta, h.dtype)
+        cos, sin = rope_cos_sin(T, self.hd, self.theta, h.dtype, self.config.get("rope_scaling"))
         n_rep = self.H // self.KV
         for i in range(self.L):
             pre = f"model.layers.{i}."

@@ -375,19 +375,19 @@ TEST_F(CpuBackendTest, RopeMatchesReferenceAndInverseIsTranspose) {
     Tensor x = randn({rows, heads * hd});
     const std::vector<double> ref = rope_ref(x, pos, rotated, hd, 10000.0f);
     Tensor y = clone(x);
-    be->rope(y, positions, rotated, hd, 10000.0f, false);
+    be->rope(y, positions, rotated, hd, 10000.0f, {}, false);
     expect_close(y.f32(), ref, 1e-5, 1e-5, "rope");
     for (int64_t r = 0; r < rows; ++r)  // the unrotated head is untouched
       for (int c = rotated * hd; c < heads * hd; ++c)
         EXPECT_EQ(y.f32()[r * heads * hd + c], x.f32()[r * heads * hd + c]);
-    be->rope(y, positions, rotated, hd, 10000.0f, true);
+    be->rope(y, positions, rotated, hd, 10000.0f, {}, true);
     expect_close(y.f32(), to_double(x), 1e-5, 1e-5, "rope then inverse");
 
     // <rope(x), z> == <x, rope_inv(z)>: the inverse is the backward.
     Tensor z = randn({rows, heads * hd});
     Tensor rx = clone(x), riz = clone(z);
-    be->rope(rx, positions, rotated, hd, 10000.0f, false);
-    be->rope(riz, positions, rotated, hd, 10000.0f, true);
+    be->rope(rx, positions, rotated, hd, 10000.0f, {}, false);
+    be->rope(riz, positions, rotated, hd, 10000.0f, {}, true);
     EXPECT_NEAR(dot(rx, z), dot(x, riz), 1e-4);
   }
 }

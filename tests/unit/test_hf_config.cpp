@@ -114,6 +114,32 @@ TEST(HfConfig, DefaultsFollowTransformers) {
   EXPECT_FALSE(c.tie_embeddings);
 }
 
+// Llama 3.1's rope_scaling (and transformers 5's rope_parameters) reads and writes back.
+TEST(HfConfig, RopeScalingRoundTrip) {
+  json j = hf_config_json(llama_config());
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  const ModelConfig c = model_config_from_hf(j, "x");
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::llama3);
+  EXPECT_EQ(c.rope_scaling.original_max_positions, 8192);
+  EXPECT_EQ(hf_config_json(c)["rope_scaling"], j["rope_scaling"]);
+  EXPECT_TRUE(hf_config_json(llama_config())["rope_scaling"].is_null());
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 500000.0}};
+  const ModelConfig l = model_config_from_hf(j, "x");
+  EXPECT_EQ(l.rope_scaling.type, RopeScaling::Type::linear);
+  EXPECT_EQ(l.rope_theta, 500000.0f);
+  // The frequencies: linear divides all; llama3 keeps the high ones and divides the low ones.
+  const auto base = rope_inv_freq(10000.0f, 8, {});
+  const auto lin = rope_inv_freq(10000.0f, 8, l.rope_scaling);
+  const auto l3 = rope_inv_freq(10000.0f, 8, {RopeScaling::Type::llama3, 8.0f, 1.0f, 8.0f, 256});
+  for (size_t i = 0; i < base.size(); ++i) EXPECT_EQ(lin[i], base[i] / 2.0f);
+  EXPECT_EQ(l3[0], base[0]);
+  EXPECT_GT(l3[1], base[1] / 8.0f);
+  EXPECT_LT(l3[1], base[1]);
+  EXPECT_EQ(l3[3], base[3] / 8.0f);
+}
+
 // Mistral reads as Llama with its context capped at the attention window (null: no window).
 TEST(HfConfig, MistralIsLlamaWithinItsWindow) {
   json j = hf_config_json(llama_config());
@@ -144,8 +170,12 @@ TEST(HfConfig, Errors) {
   expect_user_error(j, "key \"hidden_size\" must be a positive integer");
 
   j = hf_config_json(llama_config());
-  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  expect_user_error(j, "\"rope_scaling\"");
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_user_error(j, "rope_scaling: type \"yarn\" is not supported");
+
+  j = hf_config_json(llama_config());
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  expect_user_error(j, "rope_scaling: missing key \"low_freq_factor\"");
 
   j = hf_config_json(llama_config());
   j["num_key_value_heads"] = 3;

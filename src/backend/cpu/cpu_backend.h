@@ -44,7 +44,7 @@ class CpuBackend final : public Backend {
   void rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                    const Tensor& rstd, bool accumulate_dx) override;
 
-  void rope(Tensor x, const Tensor& positions, int rotated_heads, int head_dim, float theta,
+  void rope(Tensor x, const Tensor& positions, int rotated_heads, int head_dim, float theta, const RopeScaling& scaling,
             bool inverse) override;
   void attention_fwd(Tensor out, Tensor lse, const Tensor& qkv, const AttentionShape& s) override;
   void attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,

@@ -25,7 +25,7 @@ void angles(int32_t pos, const std::vector<float>& inv_freq, float sign, float* 
 }  // namespace
 
 void CpuBackend::rope(Tensor x, const Tensor& positions, int rotated_heads, int head_dim,
-                      float theta, bool inverse) {
+                      float theta, const RopeScaling& scaling, bool inverse) {
   cpu::check_f32(x, "rope x");
   cpu::check_i32(positions, "rope positions");
   const int64_t rows = x.rows(), cols = x.cols();
@@ -35,12 +35,7 @@ void CpuBackend::rope(Tensor x, const Tensor& positions, int rotated_heads, int 
   LLMRUN_CHECK(positions.numel() == rows, "rope: one position per row of x");
   if (rows == 0 || rotated_heads == 0) return;
   const int half = head_dim / 2;
-  std::vector<float> inv_freq(half);
-  for (int i = 0; i < half; ++i) {
-    const float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    const auto p = static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(expo)));
-    inv_freq[i] = 1.0f / p;
-  }
+  const std::vector<float> inv_freq = rope_inv_freq(theta, head_dim, scaling);
   const float sign = inverse ? -1.0f : 1.0f;
   const int32_t* pos = positions.i32();
   const auto [pmin_it, pmax_it] = std::minmax_element(pos, pos + rows);
