@@ -78,10 +78,12 @@ BlockTensors block_tensors(const ModelConfig& cfg, const BucketStore& s, int lay
   } else {
     t.norm1_w = s.tensor(b, 0);
     t.qkv_w = span_rows(s, b, 1, 3);
-    t.out_w = s.tensor(b, 4);
-    t.norm2_w = s.tensor(b, 5);
-    t.up_w = span_rows(s, b, 6, 2);
-    t.down_w = s.tensor(b, 8);
+    const int after_qkv = cfg.qkv_bias ? 7 : 4;  // the q, k, v biases follow their weights
+    if (cfg.qkv_bias) t.qkv_b = span_rows(s, b, 4, 3);
+    t.out_w = s.tensor(b, after_qkv);
+    t.norm2_w = s.tensor(b, after_qkv + 1);
+    t.up_w = span_rows(s, b, after_qkv + 2, 2);
+    t.down_w = s.tensor(b, after_qkv + 4);
   }
   return t;
 }

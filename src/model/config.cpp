@@ -25,6 +25,7 @@ int64_t ModelConfig::param_count() const {
     n += int64_t(seq_len) * d + 2 * d;                           // positions, final LayerNorm
   } else {
     block += 2 * d;  // two RMSNorm weights
+    if (qkv_bias) block += (heads + 2 * kv_heads) * hd;
     n += d;          // final RMSNorm
   }
   if (!tie_embeddings) n += int64_t(vocab) * d;

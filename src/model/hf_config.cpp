@@ -142,6 +142,16 @@ ModelConfig mistral_from_hf(const HfReader& r) {
   return c;
 }
 
+// Qwen 2 is Llama with biases on the q/k/v projections. Its optional sliding window (on the
+// layers from max_window_layers on) is, like Mistral's, exact below the window.
+ModelConfig qwen2_from_hf(const HfReader& r) {
+  ModelConfig c = llama_from_hf(r);
+  c.qkv_bias = true;
+  if (r.boolean("use_sliding_window", false) && r.has("sliding_window"))
+    c.seq_len = std::min(c.seq_len, r.positive_int("sliding_window"));
+  return c;
+}
+
 }  // namespace
 
 json hf_config_json(const ModelConfig& c, int eos_token_id) {
@@ -168,7 +178,7 @@ json hf_config_json(const ModelConfig& c, int eos_token_id) {
         {"torch_dtype", "float32"},
     };
   }
-  return {
+  json j = {
       {"architectures", {"LlamaForCausalLM"}},
       {"model_type", "llama"},
       {"num_hidden_layers", c.layers},
@@ -189,6 +199,14 @@ json hf_config_json(const ModelConfig& c, int eos_token_id) {
       {"eos_token_id", eos},
       {"torch_dtype", "float32"},
   };
+  if (c.qkv_bias) {  // Qwen 2: Llama with q/k/v biases (and no attention_bias/mlp_bias keys)
+    j["architectures"] = {"Qwen2ForCausalLM"};
+    j["model_type"] = "qwen2";
+    j.erase("attention_bias");
+    j.erase("mlp_bias");
+    j["use_sliding_window"] = false;
+  }
+  return j;
 }
 
 json rope_scaling_json(const RopeScaling& s) {
@@ -240,10 +258,12 @@ ModelConfig model_config_from_hf(const json& j, const std::string& source_path) 
     c = llama_from_hf(r);
   else if (type == "mistral")
     c = mistral_from_hf(r);
+  else if (type == "qwen2")
+    c = qwen2_from_hf(r);
   else if (type.empty())
     r.fail("missing key \"model_type\"");
   else
-    r.fail("model_type \"" + type + "\" is not supported (llmrun reads gpt2, llama and mistral)");
+    r.fail("model_type \"" + type + "\" is not supported (llmrun reads gpt2, llama, mistral and qwen2)");
   if (c.d_model % c.heads != 0)
     r.fail("hidden size " + std::to_string(c.d_model) + " is not a multiple of the " +
            std::to_string(c.heads) + " attention heads");

@@ -156,12 +156,16 @@ BucketLayout gpt2_block(const ModelConfig& c, const Splits& s, int i) {
 BucketLayout llama_block(const ModelConfig& c, const Splits& s, int i) {
   const int64_t d = c.d_model, f = c.ffn, hd = c.head_dim();
   const std::string p = "model.layers." + std::to_string(i) + ".";
-  return BucketBuilder("block." + std::to_string(i))
-      .add(p + "input_layernorm.weight", {d}, kOnes, s.replicated())
+  BucketBuilder b("block." + std::to_string(i));
+  b.add(p + "input_layernorm.weight", {d}, kOnes, s.replicated())
       .add(p + "self_attn.q_proj.weight", {c.heads * hd, d}, kNormal, s.column(c.heads * hd))
       .add(p + "self_attn.k_proj.weight", {c.kv_heads * hd, d}, kNormal, s.kv_heads())
-      .add(p + "self_attn.v_proj.weight", {c.kv_heads * hd, d}, kNormal, s.kv_heads())
-      .add(p + "self_attn.o_proj.weight", {d, c.heads * hd}, kResidual, s.row(c.heads * hd))
+      .add(p + "self_attn.v_proj.weight", {c.kv_heads * hd, d}, kNormal, s.kv_heads());
+  if (c.qkv_bias)  // split like their weights' rows; block_tensors reads them as one q|k|v bias
+    b.add(p + "self_attn.q_proj.bias", {c.heads * hd}, kZeros, s.column(c.heads * hd))
+        .add(p + "self_attn.k_proj.bias", {c.kv_heads * hd}, kZeros, s.kv_heads())
+        .add(p + "self_attn.v_proj.bias", {c.kv_heads * hd}, kZeros, s.kv_heads());
+  return b.add(p + "self_attn.o_proj.weight", {d, c.heads * hd}, kResidual, s.row(c.heads * hd))
       .add(p + "post_attention_layernorm.weight", {d}, kOnes, s.replicated())
       .add(p + "mlp.gate_proj.weight", {f, d}, kNormal, s.column(f))
       .add(p + "mlp.up_proj.weight", {f, d}, kNormal, s.column(f))

@@ -152,6 +152,7 @@ void read_model_from(const MapReader& m, const Locator& loc, const fs::path& bas
   if (m.has("norm_eps")) agree("norm_eps", std::to_string(float(*m.number("norm_eps"))), std::to_string(c.norm_eps));
   if (m.has("tie_embeddings"))
     agree("tie_embeddings", *m.boolean("tie_embeddings") ? "true" : "false", c.tie_embeddings ? "true" : "false");
+  if (m.has("qkv_bias")) agree("qkv_bias", *m.boolean("qkv_bias") ? "true" : "false", c.qkv_bias ? "true" : "false");
   r.model = c;
   vocab = c.vocab;
 }
@@ -160,7 +161,7 @@ void read_model(const YAML::Node& node, Locator& loc, const fs::path& base, Reci
                 std::optional<int64_t>& vocab) {
   const MapReader m(node, "model", loc,
                     {"arch", "layers", "d_model", "heads", "kv_heads", "ffn", "vocab", "seq_len",
-                     "rope_theta", "norm_eps", "tie_embeddings", "from"});
+                     "rope_theta", "norm_eps", "tie_embeddings", "qkv_bias", "from"});
   if (m.has("from")) return read_model_from(m, loc, base, r, vocab);
   ModelConfig& c = r.model;
   const std::string arch = required(m, "arch", m.string("arch"), loc);
@@ -183,6 +184,7 @@ void read_model(const YAML::Node& node, Locator& loc, const fs::path& base, Reci
           "model.heads");
     }
     if (m.has("rope_theta")) loc.fail("model.rope_theta", "GPT-2 uses learned positions, not RoPE");
+    if (m.has("qkv_bias")) loc.fail("model.qkv_bias", "GPT-2 has biases on every linear layer already");
     if (tie == false) {
       loc.fail("model.tie_embeddings", "GPT-2 always ties the LM head to the token embedding");
     }
@@ -195,6 +197,7 @@ void read_model(const YAML::Node& node, Locator& loc, const fs::path& base, Reci
     c.ffn = to_int(m.integer("ffn", 1, kMaxCount), swiglu);
     c.rope_theta = float(m.number("rope_theta").value_or(10000.0));
     c.tie_embeddings = tie.value_or(false);
+    c.qkv_bias = m.boolean("qkv_bias").value_or(false);
   }
 }
 

@@ -87,6 +87,17 @@ for arch in gpt2 llama; do
   done
 done
 
+# Llama with q/k/v biases (Qwen 2): the biases split like their weights' rows; with kv_heads 2
+# under tp 4 a key/value bias is shared by two ranks, whose gradients add up.
+sed -e 's/ffn: 64}/ffn: 64, qkv_bias: true}/' llama.yaml > qwen.yaml
+run qwen-base qwen.yaml 1
+grep -q '"model_type": "qwen2"' qwen-base/model/config.json || fail "a qkv_bias model did not export as qwen2"
+for layout in "tp4-sp 4 parallel.tp=4 parallel.sequence_parallel=true" "tp2-pp2 4 parallel.tp=2 parallel.pp=2"; do
+  set -- $layout
+  run qwen-$1 qwen.yaml $2 "${@:3}"
+  compare qwen-base qwen-$1
+done
+
 # Recompute on one rank is bitwise the same run, with less activation memory: full keeps one
 # block's buffers instead of one per layer, selective drops the attention outputs.
 /usr/bin/python3 - <<'PY' || fail "recompute changed the numbers or did not save memory"

@@ -24,10 +24,15 @@ import torch.nn.functional as F
 # ---------------------------------------------------------------------------
 
 def arch_of(config):
-    """'gpt2' or 'llama'; rejects config options this reference does not model."""
+    """'gpt2' or 'llama' (Qwen 2 is Llama with q/k/v biases); rejects config options this
+    reference does not model."""
     t = config.get("model_type")
-    if t not in ("gpt2", "llama"):
+    if t not in ("gpt2", "llama", "qwen2"):
         raise ValueError(f"unsupported model_type {t!r}")
+    if t == "qwen2":
+        if config.get("use_sliding_window"):
+            raise ValueError("use_sliding_window is not supported")
+        t = "llama"
     if t == "gpt2" and config.get("activation_function", "gelu_new") != "gelu_new":
         raise ValueError(f"unsupported activation_function {config['activation_function']!r}")
     if t == "llama":
@@ -55,6 +60,11 @@ def _llama_dims(c):
     head_dim = c.get("head_dim") or d // heads
     return (c["num_hidden_layers"], d, heads, kv, head_dim,
             c["intermediate_size"], c["vocab_size"])
+
+
+def qkv_bias(c):
+    # Qwen2Attention always has q/k/v biases (and none on o_proj).
+    return c.get("model_type") == "qwen2"
 
 
 def llama_tied(c):
@@ -89,6 +99,11 @@ def param_shapes(config):
                 (p + "self_attn.q_proj.weight", (H * hd, d)),
                 (p + "self_attn.k_proj.weight", (KV * hd, d)),
                 (p + "self_attn.v_proj.weight", (KV * hd, d)),
+            ]
+            if qkv_bias(config):
+                out += [(p + "self_attn.q_proj.bias", (H * hd,)), (p + "self_attn.k_proj.bias", (KV * hd,)),
+                        (p + "self_attn.v_proj.bias", (KV * hd,))]
+            out += [
                 (p + "self_attn.o_proj.weight", (d, H * hd)),
                 (p + "post_attention_layernorm.weight", (d,)),
                 (p + "mlp.gate_proj.weight", (ffn, d)),
@@ -237,8 +252,9 @@ class Llama:
         return self.p[name + ".weight"] * xf.to(dtype)
 
     def _lin(self, x, name):
-        # nn.Linear without bias: weight is [out, in].
-        return x @ self.p[name + ".weight"].t()
+        # nn.Linear: weight is [out, in]; a bias where the checkpoint has one (Qwen 2's q/k/v).
+        y = x @ self.p[name + ".weight"].t()
+        return y + self.p[name + ".bias"] if name + ".bias" in self.p else y
 
     def forward(self, tokens):
         p = self.p

@@ -140,6 +140,24 @@ TEST(HfConfig, RopeScalingRoundTrip) {
   EXPECT_EQ(l3[3], base[3] / 8.0f);
 }
 
+// Qwen 2 reads as Llama with q/k/v biases and exports back as qwen2.
+TEST(HfConfig, Qwen2IsLlamaWithQkvBiases) {
+  ModelConfig c = llama_config();
+  c.qkv_bias = true;
+  json j = hf_config_json(c);
+  EXPECT_EQ(j["model_type"], "qwen2");
+  EXPECT_FALSE(j.contains("attention_bias"));
+  const ModelConfig back = model_config_from_hf(j, "x");
+  EXPECT_TRUE(back.qkv_bias);
+  EXPECT_EQ(back.param_count(), c.param_count());
+  EXPECT_EQ(c.param_count() - llama_config().param_count(),
+            int64_t(c.layers) * (c.heads + 2 * c.kv_heads) * c.head_dim());
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 16;
+  EXPECT_EQ(model_config_from_hf(j, "x").seq_len, std::min(16, c.seq_len));
+  EXPECT_FALSE(model_config_from_hf(hf_config_json(llama_config()), "x").qkv_bias);
+}
+
 // Mistral reads as Llama with its context capped at the attention window (null: no window).
 TEST(HfConfig, MistralIsLlamaWithinItsWindow) {
   json j = hf_config_json(llama_config());
