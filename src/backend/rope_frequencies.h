@@ -14,8 +14,6 @@ struct RopeScaling {
   float low_freq_factor = 1.0f;       // llama3
   float high_freq_factor = 4.0f;      // llama3
   int original_max_positions = 8192;  // llama3: the context the model was pretrained with
-
-  bool operator==(const RopeScaling&) const = default;
 };
 
 const char* rope_scaling_name(RopeScaling::Type t);
