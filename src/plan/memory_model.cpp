@@ -13,7 +13,7 @@ namespace {
 
 // One tensor-parallel rank's shapes for one micro-batch.
 struct RankDims {
-  bool gpt2;
+  bool gpt2, qkv_bias;
   int64_t d, f, vocab, seq, mb;
   int64_t heads, qkv_cols, attn_cols, up_cols;
   int64_t n, n_seq;  // tokens of a micro-batch; of them, the rows of a sequence-parallel shard
@@ -23,6 +23,7 @@ RankDims rank_dims(const TrainingShape& s, const TrainingLayout& l) {
   const ModelConfig& m = s.model;
   RankDims x{};
   x.gpt2 = m.arch == Arch::gpt2;
+  x.qkv_bias = m.qkv_bias;
   x.d = m.d_model;
   x.f = m.ffn / l.tp;
   x.vocab = vocab_rows(m.vocab, l.tp, 0);
@@ -42,7 +43,8 @@ int64_t block_params(const RankDims& x) {
   const int64_t d = x.d;
   if (x.gpt2)  // ln_1, c_attn (+bias), c_proj (+replicated bias), ln_2, c_fc (+bias), c_proj (+replicated bias)
     return 2 * d + x.qkv_cols * d + x.qkv_cols + d * x.attn_cols + d + 2 * d + x.f * d + x.f + d * x.f + d;
-  return 2 * d + x.qkv_cols * d + d * x.attn_cols + 2 * x.f * d + d * x.f;  // norms, qkv, o, gate|up, down
+  return 2 * d + x.qkv_cols * d + (x.qkv_bias ? x.qkv_cols : 0) + d * x.attn_cols + 2 * x.f * d +
+         d * x.f;  // norms, qkv (+bias), o, gate|up, down
 }
 
 // Floats one block keeps from its forward for its backward (one micro-batch).
