@@ -6,6 +6,8 @@
 #include "ckpt/safetensors.h"
 #include "model/hf_config.h"
 #include "util/atomic_dir.h"
+#include "util/error.h"
+#include "util/json_file.h"
 
 namespace llmrun {
 
@@ -43,6 +45,18 @@ LoadedModel load_model_dir(const std::string& dir, Backend& backend) {
   m.model = std::make_unique<Transformer>(backend, cfg);
   import_hf_tensors(backend, m.model->params(), weights);
   m.tokenizer = load_tokenizer(root);
+  const auto gen_path = root / "generation_config.json";
+  if (std::filesystem::is_regular_file(gen_path)) {
+    const nlohmann::json gen = read_json_file(gen_path);
+    const nlohmann::json eos = gen.is_object() ? gen.value("eos_token_id", nlohmann::json()) : nlohmann::json();
+    for (const nlohmann::json& id : eos.is_array() ? eos : nlohmann::json::array({eos})) {
+      if (id.is_null()) continue;
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= cfg.vocab)
+        throw UserError(gen_path.string() + ": eos_token_id " + id.dump() + " is not a token id below " +
+                        std::to_string(cfg.vocab));
+      m.eos_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
   return m;
 }
 

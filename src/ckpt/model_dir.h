@@ -16,9 +16,14 @@ void save_model_dir(const std::string& dir, Transformer& model, const Tokenizer&
 struct LoadedModel {
   std::unique_ptr<Transformer> model;
   std::unique_ptr<Tokenizer> tokenizer;
+  // generation_config.json's eos_token_id (one id or a list; Llama 3 Instruct lists
+  // <|eot_id|> beside <|end_of_text|>): tokens that end generation, as transformers and
+  // vLLM stop on them. Empty when the file or the key is absent.
+  std::vector<int32_t> eos_token_ids;
 };
 
-// Reads a Hugging Face model directory (GPT-2 or Llama config; F32/F16/BF16 weights).
+// Reads a Hugging Face model directory (GPT-2, Llama, Mistral or Qwen 2 config;
+// F32/F16/BF16 weights).
 LoadedModel load_model_dir(const std::string& dir, Backend& backend);
 
 }  // namespace llmrun

@@ -60,7 +60,9 @@ int generate(const GenerateArgs& a) {
     // Ids past the tokenizer's vocabulary (an embedding table padded for speed) cannot be
     // decoded: sample among the tokenizer's ids only, as `llmrun serve` does.
     int32_t next = sampler.sample(host.data(), std::min(cfg.vocab, m.tokenizer->vocab_size()));
-    if (next == m.tokenizer->eos_id()) break;
+    if (next == m.tokenizer->eos_id() ||
+        std::find(m.eos_token_ids.begin(), m.eos_token_ids.end(), next) != m.eos_token_ids.end())
+      break;
     std::string piece = m.tokenizer->token_bytes(next);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);

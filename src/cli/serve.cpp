@@ -29,6 +29,7 @@ int serve(ServeArgs& a) {
     throw UserError(a.model_dir + ": the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
                     " tokens but the model only " + std::to_string(cfg.vocab));
   EngineConfig& ec = a.engine;
+  ec.stop_token_ids = m.eos_token_ids;
   if (ec.max_model_len == 0) ec.max_model_len = cfg.seq_len;
   if (cfg.arch == Arch::gpt2 && ec.max_model_len > cfg.seq_len)
     throw UserError("--max-model-len " + std::to_string(ec.max_model_len) + " exceeds this GPT-2 model's " +

@@ -288,7 +288,11 @@ void Engine::sample_and_report(Sequence& s, const float* logits) {
   }
   s.last_token = now;
 
-  if (!p.ignore_eos && token == tok_.eos_id()) return finish(s, ev, "stop");
+  const auto stops_on = [&](const std::vector<int32_t>& ids) {
+    return std::find(ids.begin(), ids.end(), token) != ids.end();
+  };
+  if (!p.ignore_eos && (token == tok_.eos_id() || stops_on(cfg_.stop_token_ids))) return finish(s, ev, "stop");
+  if (stops_on(p.stop_token_ids)) return finish(s, ev, "stop");
   bool stopped = false;
   ev.text = s.text->push(token, stopped);
   if (stopped) return finish(s, ev, "stop");

@@ -28,6 +28,9 @@ struct EngineConfig {
   int num_blocks = 0;       // KV pool size in blocks
   int max_model_len = 0;    // prompt + generated tokens per sequence
   bool prefix_caching = true;
+  // Tokens that end every sequence besides the tokenizer's end token (ignore_eos aside):
+  // generation_config.json's eos_token_id, e.g. Llama 3 Instruct's <|eot_id|>.
+  std::vector<int32_t> stop_token_ids;
 };
 
 // KV pool blocks that fit `bytes` for this model (k and v, every layer, fp32).

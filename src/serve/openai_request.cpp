@@ -173,6 +173,8 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
     }
   }
   if (chat && !ctx.chat_template.end_of_turn().empty()) p.stop.push_back(ctx.chat_template.end_of_turn());
+  if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null())
+    p.stop_token_ids = token_array(body["stop_token_ids"], ctx.vocab, "stop_token_ids");
   if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
     const json& lb = body["logit_bias"];
     if (!lb.is_object()) throw invalid("'logit_bias' must be an object of token id -> bias", "logit_bias");

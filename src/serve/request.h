@@ -17,6 +17,7 @@ struct GenerationParams {
   int max_tokens = 16;
   std::vector<std::string> stop;      // strings that end generation; not emitted
   bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;  // vLLM's: tokens that end generation like the end token
   float presence_penalty = 0, frequency_penalty = 0;  // OpenAI: over generated tokens
   float repetition_penalty = 1;       // Hugging Face/CTRL: over prompt and generated tokens
   std::map<int32_t, float> logit_bias;

@@ -1,8 +1,9 @@
 # A Mistral-style model dir (config model_type mistral with a sliding window, a tokenizer.json
 # converted from SentencePiece, an [INST] chat template) served by `llmrun serve`: prompts get
 # the post-processor's <s> once, the context is capped at the window, chat renders Mistral's
-# template and refuses what it refuses, /detokenize decodes like transformers, and streamed,
-# whole and `llmrun generate` texts agree (the stream keeps each token's leading space).
+# template and refuses what it refuses, /detokenize decodes like transformers, streamed,
+# whole and `llmrun generate` texts agree (the stream keeps each token's leading space), and
+# generation_config.json's eos_token_id list and a request's stop_token_ids end generation.
 source "$(dirname "$0")/common.bash"
 source "$(dirname "$0")/serve_common.bash"
 
@@ -47,6 +48,8 @@ json.dump({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token":
 cfg = json.load(open(d + "/config.json"))
 cfg.update(model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=64, bos_token_id=1, eos_token_id=2)
 json.dump(cfg, open(d + "/config.json", "w"))
+# Like Llama 3 Instruct's <|eot_id|>: a second end token, here "▁wor".
+json.dump({"eos_token_id": [2, vocab[sp + "w" + "or"]]}, open(d + "/generation_config.json", "w"))
 PY
 
 # The reference ids of a text without <s>: the same tokenizer through `llmrun data tokenize`
@@ -114,6 +117,19 @@ assert json.loads(body)["choices"][0]["text"] == " hello hello hello", body
 st, body = post("/v1/completions", dict(req, stream=True))
 pieces = [json.loads(l[6:])["choices"][0]["text"] for l in body.splitlines() if l.startswith("data: {") and json.loads(l[6:])["choices"]]
 assert "".join(pieces) == " hello hello hello", pieces
+# "▁wor" is generation_config.json's second end token: it stops (unless ignore_eos), unseen.
+world = json.loads(post("/tokenize", {"prompt": "world"})[1])["tokens"][1:]
+req = dict(req, logit_bias={str(world[0]): 100})
+r = json.loads(post("/v1/completions", req)[1])
+assert r["choices"][0]["text"] == "" and r["choices"][0]["finish_reason"] == "stop", r
+assert r["usage"]["completion_tokens"] == 1, r
+r = json.loads(post("/v1/completions", dict(req, ignore_eos=True))[1])
+assert r["choices"][0]["text"] == " wor wor wor" and r["choices"][0]["finish_reason"] == "length", r
+# A request's own stop_token_ids (vLLM's extension) end it the same way.
+r = json.loads(post("/v1/completions", dict(req, logit_bias={str(hello[0]): 100}, stop_token_ids=[hello[0]]))[1])
+assert r["choices"][0]["text"] == "" and r["choices"][0]["finish_reason"] == "stop", r
+st, body = post("/v1/completions", dict(req, stop_token_ids=[10 ** 6]))
+assert st == 400 and "stop_token_ids" in body, (st, body)
 print("ok:", repr(whole))
 PY
 echo "serve sentencepiece: ok"
