@@ -218,15 +218,15 @@ void BpeTokenizer::load_added_tokens(const json& added, const std::string& where
     const std::string content = t.at("content").get<std::string>();
     if (id < 0 || id > (1 << 30) || content.empty())
       throw UserError(where + ": added token " + t.dump() + " has a bad id or empty content");
-    for (const char* k : {"single_word", "lstrip", "rstrip"})
-      if (t.value(k, false))
-        throw UserError(where + ": added token \"" + content + "\" sets " + k + ", which is not supported");
+    if (t.value("single_word", false))
+      throw UserError(where + ": added token \"" + content + "\" sets single_word, which is not supported");
+    const bool lstrip = t.value("lstrip", false), rstrip = t.value("rstrip", false);
     if (static_cast<size_t>(id) >= id_bytes_.size()) id_bytes_.resize(static_cast<size_t>(id) + 1);
     if (text_decoder_) {  // the decoder chain sees an added token's content like any token
       if (static_cast<size_t>(id) >= id_text_.size()) id_text_.resize(static_cast<size_t>(id) + 1);
       id_text_[id] = content;
       id_bytes_[id] = text_decoder_->piece(content);
-      added_.push_back({content, static_cast<int32_t>(id)});
+      added_.push_back({content, static_cast<int32_t>(id), lstrip, rstrip});
       added_first_byte_[static_cast<unsigned char>(content[0])] = true;
       continue;
     }
@@ -234,7 +234,7 @@ void BpeTokenizer::load_added_tokens(const json& added, const std::string& where
     // are byte-level characters, and otherwise keeps its text: the same rule as for the vocab.
     std::optional<std::string> bytes = unicode_to_bytes(content);
     id_bytes_[id] = bytes ? *bytes : content;
-    added_.push_back({content, static_cast<int32_t>(id)});
+    added_.push_back({content, static_cast<int32_t>(id), lstrip, rstrip});
     added_first_byte_[static_cast<unsigned char>(content[0])] = true;
   }
   std::stable_sort(added_.begin(), added_.end(),
@@ -255,9 +255,14 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
     if (!added_first_byte_[static_cast<unsigned char>(text[i])]) continue;
     for (const AddedToken& t : added_) {
       if (text.compare(i, t.content.size(), t.content) != 0) continue;
-      encode_span(text.substr(span_start, i - span_start), span_start == 0, out);
+      // lstrip/rstrip: the white space beside the token goes with it (tokenizers' rule; the
+      // span before keeps what an earlier token already took).
+      std::string_view before = text.substr(span_start, i - span_start);
+      if (t.lstrip) before.remove_suffix(utf8_space_suffix(before));
+      encode_span(before, span_start == 0, out);
       out.push_back(t.id);
       span_start = i + t.content.size();
+      if (t.rstrip) span_start += utf8_space_prefix(text.substr(span_start));
       i = span_start - 1;
       break;
     }

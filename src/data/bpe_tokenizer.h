@@ -45,6 +45,7 @@ class BpeTokenizer final : public Tokenizer {
   struct AddedToken {
     std::string content;
     int32_t id;
+    bool lstrip = false, rstrip = false;  // also take in the white space before / after it
   };
   void load_model(const nlohmann::json& model, const std::string& where);
   void load_text_symbols(const nlohmann::json& model, const std::string& where);

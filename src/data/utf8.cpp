@@ -40,4 +40,46 @@ size_t utf8_invalid_at(std::string_view s) {
   return std::string_view::npos;
 }
 
+namespace {
+
+bool is_white_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// The code point of the valid UTF-8 sequence of `n` bytes at p.
+uint32_t code_point(const unsigned char* p, size_t n) {
+  if (n == 1) return p[0];
+  uint32_t c = p[0] & (0xFF >> (n + 1));
+  for (size_t i = 1; i < n; ++i) c = (c << 6) | (p[i] & 0x3F);
+  return c;
+}
+
+size_t sequence_length(unsigned char lead) { return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
+
+}  // namespace
+
+size_t utf8_space_prefix(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t n = sequence_length(p[i]);
+    if (i + n > s.size() || !is_white_space(code_point(p + i, n))) break;
+    i += n;
+  }
+  return i;
+}
+
+size_t utf8_space_suffix(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t end = s.size();
+  while (end > 0) {
+    size_t start = end - 1;
+    while (start > 0 && (p[start] & 0xC0) == 0x80) --start;
+    if (!is_white_space(code_point(p + start, end - start))) break;
+    end = start;
+  }
+  return s.size() - end;
+}
+
 }  // namespace llmrun

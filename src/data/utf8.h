@@ -10,4 +10,9 @@ namespace llmrun {
 // or std::string_view::npos when all of `s` is valid.
 size_t utf8_invalid_at(std::string_view s);
 
+// Bytes of Unicode White_Space (Rust's char::is_whitespace) at the start / end of valid
+// UTF-8 `s`: what an added token with rstrip / lstrip takes in with it.
+size_t utf8_space_prefix(std::string_view s);
+size_t utf8_space_suffix(std::string_view s);
+
 }  // namespace llmrun

@@ -133,6 +133,11 @@ const publishedSp = () => JSON.parse(fs.readFileSync(
 const metaspaceForm = (doc) => ({ ...doc, normalizer: null,
   pre_tokenizer: { type: "Metaspace", replacement: "\u2581", prepend_scheme: "first", split: false } });
 
+// Phi-3's kind of chat tokens: added tokens that take the white space beside them along.
+const withStripTokens = (doc) => ({ ...doc, added_tokens: [...doc.added_tokens,
+  { ...addedToken(32000, "<|user|>"), rstrip: true }, { ...addedToken(32001, "<|end|>"), lstrip: true, rstrip: true },
+  { ...addedToken(32002, "<|assistant|>"), lstrip: true }] });
+
 // ---- Corpus.
 const tricky = [
   "", " ", "  ", "\n", "\n\n\n", "\t\t x", "Hello world", " Hello  world ", "hello   \n\n  world  ",
@@ -148,6 +153,7 @@ const tricky = [
   "<|endoftext|>", "start<|endoftext|>end", "a <|endoftext|> b<|endoftext|><|endoftext|>c",
   "<|begin_of_text|>Hi<|end_of_text|>", "<|fim_prefix|>x<|fim_suffix|>y<|fim_middle|>", "<|endoftext",
   "<s>[INST] hi [/INST] ok</s>", " <s>x", "a</s>b<unk>", "\u2581already marked", "<0x41> literal", "\u0000\u0001 control",
+  "<|user|>\n  What is 2+2? <|end|>\n<|assistant|>", "  <|end|>  <|end|>\t\n", "x <|assistant|>\u3000 y <|user|>\u00a0z",
   "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝕞𝕒𝕥𝕙 ∑∫∂√∞ ≠ ≤ ≥", "https://example.com/path?q=1#frag user@example.org",
   "A".repeat(500), " ".repeat(300) + "x", "ab".repeat(300), "\n".repeat(100), "😀".repeat(50),
 ];
@@ -240,5 +246,8 @@ run("mistral7b", publishedSp(), [["mistral-tokenizer-js", noSpSpecial, spEncode(
 // Metaspace "first" keeps one leading space only, so texts starting with one do not round-trip.
 run("mistral7b-metaspace", metaspaceForm(publishedSp()), [],
     { roundTrip: (t) => spRoundTrips(t) && !t.startsWith(" "), checkDecode: true });
+// White space next to an lstrip/rstrip token is taken in by it, so those texts do not round-trip.
+run("mistral7b-strip-tokens", withStripTokens(publishedSp()), [],
+    { roundTrip: (t) => spRoundTrips(t) && !/<\|(user|end|assistant)\|>/.test(t), checkDecode: true });
 if (failures) { console.error(`${failures} failures`); process.exit(1); }
 console.log("all tokenizer oracle checks passed");
