@@ -17,6 +17,7 @@ json model_config_json(const ModelConfig& c) {
   // Only where there is one, so checkpoints of unscaled models read as before.
   if (c.rope_scaling.type != RopeScaling::Type::none) j["rope_scaling"] = rope_scaling_json(c.rope_scaling);
   if (c.qkv_bias) j["qkv_bias"] = true;
+  if (c.phi3) j["phi3"] = true;
   return j;
 }
 
@@ -54,9 +55,10 @@ ModelConfig model_config_from_json(const json& j, const std::string& where) {
   c.rope_theta = number("rope_theta");
   c.norm_eps = number("norm_eps");
   if (j.contains("rope_scaling")) c.rope_scaling = rope_scaling_from_json(j["rope_scaling"], where + ": model");
-  if (j.contains("qkv_bias")) {
-    if (!j["qkv_bias"].is_boolean()) throw UserError(where + ": model.qkv_bias must be true or false");
-    c.qkv_bias = j["qkv_bias"].get<bool>();
+  for (auto [key, flag] : {std::pair{"qkv_bias", &c.qkv_bias}, std::pair{"phi3", &c.phi3}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_boolean()) throw UserError(where + ": model." + key + " must be true or false");
+    *flag = j[key].get<bool>();
   }
   const json& tie = need("tie_embeddings");
   if (!tie.is_boolean()) throw UserError(where + ": model.tie_embeddings must be true or false");

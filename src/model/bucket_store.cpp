@@ -77,6 +77,14 @@ BlockTensors block_tensors(const ModelConfig& cfg, const BucketStore& s, int lay
     t.down_b = s.tensor(b, 11);
   } else {
     t.norm1_w = s.tensor(b, 0);
+    if (cfg.phi3) {  // q|k|v and gate|up are single tensors
+      t.qkv_w = s.tensor(b, 1);
+      t.out_w = s.tensor(b, 2);
+      t.norm2_w = s.tensor(b, 3);
+      t.up_w = s.tensor(b, 4);
+      t.down_w = s.tensor(b, 5);
+      return t;
+    }
     t.qkv_w = span_rows(s, b, 1, 3);
     const int after_qkv = cfg.qkv_bias ? 7 : 4;  // the q, k, v biases follow their weights
     if (cfg.qkv_bias) t.qkv_b = span_rows(s, b, 4, 3);

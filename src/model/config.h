@@ -25,6 +25,7 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   bool tie_embeddings = true;  // GPT-2 always ties; Llama usually does not
   bool qkv_bias = false;       // Llama family: biases on q/k/v (Qwen 2; Megatron's --add-qkv-bias)
+  bool phi3 = false;           // Llama whose files fuse q|k|v (qkv_proj) and gate|up (gate_up_proj)
   int fixed_head_dim = 0;      // 0: d_model / heads (a tensor-parallel shard keeps the full model's)
 
   int head_dim() const { return fixed_head_dim > 0 ? fixed_head_dim : d_model / heads; }

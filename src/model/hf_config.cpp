@@ -152,6 +152,17 @@ ModelConfig qwen2_from_hf(const HfReader& r) {
   return c;
 }
 
+// Phi-3 (mini, medium) is Llama whose files fuse q|k|v and gate|up; its sliding window, like
+// Mistral's, caps the context. A partial rotary dimension (Phi-4-mini) is not implemented.
+ModelConfig phi3_from_hf(const HfReader& r) {
+  ModelConfig c = llama_from_hf(r);
+  c.phi3 = true;
+  if (r.has("partial_rotary_factor"))
+    r.require(r.positive_float("partial_rotary_factor", 1.0f) == 1.0f, "partial_rotary_factor");
+  if (r.has("sliding_window")) c.seq_len = std::min(c.seq_len, r.positive_int("sliding_window"));
+  return c;
+}
+
 }  // namespace
 
 json hf_config_json(const ModelConfig& c, int eos_token_id) {
@@ -199,6 +210,14 @@ json hf_config_json(const ModelConfig& c, int eos_token_id) {
       {"eos_token_id", eos},
       {"torch_dtype", "float32"},
   };
+  if (c.phi3) {  // fused q|k|v and gate|up tensors
+    j["architectures"] = {"Phi3ForCausalLM"};
+    j["model_type"] = "phi3";
+    j.erase("attention_bias");
+    j.erase("mlp_bias");
+    j["original_max_position_embeddings"] = c.seq_len;
+    j["sliding_window"] = nullptr;
+  }
   if (c.qkv_bias) {  // Qwen 2: Llama with q/k/v biases (and no attention_bias/mlp_bias keys)
     j["architectures"] = {"Qwen2ForCausalLM"};
     j["model_type"] = "qwen2";
@@ -260,10 +279,12 @@ ModelConfig model_config_from_hf(const json& j, const std::string& source_path) 
     c = mistral_from_hf(r);
   else if (type == "qwen2")
     c = qwen2_from_hf(r);
+  else if (type == "phi3")
+    c = phi3_from_hf(r);
   else if (type.empty())
     r.fail("missing key \"model_type\"");
   else
-    r.fail("model_type \"" + type + "\" is not supported (llmrun reads gpt2, llama, mistral and qwen2)");
+    r.fail("model_type \"" + type + "\" is not supported (llmrun reads gpt2, llama, mistral, qwen2 and phi3)");
   if (c.d_model % c.heads != 0)
     r.fail("hidden size " + std::to_string(c.d_model) + " is not a multiple of the " +
            std::to_string(c.heads) + " attention heads");

@@ -123,6 +123,15 @@ class Splits {
     sp.replicas = s_.tp;
     return sp;
   }
+  // Phi-3's fused q|k|v rows: this rank's query heads, then its key and value heads (split,
+  // never replicated: one tensor cannot be partly replicated; layout_problem refuses tp > kv_heads).
+  Split fused_qkv() const {
+    const int64_t q = int64_t(c_.heads) * c_.head_dim(), kv = int64_t(c_.kv_heads) * c_.head_dim();
+    const int64_t qs = q / s_.tp, kvs = kv / s_.tp, r = s_.tp_rank;
+    Split sp;
+    sp.ranges = {{r * qs, (r + 1) * qs}, {q + r * kvs, q + (r + 1) * kvs}, {q + kv + r * kvs, q + kv + (r + 1) * kvs}};
+    return sp;
+  }
   Split vocab() const {
     Split sp;
     sp.ranges = {vocab_range(c_.vocab, s_.tp, s_.tp_rank)};
@@ -157,6 +166,14 @@ BucketLayout llama_block(const ModelConfig& c, const Splits& s, int i) {
   const int64_t d = c.d_model, f = c.ffn, hd = c.head_dim();
   const std::string p = "model.layers." + std::to_string(i) + ".";
   BucketBuilder b("block." + std::to_string(i));
+  if (c.phi3)  // the same tensors as below, under Phi-3's fused names (and so one bucket order)
+    return b.add(p + "input_layernorm.weight", {d}, kOnes, s.replicated())
+        .add(p + "self_attn.qkv_proj.weight", {(c.heads + 2 * c.kv_heads) * hd, d}, kNormal, s.fused_qkv())
+        .add(p + "self_attn.o_proj.weight", {d, c.heads * hd}, kResidual, s.row(c.heads * hd))
+        .add(p + "post_attention_layernorm.weight", {d}, kOnes, s.replicated())
+        .add(p + "mlp.gate_up_proj.weight", {2 * f, d}, kNormal, s.column(f, 2))
+        .add(p + "mlp.down_proj.weight", {d, f}, kResidual, s.row(f))
+        .done();
   b.add(p + "input_layernorm.weight", {d}, kOnes, s.replicated())
       .add(p + "self_attn.q_proj.weight", {c.heads * hd, d}, kNormal, s.column(c.heads * hd))
       .add(p + "self_attn.k_proj.weight", {c.kv_heads * hd, d}, kNormal, s.kv_heads())

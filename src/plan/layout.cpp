@@ -30,6 +30,9 @@ std::optional<LayoutProblem> layout_problem(const TrainingShape& s, const Traini
     return LayoutProblem{"parallel.tp", "model.kv_heads=" + std::to_string(m.kv_heads) + " and " + tp +
                                             ": tp must divide the key/value heads or be a multiple of them "
                                             "(they are split, or replicated when tp > kv_heads)"};
+  if (m.phi3 && m.kv_heads < l.tp)
+    return LayoutProblem{"parallel.tp", "Phi-3 keeps q, k and v in one tensor, whose key/value heads cannot be "
+                                        "replicated: " + tp + " must not exceed model.kv_heads=" + std::to_string(m.kv_heads)};
   if (m.ffn % l.tp != 0)
     return LayoutProblem{"parallel.tp", "model.ffn=" + std::to_string(m.ffn) + " is not divisible by " + tp};
   if (m.vocab < l.tp)

@@ -125,6 +125,7 @@ std::string describe_recipe(const Recipe& r) {
   o << "  norm_eps: " << num(m.norm_eps) << "\n"
     << "  tie_embeddings: " << (m.tie_embeddings ? "true" : "false") << "\n";
   if (m.qkv_bias) o << "  qkv_bias: true\n";
+  if (m.phi3) o << "  # Phi-3 tensor names (fused qkv_proj, gate_up_proj), from the model dir\n";
   if (!r.model_from.empty()) o << "  from: " << str(r.model_from) << "\n";
   o << "data:\n  tokenizer: " << str(r.data.tokenizer) << "\n  train:\n";
   for (const DataSource& s : r.data.train) {

@@ -1,7 +1,8 @@
 # Hugging Face interop through the real binary, checked by an independent PyTorch model
 # that reads the files by Hugging Face names only:
 #  - HF dir (fp32 / sharded / f16) -> llmrun checkpoint -> HF dir gives identical tensors,
-#    and Llama 3.1's rope_scaling survives the trip; Qwen 2 (q/k/v biases) goes both ways;
+#    and Llama 3.1's rope_scaling survives the trip; Qwen 2 (q/k/v biases) and Phi-3 (fused
+#    qkv_proj / gate_up_proj) go both ways;
 #  - `llmrun eval` on the exported dir (fp32 and bf16) gives PyTorch's loss on the same text;
 #  - model.from starts training from the HF weights; a conflicting recipe field is refused.
 source "$(dirname "$0")/common.bash"
@@ -20,9 +21,9 @@ YAML
 close() { /usr/bin/python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a-b) <= 1e-6*abs(b) else 1)" "$1" "$2"; }
 field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
 
-$PY make hf-gpt2 gpt2 hf-llama llama:3 hf-llama-tied llama-tied::f16 hf-llama31 llama31 hf-qwen2 qwen2:2
+$PY make hf-gpt2 gpt2 hf-llama llama:3 hf-llama-tied llama-tied::f16 hf-llama31 llama31 hf-qwen2 qwen2:2 hf-phi3 phi3
 : > ours.txt
-for kind in gpt2 llama llama-tied llama31 qwen2; do
+for kind in gpt2 llama llama-tied llama31 qwen2 phi3; do
   cp tok/model/tokenizer.json tok/model/tokenizer_config.json "hf-$kind/"
   "$LLMRUN" convert "hf-$kind" --to checkpoint "ck-$kind" 2>/dev/null || fail "$kind: import failed"
   "$LLMRUN" convert "ck-$kind" --to hf "back-$kind" --max-shard-size 40KB 2>/dev/null || fail "$kind: export failed"

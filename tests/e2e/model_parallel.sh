@@ -98,6 +98,21 @@ for layout in "tp4-sp 4 parallel.tp=4 parallel.sequence_parallel=true" "tp2-pp2 
   compare qwen-base qwen-$1
 done
 
+# Phi-3 (from a Hugging Face dir: q|k|v and gate|up fused in single tensors): tensor
+# parallelism splits the fused rows per part; tp above kv_heads is refused.
+/usr/bin/python3 "$SRC/tests/oracle/hf_interop.py" make hf-phi3 phi3
+cat > phi3.yaml <<'YAML'
+model: {from: hf-phi3}
+data: {tokenizer: byte, train: [{path: text.txt}]}
+train: {steps: 10, micro_batch: 1, global_batch: 4, lr: 1.0e-3, warmup: 0, seed: 5}
+logging: {every: 1}
+YAML
+run phi3-base phi3.yaml 1
+grep -q '"model_type": "phi3"' phi3-base/model/config.json || fail "a Phi-3 run did not export as phi3"
+run phi3-tp2-pp2-sp phi3.yaml 4 parallel.tp=2 parallel.pp=2 parallel.sequence_parallel=true
+compare phi3-base phi3-tp2-pp2-sp
+expect_exit 2 "Phi-3 keeps q, k and v in one tensor" "$LLMRUN" train phi3.yaml --nproc 4 --set parallel.tp=4 --dry-run
+
 # Recompute on one rank is bitwise the same run, with less activation memory: full keeps one
 # block's buffers instead of one per layer, selective drops the attention outputs.
 /usr/bin/python3 - <<'PY' || fail "recompute changed the numbers or did not save memory"

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Hugging Face directory helpers for the interop e2e test, independent of llmrun.
 
-  make DIR KIND[:shards][:f16] ...     write config.json + random weights (gpt2 | llama | llama31 | qwen2 | llama-tied)
+  make DIR KIND[:shards][:f16] ...     write config.json + random weights (gpt2 | llama | llama31 | qwen2 | phi3 | llama-tied)
   same A B                             every tensor of model dir A equals B's (by HF name, exactly)
   loss TEXT DIR ...                    mean next-token loss of the text (byte tokens, windows of
                                        n_positions + 1 overlapping by one), one "DIR LOSS" line each
@@ -33,6 +33,10 @@ CONFIGS = {
               "num_key_value_heads": 2, "intermediate_size": 96, "max_position_embeddings": 64,
               "vocab_size": 256, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": True,
               "use_sliding_window": False, "sliding_window": 32, "max_window_layers": 2},
+    "phi3": {"model_type": "phi3", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "intermediate_size": 96, "max_position_embeddings": 128,
+             "original_max_position_embeddings": 128, "sliding_window": 64, "vocab_size": 256,
+             "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "rope_scaling": None, "tie_word_embeddings": False},
     "llama-tied": {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 8,
                    "num_key_value_heads": 8, "intermediate_size": 128, "max_position_embeddings": 64,
                    "vocab_size": 256, "rms_norm_eps": 1e-6, "tie_word_embeddings": True},

@@ -37,6 +37,7 @@ ModelConfig tiny_config(const std::string& arch) {
     c.tie_embeddings = arch == "llama-tied";
     c.rope_theta = 10000.0f;
     c.qkv_bias = arch == "qwen2";  // Llama with q/k/v biases (jittered below, so they matter)
+    c.phi3 = arch == "phi3";       // Llama with fused qkv_proj / gate_up_proj tensors
     if (arch == "llama-rope-llama3") {
       // Llama 3.1's scheme with a context of 256 so that the 4 frequencies fall in every
       // band: kept (wavelength < 32), blended (62.8) and divided by the factor (> 256).
@@ -66,7 +67,7 @@ void jitter_vectors(Backend& be, Transformer& m, uint64_t seed) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s gpt2|llama|llama-tied|llama-rope-llama3|qwen2 OUT_DIR\n", argv[0]);
+    std::fprintf(stderr, "usage: %s gpt2|llama|llama-tied|llama-rope-llama3|qwen2|phi3 OUT_DIR\n", argv[0]);
     return 2;
   }
   const std::string arch = argv[1];

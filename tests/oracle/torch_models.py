@@ -27,11 +27,13 @@ def arch_of(config):
     """'gpt2' or 'llama' (Qwen 2 is Llama with q/k/v biases); rejects config options this
     reference does not model."""
     t = config.get("model_type")
-    if t not in ("gpt2", "llama", "qwen2"):
+    if t not in ("gpt2", "llama", "qwen2", "phi3"):
         raise ValueError(f"unsupported model_type {t!r}")
-    if t == "qwen2":
-        if config.get("use_sliding_window"):
-            raise ValueError("use_sliding_window is not supported")
+    if t == "qwen2" and config.get("use_sliding_window"):
+        raise ValueError("use_sliding_window is not supported")
+    if t == "phi3" and config.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError("partial_rotary_factor is not supported")
+    if t in ("qwen2", "phi3"):
         t = "llama"
     if t == "gpt2" and config.get("activation_function", "gelu_new") != "gelu_new":
         raise ValueError(f"unsupported activation_function {config['activation_function']!r}")
@@ -67,6 +69,11 @@ def qkv_bias(c):
     return c.get("model_type") == "qwen2"
 
 
+def phi3(c):
+    # Phi3ForCausalLM stores q|k|v as self_attn.qkv_proj and gate|up as mlp.gate_up_proj.
+    return c.get("model_type") == "phi3"
+
+
 def llama_tied(c):
     # HF's LlamaConfig defaults tie_word_embeddings to False.
     return bool(c.get("tie_word_embeddings", False))
@@ -94,6 +101,16 @@ def param_shapes(config):
         out.append(("model.embed_tokens.weight", (V, d)))
         for i in range(L):
             p = f"model.layers.{i}."
+            if phi3(config):
+                out += [
+                    (p + "input_layernorm.weight", (d,)),
+                    (p + "self_attn.qkv_proj.weight", ((H + 2 * KV) * hd, d)),
+                    (p + "self_attn.o_proj.weight", (d, H * hd)),
+                    (p + "post_attention_layernorm.weight", (d,)),
+                    (p + "mlp.gate_up_proj.weight", (2 * ffn, d)),
+                    (p + "mlp.down_proj.weight", (d, ffn)),
+                ]
+                continue
             out += [
                 (p + "input_layernorm.weight", (d,)),
                 (p + "self_attn.q_proj.weight", (H * hd, d)),
@@ -265,9 +282,16 @@ class Llama:
         for i in range(self.L):
             pre = f"model.layers.{i}."
             a = self._rms(h, pre + "input_layernorm")
-            q = self._lin(a, pre + "self_attn.q_proj").view(B, T, self.H, self.hd).transpose(1, 2)
-            k = self._lin(a, pre + "self_attn.k_proj").view(B, T, self.KV, self.hd).transpose(1, 2)
-            v = self._lin(a, pre + "self_attn.v_proj").view(B, T, self.KV, self.hd).transpose(1, 2)
+            if phi3(self.config):  # Phi3Attention: one qkv_proj, split by rows
+                qkv = self._lin(a, pre + "self_attn.qkv_proj")
+                q, k, v = qkv.split([self.H * self.hd, self.KV * self.hd, self.KV * self.hd], dim=-1)
+            else:
+                q = self._lin(a, pre + "self_attn.q_proj")
+                k = self._lin(a, pre + "self_attn.k_proj")
+                v = self._lin(a, pre + "self_attn.v_proj")
+            q = q.view(B, T, self.H, self.hd).transpose(1, 2)
+            k = k.view(B, T, self.KV, self.hd).transpose(1, 2)
+            v = v.view(B, T, self.KV, self.hd).transpose(1, 2)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
             k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
@@ -275,7 +299,11 @@ class Llama:
             y = y.transpose(1, 2).reshape(B, T, self.H * self.hd)
             h = h + self._lin(y, pre + "self_attn.o_proj")
             m = self._rms(h, pre + "post_attention_layernorm")
-            m = F.silu(self._lin(m, pre + "mlp.gate_proj")) * self._lin(m, pre + "mlp.up_proj")
+            if phi3(self.config):  # Phi3MLP: gate_up_proj, gate first
+                gate, up = self._lin(m, pre + "mlp.gate_up_proj").chunk(2, dim=-1)
+                m = up * F.silu(gate)
+            else:
+                m = F.silu(self._lin(m, pre + "mlp.gate_proj")) * self._lin(m, pre + "mlp.up_proj")
             h = h + self._lin(m, pre + "mlp.down_proj")
         h = self._rms(h, "model.norm")
         head = p["model.embed_tokens.weight"] if self.tied else p["lm_head.weight"]

@@ -158,6 +158,19 @@ TEST(HfConfig, Qwen2IsLlamaWithQkvBiases) {
   EXPECT_FALSE(model_config_from_hf(hf_config_json(llama_config()), "x").qkv_bias);
 }
 
+// Phi-3 reads as Llama with fused tensor names, its context capped at the window.
+TEST(HfConfig, Phi3IsLlamaWithFusedTensors) {
+  ModelConfig c = llama_config();
+  c.phi3 = true;
+  json j = hf_config_json(c);
+  EXPECT_EQ(j["model_type"], "phi3");
+  EXPECT_TRUE(model_config_from_hf(j, "x").phi3);
+  j["sliding_window"] = 16;
+  EXPECT_EQ(model_config_from_hf(j, "x").seq_len, std::min(16, c.seq_len));
+  j["partial_rotary_factor"] = 0.75;
+  expect_user_error(j, "\"partial_rotary_factor\": 0.75 is not supported");
+}
+
 // Mistral reads as Llama with its context capped at the attention window (null: no window).
 TEST(HfConfig, MistralIsLlamaWithinItsWindow) {
   json j = hf_config_json(llama_config());
