@@ -32,16 +32,20 @@ ChatTemplate ChatTemplate::for_model_dir(const std::filesystem::path& model_dir)
   }
   if (text.find("<|im_start|>") != std::string::npos) return ChatTemplate(ChatTemplateKind::chatml);
   if (text.find("<|start_header_id|>") != std::string::npos) return ChatTemplate(ChatTemplateKind::llama3);
-  if (text.find("[INST]") != std::string::npos) {
-    auto token = [&](const char* key, const char* fallback) {  // a string or {"content": ...}
-      const nlohmann::json t = cfg.value(key, nlohmann::json());
-      if (t.is_string()) return t.get<std::string>();
-      if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
-      return std::string(fallback);
-    };
-    const auto kind = text.find("<<SYS>>") != std::string::npos ? ChatTemplateKind::llama2 : ChatTemplateKind::mistral;
-    return ChatTemplate(kind, token("bos_token", "<s>"), token("eos_token", "</s>"));
-  }
+  auto token = [&](const char* key, const char* fallback) {  // a string or {"content": ...}
+    const nlohmann::json t = cfg.value(key, nlohmann::json());
+    if (t.is_string()) return t.get<std::string>();
+    if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
+    return std::string(fallback);
+  };
+  const bool writes_bos = text.find("bos_token") != std::string::npos;
+  auto with_tokens = [&](ChatTemplateKind kind) {
+    return ChatTemplate(kind, token("bos_token", "<s>"), token("eos_token", "</s>"), writes_bos);
+  };
+  if (text.find("[INST]") != std::string::npos)
+    return with_tokens(text.find("<<SYS>>") != std::string::npos ? ChatTemplateKind::llama2 : ChatTemplateKind::mistral);
+  if (text.find("<|user|>") != std::string::npos)
+    return with_tokens(text.find("<|end|>") != std::string::npos ? ChatTemplateKind::phi3 : ChatTemplateKind::zephyr);
   return ChatTemplate(ChatTemplateKind::plain);
 }
 
@@ -51,6 +55,8 @@ std::string ChatTemplate::name() const {
     case ChatTemplateKind::llama3: return "llama3";
     case ChatTemplateKind::llama2: return "llama2";
     case ChatTemplateKind::mistral: return "mistral";
+    case ChatTemplateKind::phi3: return "phi3";
+    case ChatTemplateKind::zephyr: return "zephyr";
     case ChatTemplateKind::plain: break;
   }
   return "plain";
@@ -60,8 +66,10 @@ std::string ChatTemplate::end_of_turn() const {
   switch (kind_) {
     case ChatTemplateKind::chatml: return "<|im_end|>";
     case ChatTemplateKind::llama3: return "<|eot_id|>";
+    case ChatTemplateKind::phi3: return "<|end|>";
     case ChatTemplateKind::llama2:  // a turn ends with the end-of-sequence token, which stops anyway
     case ChatTemplateKind::mistral:
+    case ChatTemplateKind::zephyr:
     case ChatTemplateKind::plain: break;
   }
   return "";
@@ -81,6 +89,17 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages) const
     case ChatTemplateKind::llama2:
     case ChatTemplateKind::mistral:
       return render_inst(messages);
+    case ChatTemplateKind::phi3:
+    case ChatTemplateKind::zephyr: {
+      // "<|role|>\ncontent" + end + "\n" per message, then "<|assistant|>\n" (transformers
+      // renders with trim_blocks, so only the newlines written as text remain).
+      const std::string end = kind_ == ChatTemplateKind::phi3 ? "<|end|>" : eos_;
+      out = writes_bos_ ? bos_ : "";
+      for (const auto& m : messages)  // the templates render these three roles and skip others
+        if (m.role == "system" || m.role == "user" || m.role == "assistant")
+          out += "<|" + m.role + "|>\n" + m.content + end + "\n";
+      return out + "<|assistant|>\n";
+    }
     case ChatTemplateKind::plain:
       break;
   }

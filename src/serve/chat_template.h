@@ -1,8 +1,8 @@
 #pragma once
 // Renders chat messages into the prompt text a model was trained on. Built in: ChatML,
-// Llama 3, Llama 2 ([INST] with <<SYS>>) and Mistral ([INST]), picked from the chat_template
-// in the model dir's tokenizer_config.json by their markers; any other model gets the plain
-// template:
+// Llama 3, Llama 2 ([INST] with <<SYS>>), Mistral ([INST]), Phi-3 (<|user|> ... <|end|>) and
+// Zephyr/TinyLlama (<|user|> ... </s>), picked from the chat_template in the model dir's
+// tokenizer_config.json by their markers; any other model gets the plain template:
 //   "<role>: <content>\n" per message, then "assistant:" for the reply.
 #include <filesystem>
 #include <string>
@@ -14,14 +14,15 @@ struct ChatMessage {
   std::string role, content;
 };
 
-enum class ChatTemplateKind { chatml, llama3, llama2, mistral, plain };
+enum class ChatTemplateKind { chatml, llama3, llama2, mistral, phi3, zephyr, plain };
 
 class ChatTemplate {
  public:
-  // bos/eos: the tokenizer_config.json token texts the [INST] templates write.
+  // bos/eos: the tokenizer_config.json token texts the templates write; Phi-3 and Zephyr
+  // templates start with bos only when they say so (`writes_bos`).
   explicit ChatTemplate(ChatTemplateKind kind = ChatTemplateKind::plain, std::string bos = "<s>",
-                        std::string eos = "</s>")
-      : kind_(kind), bos_(std::move(bos)), eos_(std::move(eos)) {}
+                        std::string eos = "</s>", bool writes_bos = false)
+      : kind_(kind), bos_(std::move(bos)), eos_(std::move(eos)), writes_bos_(writes_bos) {}
   // Reads model_dir/tokenizer_config.json (if any) and recognises its chat_template.
   static ChatTemplate for_model_dir(const std::filesystem::path& model_dir);
 
@@ -38,6 +39,7 @@ class ChatTemplate {
 
   ChatTemplateKind kind_;
   std::string bos_, eos_;
+  bool writes_bos_;
 };
 
 }  // namespace llmrun

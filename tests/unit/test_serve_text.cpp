@@ -95,6 +95,22 @@ TEST(ChatTemplate, InstTemplatesOfLlama2AndMistral) {
   EXPECT_THROW(llama2.render({{"assistant", "A"}}), UserError);
 }
 
+TEST(ChatTemplate, Phi3AndZephyr) {
+  TempDir dir;
+  auto write = [&](const std::string& json) { std::ofstream(dir.path() / "tokenizer_config.json") << json; };
+  const std::vector<ChatMessage> msgs{{"system", "S"}, {"user", "U"}, {"tool", "T"}};
+  write(R"({"chat_template": "{% for m in messages %}{{'<|user|>\n' + m['content'] + '<|end|>\n'}}{% endfor %}"})");
+  const ChatTemplate phi3 = ChatTemplate::for_model_dir(dir.path());
+  EXPECT_EQ(phi3.kind(), ChatTemplateKind::phi3);
+  EXPECT_EQ(phi3.render(msgs), "<|system|>\nS<|end|>\n<|user|>\nU<|end|>\n<|assistant|>\n");
+  EXPECT_EQ(phi3.end_of_turn(), "<|end|>");
+  write(R"({"chat_template": "{{ bos_token }}{% for m in messages %}{{ '<|user|>\n' + m['content'] + eos_token }}{% endfor %}",
+            "eos_token": "</s>", "bos_token": "<s>"})");
+  const ChatTemplate zephyr = ChatTemplate::for_model_dir(dir.path());
+  EXPECT_EQ(zephyr.kind(), ChatTemplateKind::zephyr);
+  EXPECT_EQ(zephyr.render(msgs), "<s><|system|>\nS</s>\n<|user|>\nU</s>\n<|assistant|>\n");
+}
+
 TEST(OpenAiRequest, ParsesParametersAndRejectsBadOnes) {
   ByteLevelTokenizer tok;
   ChatTemplate tmpl;
