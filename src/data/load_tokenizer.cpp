@@ -53,7 +53,14 @@ std::optional<std::string> byte_level_mismatch(const json& doc) {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_file) {
   std::filesystem::path path = dir_or_file;
-  if (std::filesystem::is_directory(path)) path /= "tokenizer.json";
+  if (std::filesystem::is_directory(path)) {
+    path /= "tokenizer.json";
+    // Older Llama/Mistral repos may carry only SentencePiece's binary model.
+    if (!std::filesystem::exists(path) && std::filesystem::exists(dir_or_file / "tokenizer.model"))
+      throw UserError(path.string() + " is missing; the directory has only tokenizer.model (SentencePiece), "
+                      "which llmrun does not read: save the fast tokenizer once with transformers "
+                      "(AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR)) to write tokenizer.json");
+  }
   const std::string text = read_file(path);
   json doc;
   try {

@@ -183,6 +183,9 @@ TEST(LoadTokenizer, RejectsWhatItCannotEncodeExactly) {
   expect_rejected(p, "not valid JSON");
 
   expect_rejected(tmp / "missing.json", "No such file");
+  TempDir sp_only;
+  write_text(sp_only / "tokenizer.model", "binary");
+  expect_rejected(sp_only.path(), "only tokenizer.model (SentencePiece)");
 }
 
 TEST(LoadTokenizer, NfcNormalizerComposes) {
