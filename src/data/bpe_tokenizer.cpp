@@ -49,7 +49,7 @@ constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's 
 
 }  // namespace
 
-BpeTokenizer::BpeTokenizer(const std::string& text, const std::string& where, const std::string& eos_token)
+BpeTokenizer::BpeTokenizer(const std::string& text, const std::string& where, const SpecialTokenConfig& special)
     : source_(text), instance_(next_instance++) {
   json doc;
   try {
@@ -80,13 +80,17 @@ BpeTokenizer::BpeTokenizer(const std::string& text, const std::string& where, co
   }
   // The end-of-text token: tokenizer_config.json's choice, else the usual names.
   std::vector<std::string> names;
-  if (!eos_token.empty()) names.push_back(eos_token);
+  if (!special.eos_token.empty()) names.push_back(special.eos_token);
   for (const char* n : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<|im_end|>"}) names.push_back(n);
   for (const std::string& n : names) {
     for (const AddedToken& t : added_)
       if (t.content == n) eos_id_ = t.id;
     if (eos_id_ >= 0) break;
   }
+  if (special.add_bos_token == false) bos_ids_.clear();
+  if (special.add_bos_token == true && bos_ids_.empty())
+    for (const AddedToken& t : added_)
+      if (t.content == special.bos_token) bos_ids_ = {t.id};
 }
 
 BpeTokenizer::~BpeTokenizer() = default;

@@ -10,6 +10,7 @@
 // post-processor's leading special tokens (Llama's <s>) are bos_ids(), for callers to place.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -20,11 +21,19 @@
 
 namespace llmrun {
 
+// What tokenizer_config.json beside a tokenizer.json says about its special tokens.
+struct SpecialTokenConfig {
+  std::string eos_token, bos_token;  // "" if unknown
+  // transformers' Llama-family tokenizers rebuild the post-processor from these: false drops
+  // the template's <s>, true puts bos_token first. Unset: the template decides.
+  std::optional<bool> add_bos_token;
+};
+
 class BpeTokenizer final : public Tokenizer {
  public:
   // `text` is the tokenizer.json file content (kept to save it back unchanged), `where`
-  // names it in errors, `eos_token` is tokenizer_config.json's eos_token ("" if unknown).
-  BpeTokenizer(const std::string& text, const std::string& where, const std::string& eos_token = "");
+  // names it in errors.
+  BpeTokenizer(const std::string& text, const std::string& where, const SpecialTokenConfig& special = {});
   ~BpeTokenizer() override;
 
   // UserError if `text` is not valid UTF-8 (it names the byte offset).

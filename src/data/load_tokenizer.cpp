@@ -74,18 +74,23 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_fi
   } catch (const json::exception&) {  // not even shaped like a byte-level BPE: let BPE loading say why
   }
   if (byte_level) return std::make_unique<ByteLevelTokenizer>();
-  // transformers keeps the end-of-text token's name in tokenizer_config.json beside it.
-  std::string eos;
+  // transformers keeps the special tokens' names (and Llama's add_bos_token) in
+  // tokenizer_config.json beside it.
+  SpecialTokenConfig special;
   const auto config = path.parent_path() / "tokenizer_config.json";
   if (std::filesystem::is_regular_file(config)) {
     const json c = read_json_file(config);
-    if (c.is_object() && c.contains("eos_token")) {
-      const json& e = c["eos_token"];
-      if (e.is_string()) eos = e.get<std::string>();
-      if (e.is_object() && e.contains("content") && e["content"].is_string()) eos = e["content"].get<std::string>();
-    }
+    auto name = [&](const char* key) {  // a string or {"content": ...}
+      const json t = c.is_object() ? c.value(key, json()) : json();
+      if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
+      return t.is_string() ? t.get<std::string>() : std::string();
+    };
+    special.eos_token = name("eos_token");
+    special.bos_token = name("bos_token");
+    if (c.is_object() && c.contains("add_bos_token") && c["add_bos_token"].is_boolean())
+      special.add_bos_token = c["add_bos_token"].get<bool>();
   }
-  return std::make_unique<BpeTokenizer>(text, path.string(), eos);
+  return std::make_unique<BpeTokenizer>(text, path.string(), special);
 }
 
 }  // namespace llmrun

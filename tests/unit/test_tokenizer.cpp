@@ -267,6 +267,17 @@ TEST(LoadTokenizer, SentencePieceBpeWithByteFallback) {
   EXPECT_EQ(tok->encode_prompt("<s>a"), (std::vector<int32_t>{1, 262}));
   EXPECT_THROW(tok->decode({266}), UserError);
 
+  // transformers' Llama tokenizers follow tokenizer_config.json's add_bos_token over the template.
+  write_text(tmp / "tokenizer_config.json", R"({"add_bos_token": false, "bos_token": "<s>"})");
+  EXPECT_TRUE(load_tokenizer(p)->bos_ids().empty());
+  nlohmann::json no_template = tiny_sentencepiece();
+  no_template["post_processor"] = nullptr;
+  write_text(p, no_template.dump());
+  write_text(tmp / "tokenizer_config.json", R"({"add_bos_token": true, "bos_token": {"content": "<s>"}})");
+  EXPECT_EQ(load_tokenizer(p)->bos_ids(), (std::vector<int32_t>{1}));
+  std::filesystem::remove(tmp / "tokenizer_config.json");
+  EXPECT_TRUE(load_tokenizer(p)->bos_ids().empty());
+
   // Without byte fallback an unknown character is <unk>, a run of them one <unk> with fuse_unk.
   nlohmann::json doc = tiny_sentencepiece();
   doc["model"]["byte_fallback"] = false;
