@@ -153,7 +153,7 @@ ModelConfig qwen2_from_hf(const HfReader& r) {
 }
 
 // Phi-3 (mini, medium) is Llama whose files fuse q|k|v and gate|up; its sliding window, like
-// Mistral's, caps the context. A partial rotary dimension (Phi-4-mini) is not implemented.
+// Mistral's, caps the context. A partial rotary dimension (Phi-4-mini) is refused by name.
 ModelConfig phi3_from_hf(const HfReader& r) {
   ModelConfig c = llama_from_hf(r);
   c.phi3 = true;
