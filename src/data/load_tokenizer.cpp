@@ -80,13 +80,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_fi
   const auto config = path.parent_path() / "tokenizer_config.json";
   if (std::filesystem::is_regular_file(config)) {
     const json c = read_json_file(config);
-    auto name = [&](const char* key) {  // a string or {"content": ...}
-      const json t = c.is_object() ? c.value(key, json()) : json();
-      if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
-      return t.is_string() ? t.get<std::string>() : std::string();
-    };
-    special.eos_token = name("eos_token");
-    special.bos_token = name("bos_token");
+    special.eos_token = special_token_text(c, "eos_token");
+    special.bos_token = special_token_text(c, "bos_token");
     if (c.is_object() && c.contains("add_bos_token") && c["add_bos_token"].is_boolean())
       special.add_bos_token = c["add_bos_token"].get<bool>();
   }

@@ -73,6 +73,16 @@ bool Regex::match_at(std::string_view text, size_t start, size_t* begin, size_t*
   return true;
 }
 
+PrependScheme metaspace_prepend_scheme(const json& step, const std::string& where) {
+  const std::string scheme = step.contains("prepend_scheme") && step["prepend_scheme"].is_string()
+                                 ? step["prepend_scheme"].get<std::string>()
+                                 : (step.value("add_prefix_space", true) ? "always" : "never");
+  if (scheme == "always") return PrependScheme::always;
+  if (scheme == "first") return PrependScheme::first;
+  if (scheme == "never") return PrependScheme::never;
+  throw UserError(where + ": Metaspace prepend_scheme \"" + scheme + "\" is not always, first or never");
+}
+
 PreTokenizer::PreTokenizer(const json& doc, const std::string& where) {
   const json norm = doc.value("normalizer", json());
   if (!norm.is_null()) add_normalizer(norm, where);
@@ -140,14 +150,7 @@ void PreTokenizer::add(const json& pt, const std::string& where) {
     auto m = std::make_unique<Metaspace>();
     m->replacement = pt.value("replacement", "\u2581");
     if (m->replacement.empty()) throw UserError(where + ": Metaspace replacement is empty");
-    // prepend_scheme (tokenizers >= 0.19), else the older add_prefix_space.
-    const std::string scheme = pt.contains("prepend_scheme") && pt["prepend_scheme"].is_string()
-                                   ? pt["prepend_scheme"].get<std::string>()
-                                   : (pt.value("add_prefix_space", true) ? "always" : "never");
-    if (scheme != "always" && scheme != "first" && scheme != "never")
-      throw UserError(where + ": Metaspace prepend_scheme \"" + scheme + "\" is not always, first or never");
-    m->prepend_always = scheme == "always";
-    m->prepend_first = scheme != "never";
+    m->prepend = metaspace_prepend_scheme(pt, where);
     m->split = pt.value("split", true);
     metaspace_ = std::move(m);
   } else {
@@ -237,7 +240,7 @@ void PreTokenizer::metaspace_split(std::string_view text, bool at_start,
   const Metaspace& m = *metaspace_;
   std::string s = replace_all(text, " ", m.replacement);
   if (!s.empty() && s.compare(0, m.replacement.size(), m.replacement) != 0 &&
-      (m.prepend_always || (m.prepend_first && at_start)))
+      (m.prepend == PrependScheme::always || (m.prepend == PrependScheme::first && at_start)))
     s.insert(0, m.replacement);
   if (!m.split) {
     if (!s.empty()) out(s);

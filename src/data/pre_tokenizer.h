@@ -49,6 +49,11 @@ void Regex::for_each_match(std::string_view text, F&& on_match) const {
   }
 }
 
+// Where Metaspace (pre-tokenizer or decoder) puts its "▁": `prepend_scheme` (tokenizers
+// >= 0.19), else the older `add_prefix_space`. UserError naming `where` for another value.
+enum class PrependScheme { always, first, never };
+PrependScheme metaspace_prepend_scheme(const nlohmann::json& step, const std::string& where);
+
 // The normalizer + pre-tokenizer of a tokenizer.json, as one callable step.
 class PreTokenizer {
  public:
@@ -82,7 +87,7 @@ class PreTokenizer {
   // the span before every replacement.
   struct Metaspace {
     std::string replacement;
-    bool prepend_always = true, prepend_first = true;
+    PrependScheme prepend = PrependScheme::always;
     bool split = true;
   };
   void add(const nlohmann::json& pt, const std::string& where);

@@ -1,5 +1,6 @@
 #include "data/text_decoder.h"
 
+#include "data/pre_tokenizer.h"
 #include "data/utf8.h"
 #include "util/error.h"
 
@@ -78,13 +79,7 @@ void TextDecoder::add(const json& d, const std::string& where) {
     steps_.push_back(s);
   } else if (type == "Metaspace") {
     Step s{Kind::metaspace, one_char(d, "replacement", "\u2581", where), " "};
-    // prepend_scheme (tokenizers >= 0.19), else the older add_prefix_space.
-    const std::string scheme = d.contains("prepend_scheme") && d["prepend_scheme"].is_string()
-                                   ? d["prepend_scheme"].get<std::string>()
-                                   : (d.value("add_prefix_space", true) ? "always" : "never");
-    if (scheme != "always" && scheme != "first" && scheme != "never")
-      throw UserError(where + ": Metaspace decoder prepend_scheme \"" + scheme + "\" is not always, first or never");
-    s.strip_first = scheme != "never";
+    s.strip_first = metaspace_prepend_scheme(d, where) != PrependScheme::never;
     steps_.push_back(s);
   } else {
     throw UserError(where + ": decoder type \"" + type +

@@ -52,6 +52,10 @@ class ByteLevelTokenizer final : public Tokenizer {
   nlohmann::ordered_json tokenizer_json() const override;
 };
 
+// A special token's text in tokenizer_config.json: `key` holds a string or {"content": ...};
+// "" when it is absent.
+std::string special_token_text(const nlohmann::json& tokenizer_config, const char* key);
+
 // GPT-2's bytes_to_unicode: the UTF-8 text of the character that stands for byte b
 // in byte-level BPE vocabularies (printable bytes stand for themselves, the others
 // for U+0100 + n, e.g. ' ' -> "Ġ").

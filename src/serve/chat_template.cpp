@@ -3,6 +3,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "data/tokenizer.h"
 #include "util/error.h"
 
 namespace llmrun {
@@ -32,11 +33,9 @@ ChatTemplate ChatTemplate::for_model_dir(const std::filesystem::path& model_dir)
   }
   if (text.find("<|im_start|>") != std::string::npos) return ChatTemplate(ChatTemplateKind::chatml);
   if (text.find("<|start_header_id|>") != std::string::npos) return ChatTemplate(ChatTemplateKind::llama3);
-  auto token = [&](const char* key, const char* fallback) {  // a string or {"content": ...}
-    const nlohmann::json t = cfg.value(key, nlohmann::json());
-    if (t.is_string()) return t.get<std::string>();
-    if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
-    return std::string(fallback);
+  auto token = [&](const char* key, const char* fallback) {
+    const std::string t = special_token_text(cfg, key);
+    return t.empty() ? std::string(fallback) : t;
   };
   const bool writes_bos = text.find("bos_token") != std::string::npos;
   auto with_tokens = [&](ChatTemplateKind kind) {
