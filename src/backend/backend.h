@@ -151,7 +151,31 @@ class Backend {
   virtual double sum(const Tensor& x) = 0;
   virtual float amax(const Tensor& x) = 0;
 
+  // --- device seam: what a backend with its own memory needs ------------------------
+  // Device backends keep the host out of the loop: a reduction lands in a tensor (no sync
+  // per tensor), greedy sampling reads one id per row instead of the whole logits row, and
+  // host staging buffers are page-locked so copies can run asynchronously.
+  // out (f32 [1]) += sum of x[i]^2.
+  virtual void sum_squares_into(Tensor out, const Tensor& x) = 0;
+  // out (f32 [1]) = max(out, max |x[i]|).
+  virtual void amax_into(Tensor out, const Tensor& x) = 0;
+  // ids (i32 [rows]) = the column of each row's largest value, the lowest one on ties.
+  virtual void argmax_rows(Tensor ids, const Tensor& x) = 0;
+  // Host memory for staging copies (page-locked on a device backend). Zero-initialised.
+  virtual Buffer allocate_host_pinned(size_t bytes) { return Buffer::host(bytes); }
+  // The element type GEMM operands (matmul, linear_rows) are rounded to: f32, or bf16 for
+  // `precision.compute: bf16`. Accumulation and outputs stay f32 either way.
+  void set_gemm_dtype(DType t) {
+    LLMRUN_CHECK(t == DType::f32 || t == DType::bf16, "GEMM operands are f32 or bf16");
+    gemm_dtype_ = t;
+  }
+  DType gemm_dtype() const { return gemm_dtype_; }
+
+  // Waits until every op issued so far has finished (a no-op on the host).
   virtual void synchronize() {}
+
+ private:
+  DType gemm_dtype_ = DType::f32;
 };
 
 // threads <= 0: use every core the process may run on.

@@ -227,6 +227,29 @@ TEST_F(CpuBackendTest, Reductions) {
   EXPECT_TRUE(std::isnan(be->amax(x)));
 }
 
+TEST_F(CpuBackendTest, ReductionsIntoTensorsAndArgmax) {
+  Tensor x = randn({3, 1001});
+  Tensor acc = make({1}), mx = make({1});
+  acc.f32()[0] = 2.0f;
+  be->sum_squares_into(acc, x);
+  EXPECT_NEAR(acc.f32()[0], 2.0 + be->sum_squares(x), 1e-3);
+  be->amax_into(mx, x);
+  EXPECT_EQ(mx.f32()[0], be->amax(x));
+  mx.f32()[0] = 1e6f;
+  be->amax_into(mx, x);
+  EXPECT_EQ(mx.f32()[0], 1e6f);  // keeps the larger running value
+
+  Tensor ids = make({3}, DType::i32);
+  x.f32()[0 * 1001 + 17] = 50.0f;
+  x.f32()[1 * 1001 + 1000] = 50.0f;
+  x.f32()[2 * 1001 + 5] = 50.0f;
+  x.f32()[2 * 1001 + 9] = 50.0f;  // a tie: the lower column wins
+  be->argmax_rows(ids, x);
+  EXPECT_EQ(ids.i32()[0], 17);
+  EXPECT_EQ(ids.i32()[1], 1000);
+  EXPECT_EQ(ids.i32()[2], 5);
+}
+
 double gelu_ref(double x) {
   return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
 }

@@ -228,4 +228,34 @@ float CpuBackend::amax(const Tensor& x) {
   return nan ? std::nanf("") : m;
 }
 
+void CpuBackend::sum_squares_into(Tensor out, const Tensor& x) {
+  LLMRUN_CHECK(out.numel() == 1, "sum_squares_into: out must hold one value");
+  check_f32(out, "sum_squares_into out");
+  out.f32()[0] += static_cast<float>(sum_squares(x));
+}
+
+void CpuBackend::amax_into(Tensor out, const Tensor& x) {
+  LLMRUN_CHECK(out.numel() == 1, "amax_into: out must hold one value");
+  check_f32(out, "amax_into out");
+  const float a = amax(x);
+  float& o = out.f32()[0];
+  o = (a != a || o != o) ? std::nanf("") : std::max(o, a);
+}
+
+void CpuBackend::argmax_rows(Tensor ids, const Tensor& x) {
+  check_f32(x, "argmax_rows x");
+  LLMRUN_CHECK(ids.numel() == x.rows(), "argmax_rows: ids must hold one id per row of x");
+  const int64_t rows = x.rows(), cols = x.cols();
+  const float* p = x.f32();
+  int32_t* out = ids.i32();
+#pragma omp parallel for num_threads(threads_) if (rows > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = p + r * cols;
+    int64_t best = 0;
+    for (int64_t c = 1; c < cols; ++c)
+      if (row[c] > row[best]) best = c;
+    out[r] = static_cast<int32_t>(best);
+  }
+}
+
 }  // namespace llmrun

@@ -71,6 +71,9 @@ class CpuBackend final : public Backend {
   double sum_squares(const Tensor& x) override;
   double sum(const Tensor& x) override;
   float amax(const Tensor& x) override;
+  void sum_squares_into(Tensor out, const Tensor& x) override;
+  void amax_into(Tensor out, const Tensor& x) override;
+  void argmax_rows(Tensor ids, const Tensor& x) override;
 
  private:
   int threads_;
