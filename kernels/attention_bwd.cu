@@ -6,7 +6,11 @@
 // (dqkv is overwritten). Semantics: CpuBackend::attention_bwd.
 #include <cmath>
 
+// Under LLMRUN_ATTENTION_EMULATION (tests/unit/test_attention_emulation.cpp runs these kernels
+// on the CPU) the seam header, which needs the CUDA toolkit, is left out.
+#ifndef LLMRUN_ATTENTION_EMULATION
 #include "attention.cuh"
+#endif
 #include "attention_device.cuh"
 
 namespace llmrun::kernels {
@@ -14,8 +18,6 @@ namespace llmrun::kernels {
 namespace attention_detail {
 
 namespace {
-
-constexpr int R = geo::kRowsPerWarp;
 
 // Pointers and strides of one backward call; a batch entry's rows start at b * seq * cols.
 struct BwdArgs {
@@ -71,10 +73,9 @@ __global__ void __launch_bounds__(geo::kThreads) dkv_kernel(BwdArgs a) {
   const int lane = threadIdx.x % geo::kWarpSize, j0 = (threadIdx.x / geo::kWarpSize) * R;
   const float scale = 1.0f / sqrtf(static_cast<float>(d));
   float dk[R][DPL], dv[R][DPL];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int x = 0; x < DPL; ++x) dk[r][x] = dv[r][x] = 0.0f;
+  LLMRUN_UNROLL
+  for (int r = 0; r < R; ++r) LLMRUN_UNROLL
+  for (int x = 0; x < DPL; ++x) dk[r][x] = dv[r][x] = 0.0f;
 
   const int qtiles = geo::tiles(a.seq);
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
@@ -96,20 +97,20 @@ __global__ void __launch_bounds__(geo::kThreads) dkv_kernel(BwdArgs a) {
       __syncthreads();
 
       float s[R], dp[R];
-#pragma unroll
+      LLMRUN_UNROLL
       for (int r = 0; r < R; ++r) s[r] = dp[r] = 0.0f;
       const float* qrow = sq + lane * st;
       const float* grow = sg + lane * st;
       for (int c = 0; c < d; ++c) {
         const float qc = qrow[c], gc = grow[c];
-#pragma unroll
+        LLMRUN_UNROLL
         for (int r = 0; r < R; ++r) {
           s[r] = fmaf(qc, sk[(j0 + r) * d + c], s[r]);
           dp[r] = fmaf(gc, sv[(j0 + r) * d + c], dp[r]);
         }
       }
       const int64_t qpos = q0 + lane;
-#pragma unroll
+      LLMRUN_UNROLL
       for (int r = 0; r < R; ++r) {
         const bool visible = lane < nq && j0 + r < nk && k0 + j0 + r <= qpos;
         const float p = visible ? expf(s[r] * scale - slse[lane]) : 0.0f;
@@ -118,17 +119,17 @@ __global__ void __launch_bounds__(geo::kThreads) dkv_kernel(BwdArgs a) {
       }
       for (int i = 0; i < nq; ++i) {
         float pi[R], dsi[R];
-#pragma unroll
+        LLMRUN_UNROLL
         for (int r = 0; r < R; ++r) {
           pi[r] = __shfl_sync(kFullMask, s[r], i);
           dsi[r] = __shfl_sync(kFullMask, dp[r], i);
         }
-#pragma unroll
+        LLMRUN_UNROLL
         for (int x = 0; x < DPL; ++x) {
           const int c = lane + x * geo::kWarpSize;
           if (c < d) {
             const float gc = sg[i * st + c], qc = sq[i * st + c];
-#pragma unroll
+            LLMRUN_UNROLL
             for (int r = 0; r < R; ++r) {
               dv[r][x] = fmaf(pi[r], gc, dv[r][x]);
               dk[r][x] = fmaf(dsi[r], qc, dk[r][x]);
@@ -140,11 +141,11 @@ __global__ void __launch_bounds__(geo::kThreads) dkv_kernel(BwdArgs a) {
   }
 
   float* dbase = a.dqkv + static_cast<int64_t>(b) * a.seq * a.cols;
-#pragma unroll
+  LLMRUN_UNROLL
   for (int r = 0; r < R; ++r) {
     if (j0 + r >= nk) continue;
     float* drow = dbase + (k0 + j0 + r) * a.cols;
-#pragma unroll
+    LLMRUN_UNROLL
     for (int x = 0; x < DPL; ++x) {
       const int c = lane + x * geo::kWarpSize;
       if (c < d) {
@@ -180,12 +181,12 @@ __global__ void __launch_bounds__(geo::kThreads) dq_kernel(BwdArgs a) {
   const float scale = 1.0f / sqrtf(static_cast<float>(d));
   const int64_t hrow = (static_cast<int64_t>(b) * a.heads + h) * a.seq;
   float lse[R], delta[R], dq[R][DPL];
-#pragma unroll
+  LLMRUN_UNROLL
   for (int r = 0; r < R; ++r) {
     const bool in = r0 + r < nq;
     lse[r] = in ? a.lse[hrow + q0 + r0 + r] : 0.0f;
     delta[r] = in ? a.delta[hrow + q0 + r0 + r] : 0.0f;
-#pragma unroll
+    LLMRUN_UNROLL
     for (int x = 0; x < DPL; ++x) dq[r][x] = 0.0f;
   }
 
@@ -199,20 +200,20 @@ __global__ void __launch_bounds__(geo::kThreads) dq_kernel(BwdArgs a) {
     __syncthreads();
 
     float s[R], dp[R];
-#pragma unroll
+    LLMRUN_UNROLL
     for (int r = 0; r < R; ++r) s[r] = dp[r] = 0.0f;
     const float* krow = sk + lane * st;
     const float* vrow = sv + lane * st;
     for (int c = 0; c < d; ++c) {
       const float kc = krow[c], vc = vrow[c];
-#pragma unroll
+      LLMRUN_UNROLL
       for (int r = 0; r < R; ++r) {
         s[r] = fmaf(sq[(r0 + r) * d + c], kc, s[r]);
         dp[r] = fmaf(sg[(r0 + r) * d + c], vc, dp[r]);
       }
     }
     const int64_t key = k0 + lane;
-#pragma unroll
+    LLMRUN_UNROLL
     for (int r = 0; r < R; ++r) {
       const bool visible = r0 + r < nq && key <= q0 + r0 + r;
       const float p = visible ? expf(s[r] * scale - lse[r]) : 0.0f;
@@ -220,14 +221,14 @@ __global__ void __launch_bounds__(geo::kThreads) dq_kernel(BwdArgs a) {
     }
     for (int j = 0; j < nk; ++j) {
       float dsj[R];
-#pragma unroll
+      LLMRUN_UNROLL
       for (int r = 0; r < R; ++r) dsj[r] = __shfl_sync(kFullMask, dp[r], j);
-#pragma unroll
+      LLMRUN_UNROLL
       for (int x = 0; x < DPL; ++x) {
         const int c = lane + x * geo::kWarpSize;
         if (c < d) {
           const float kc = sk[j * st + c];
-#pragma unroll
+          LLMRUN_UNROLL
           for (int r = 0; r < R; ++r) dq[r][x] = fmaf(dsj[r], kc, dq[r][x]);
         }
       }
@@ -235,11 +236,11 @@ __global__ void __launch_bounds__(geo::kThreads) dq_kernel(BwdArgs a) {
   }
 
   float* dbase = a.dqkv + static_cast<int64_t>(b) * a.seq * a.cols + static_cast<int64_t>(h) * d;
-#pragma unroll
+  LLMRUN_UNROLL
   for (int r = 0; r < R; ++r) {
     if (r0 + r >= nq) continue;
     float* drow = dbase + (q0 + r0 + r) * a.cols;
-#pragma unroll
+    LLMRUN_UNROLL
     for (int x = 0; x < DPL; ++x) {
       const int c = lane + x * geo::kWarpSize;
       if (c < d) drow[c] = dq[r][x] * scale;
@@ -252,11 +253,11 @@ void launch(const BwdArgs& a, cudaStream_t stream) {
   const geo::Dim3 gkv = geo::bwd_dkv_grid(a.batch, a.seq, a.kv_heads);
   const size_t skv = geo::bwd_dkv_smem_bytes(a.head_dim);
   allow_smem(dkv_kernel<DPL>, skv);
-  dkv_kernel<DPL><<<dim3(gkv.x, gkv.y, gkv.z), geo::kThreads, skv, stream>>>(a);
+  LLMRUN_ATTN_LAUNCH(dkv_kernel<DPL>, dim3(gkv.x, gkv.y, gkv.z), geo::kThreads, skv, stream)(a);
   const geo::Dim3 gq = geo::bwd_dq_grid(a.batch, a.seq, a.heads);
   const size_t sq = geo::bwd_dq_smem_bytes(a.head_dim);
   allow_smem(dq_kernel<DPL>, sq);
-  dq_kernel<DPL><<<dim3(gq.x, gq.y, gq.z), geo::kThreads, sq, stream>>>(a);
+  LLMRUN_ATTN_LAUNCH(dq_kernel<DPL>, dim3(gq.x, gq.y, gq.z), geo::kThreads, sq, stream)(a);
 }
 
 }  // namespace
@@ -287,8 +288,9 @@ void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float
   a.head_dim = head_dim;
   a.cols = static_cast<int64_t>(heads + 2 * kv_heads) * head_dim;
   a.hd = static_cast<int64_t>(heads) * head_dim;
-  attention_detail::
-      delta_kernel<<<geo::bwd_delta_blocks(batch, seq, heads), geo::kThreads, 0, stream>>>(a);
+  LLMRUN_ATTN_LAUNCH(attention_detail::delta_kernel, dim3(geo::bwd_delta_blocks(batch, seq, heads)),
+                     geo::kThreads, 0, stream)
+  (a);
   switch (geo::dims_per_lane(head_dim)) {
     case 1:
       return attention_detail::launch<1>(a, stream);

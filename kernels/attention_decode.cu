@@ -16,7 +16,11 @@
 // tiled forward of attention_fwd.cu instead, which reuses each K/V tile across 32 queries.
 #include <cmath>
 
+// Under LLMRUN_ATTENTION_EMULATION (tests/unit/test_attention_emulation.cpp runs these kernels
+// on the CPU) the seam header, which needs the CUDA toolkit, is left out.
+#ifndef LLMRUN_ATTENTION_EMULATION
 #include "attention.cuh"
+#endif
 #include "attention_device.cuh"
 
 namespace llmrun::kernels {
@@ -46,7 +50,7 @@ __device__ void attend_row(float* orow, const float* qrow, const float* k, const
   const int lane = threadIdx.x % geo::kWarpSize;
   const float scale = 1.0f / sqrtf(static_cast<float>(d));
   float q[DPL], acc[DPL];
-#pragma unroll
+  LLMRUN_UNROLL
   for (int x = 0; x < DPL; ++x) {
     const int c = lane + x * geo::kWarpSize;
     q[x] = c < d ? qrow[c] : 0.0f;
@@ -56,13 +60,13 @@ __device__ void attend_row(float* orow, const float* qrow, const float* k, const
   for (int k0 = 0; k0 <= pos; k0 += C) {
     int64_t row[C];
     float s[C];
-#pragma unroll
+    LLMRUN_UNROLL
     for (int u = 0; u < C; ++u) {
       // Keys past pos reuse row 0 (always present) and are masked below.
       row[u] = k0 + u <= pos ? rows(k0 + u) : rows(0);
       const float* krow = k + row[u] * ld;
       float dot = 0.0f;
-#pragma unroll
+      LLMRUN_UNROLL
       for (int x = 0; x < DPL; ++x) {
         const int c = lane + x * geo::kWarpSize;
         if (c < d) dot = fmaf(q[x], krow[c], dot);
@@ -70,7 +74,7 @@ __device__ void attend_row(float* orow, const float* qrow, const float* k, const
       s[u] = dot;
     }
     float cmax = -INFINITY;
-#pragma unroll
+    LLMRUN_UNROLL
     for (int u = 0; u < C; ++u) {
       const float dot = warp_sum(s[u]);  // outside the mask: every lane takes part
       s[u] = k0 + u <= pos ? dot * scale : -INFINITY;
@@ -79,26 +83,26 @@ __device__ void attend_row(float* orow, const float* qrow, const float* k, const
     const float mnew = fmaxf(m, cmax);  // finite: key k0 <= pos is visible
     const float alpha = exp_shifted(m, mnew);
     float sum = 0.0f;
-#pragma unroll
+    LLMRUN_UNROLL
     for (int u = 0; u < C; ++u) {
       s[u] = exp_shifted(s[u], mnew);
       sum += s[u];
     }
     l = l * alpha + sum;
     m = mnew;
-#pragma unroll
+    LLMRUN_UNROLL
     for (int x = 0; x < DPL; ++x) {
       const int c = lane + x * geo::kWarpSize;
       float a = acc[x] * alpha;
       if (c < d) {
-#pragma unroll
+        LLMRUN_UNROLL
         for (int u = 0; u < C; ++u) a = fmaf(s[u], v[row[u] * ld + c], a);
       }
       acc[x] = a;
     }
   }
   const float inv = 1.0f / l;
-#pragma unroll
+  LLMRUN_UNROLL
   for (int x = 0; x < DPL; ++x) {
     const int c = lane + x * geo::kWarpSize;
     if (c < d) orow[c] = acc[x] * inv;
@@ -142,8 +146,8 @@ template <int DPL>
 void launch_cached(float* out, const float* q, const float* k, const float* v, int n_q,
                    int start_pos, int heads, int kv_heads, int d, cudaStream_t stream) {
   const geo::Dim3 g = geo::decode_grid(n_q, heads);
-  cached_kernel<DPL><<<dim3(g.x, g.y, g.z), geo::kDecodeThreads, 0, stream>>>(
-      out, q, k, v, start_pos, heads, kv_heads, d);
+  LLMRUN_ATTN_LAUNCH(cached_kernel<DPL>, dim3(g.x, g.y, g.z), geo::kDecodeThreads, 0, stream)
+  (out, q, k, v, start_pos, heads, kv_heads, d);
 }
 
 template <int DPL>
@@ -151,8 +155,8 @@ void launch_paged(float* out, const float* q, const float* k, const float* v, co
                   const int* starts, const int* lens, int num_seqs, int max_blocks, int total_q,
                   int block_size, int heads, int kv_heads, int d, cudaStream_t stream) {
   const geo::Dim3 g = geo::decode_grid(total_q, heads);
-  paged_kernel<DPL><<<dim3(g.x, g.y, g.z), geo::kDecodeThreads, 0, stream>>>(
-      out, q, k, v, tables, starts, lens, num_seqs, max_blocks, block_size, heads, kv_heads, d);
+  LLMRUN_ATTN_LAUNCH(paged_kernel<DPL>, dim3(g.x, g.y, g.z), geo::kDecodeThreads, 0, stream)
+  (out, q, k, v, tables, starts, lens, num_seqs, max_blocks, block_size, heads, kv_heads, d);
 }
 
 }  // namespace

@@ -4,27 +4,41 @@
 // training forward. CUDA-only; nothing from src/.
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
 #include "attention_geometry.cuh"
+
+// LLMRUN_ATTN_LAUNCH(kernel, grid, block, smem, stream)(args...) enqueues a kernel. The CPU
+// emulation (tests/device/cuda_emulation.h, included first, defines the CUDA names) runs the
+// same kernels block by block with one host thread per CUDA thread.
+// LLMRUN_UNROLL is `#pragma unroll` for nvcc and nothing for the host compiler.
+#ifdef LLMRUN_ATTENTION_EMULATION
+#define LLMRUN_ATTN_LAUNCH(kernel, grid, block, smem, stream) \
+  ::llmrun_emu::launch(kernel, grid, block, smem, stream)
+#define LLMRUN_UNROLL
+#else
+#include <cuda_runtime.h>
+#define LLMRUN_ATTN_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#define LLMRUN_UNROLL _Pragma("unroll")
+#endif
 
 namespace llmrun::kernels::attention_detail {
 
 namespace geo = attention_geometry;
 
 constexpr unsigned kFullMask = 0xffffffffu;
+// Rows (queries or keys) each warp of a tiled kernel owns.
+constexpr int R = geo::kRowsPerWarp;
 
 // Butterfly (xor) reductions: every lane ends with the same, bitwise identical value, since
 // each step adds the same two partial sums in either order.
 __device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
+  LLMRUN_UNROLL
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
   return v;
 }
 __device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
+  LLMRUN_UNROLL
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
   return v;
 }

@@ -4,7 +4,11 @@
 // log-sum-exp the backward recomputes probabilities from. Semantics: CpuBackend::attention_fwd.
 #include <cmath>
 
+// Under LLMRUN_ATTENTION_EMULATION (tests/unit/test_attention_emulation.cpp runs these kernels
+// on the CPU) the seam header, which needs the CUDA toolkit, is left out.
+#ifndef LLMRUN_ATTENTION_EMULATION
 #include "attention.cuh"
+#endif
 #include "attention_device.cuh"
 
 namespace llmrun::kernels {
@@ -12,8 +16,6 @@ namespace llmrun::kernels {
 namespace attention_detail {
 
 namespace {
-
-constexpr int R = geo::kRowsPerWarp;
 
 // Warp w owns query rows w*R .. w*R+R-1 of the tile. For the scores lane j is key j of the
 // K tile; for the output lane l owns head dims l, l+32, ... (DPL of them, < head_dim).
@@ -39,11 +41,11 @@ __global__ void __launch_bounds__(geo::kThreads) fwd_kernel(FwdTileArgs a) {
 
   const int lane = threadIdx.x % geo::kWarpSize, r0 = (threadIdx.x / geo::kWarpSize) * R;
   float m[R], l[R], acc[R][DPL];
-#pragma unroll
+  LLMRUN_UNROLL
   for (int r = 0; r < R; ++r) {
     m[r] = -INFINITY;
     l[r] = 0.0f;
-#pragma unroll
+    LLMRUN_UNROLL
     for (int x = 0; x < DPL; ++x) acc[r][x] = 0.0f;
   }
 
@@ -56,16 +58,16 @@ __global__ void __launch_bounds__(geo::kThreads) fwd_kernel(FwdTileArgs a) {
     __syncthreads();
 
     float s[R];
-#pragma unroll
+    LLMRUN_UNROLL
     for (int r = 0; r < R; ++r) s[r] = 0.0f;
     const float* krow = sk + lane * kst;
     for (int c = 0; c < d; ++c) {
       const float kc = krow[c];
-#pragma unroll
+      LLMRUN_UNROLL
       for (int r = 0; r < R; ++r) s[r] = fmaf(sq[(r0 + r) * d + c], kc, s[r]);
     }
     const int64_t key = k0 + lane;
-#pragma unroll
+    LLMRUN_UNROLL
     for (int r = 0; r < R; ++r) {
       const bool visible = r0 + r < nq && key <= a.pos0 + q0 + r0 + r;
       const float sc = visible ? s[r] * scale : -INFINITY;
@@ -74,33 +76,33 @@ __global__ void __launch_bounds__(geo::kThreads) fwd_kernel(FwdTileArgs a) {
       const float alpha = exp_shifted(m[r], mnew);  // 0 on the first visible tile
       l[r] = l[r] * alpha + warp_sum(p);
       m[r] = mnew;
-#pragma unroll
+      LLMRUN_UNROLL
       for (int x = 0; x < DPL; ++x) acc[r][x] *= alpha;
       s[r] = p;
     }
     for (int j = 0; j < nk; ++j) {
       float pj[R];
-#pragma unroll
+      LLMRUN_UNROLL
       for (int r = 0; r < R; ++r) pj[r] = __shfl_sync(kFullMask, s[r], j);
-#pragma unroll
+      LLMRUN_UNROLL
       for (int x = 0; x < DPL; ++x) {
         const int c = lane + x * geo::kWarpSize;
         if (c < d) {
           const float vc = sv[j * d + c];
-#pragma unroll
+          LLMRUN_UNROLL
           for (int r = 0; r < R; ++r) acc[r][x] = fmaf(pj[r], vc, acc[r][x]);
         }
       }
     }
   }
 
-#pragma unroll
+  LLMRUN_UNROLL
   for (int r = 0; r < R; ++r) {
     if (r0 + r >= nq) continue;
     const int64_t row = q0 + r0 + r;
     const float inv = 1.0f / l[r];
     float* orow = a.out + b * a.out_batch + row * a.out_ld + static_cast<int64_t>(h) * d;
-#pragma unroll
+    LLMRUN_UNROLL
     for (int x = 0; x < DPL; ++x) {
       const int c = lane + x * geo::kWarpSize;
       if (c < d) orow[c] = acc[r][x] * inv;
@@ -113,9 +115,9 @@ __global__ void __launch_bounds__(geo::kThreads) fwd_kernel(FwdTileArgs a) {
 template <int DPL>
 void launch(const FwdTileArgs& a, cudaStream_t stream) {
   const geo::Dim3 g = geo::fwd_grid(a.batch, a.n_q, a.heads);
-  const size_t smem = geo::fwd_smem_bytes(a.head_dim);
-  allow_smem(fwd_kernel<DPL>, smem);
-  fwd_kernel<DPL><<<dim3(g.x, g.y, g.z), geo::kThreads, smem, stream>>>(a);
+  const size_t bytes = geo::fwd_smem_bytes(a.head_dim);
+  allow_smem(fwd_kernel<DPL>, bytes);
+  LLMRUN_ATTN_LAUNCH(fwd_kernel<DPL>, dim3(g.x, g.y, g.z), geo::kThreads, bytes, stream)(a);
 }
 
 }  // namespace
