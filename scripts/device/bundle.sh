@@ -4,7 +4,9 @@
 # non-CUDA shared library they load (the CUDA driver/runtime/cuBLAS/NCCL come from the GPU
 # machine; glibc too), recipes, a training text, the PyTorch oracle and run-checks.sh.
 #   scripts/device/bundle.sh DIR        then, on the GPU machine:  DIR/run-checks.sh [RESULTS]
-# BUNDLE_BUILD (default build-device/) is the build directory; JOBS the parallel jobs.
+# BUNDLE_BUILD (default build-device/) is the build directory; JOBS the parallel jobs;
+# BUNDLE_NO_BUILD=1 packs what BUNDLE_BUILD already holds (the e2e test packs its own build);
+# BUNDLE_XZ_LEVEL (default 6) the compression level.
 # Single-rank only: llmrun starts MPI only under a launcher (src/comm/launcher.cpp), so no
 # mpirun and none of OpenMPI's plugins travel; libmpi itself is carried because it is linked.
 set -euo pipefail
@@ -18,31 +20,40 @@ TARGETS=(llmrun llmrun_unit_tests llmrun_oracle_dump llmrun_make_model_dir)
 # -Wno-psabi: GCC notes that 64-byte vector arguments (src/backend/cpu/cpu_linear_rows.cpp)
 # pass differently without AVX-512; those functions are internal, so the note is moot, but
 # -Werror turns it into an error at -march=x86-64-v3.
-cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLLMRUN_CUDA=ON -DLLMRUN_MARCH=x86-64-v3 \
-  -DCMAKE_CXX_FLAGS=-Wno-psabi >"$BUILD.configure.log" 2>&1 ||
-  { cat "$BUILD.configure.log" >&2; echo "bundle: cmake configure failed" >&2; exit 1; }
-nice cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}" >"$BUILD.build.log" 2>&1 ||
-  { tail -n 40 "$BUILD.build.log" >&2; echo "bundle: build failed (log: $BUILD.build.log)" >&2; exit 1; }
+if [ -z "${BUNDLE_NO_BUILD:-}" ]; then
+  cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLLMRUN_CUDA=ON -DLLMRUN_MARCH=x86-64-v3 \
+    -DCMAKE_CXX_FLAGS=-Wno-psabi >"$BUILD.configure.log" 2>&1 ||
+    { cat "$BUILD.configure.log" >&2; echo "bundle: cmake configure failed" >&2; exit 1; }
+  nice cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}" >"$BUILD.build.log" 2>&1 ||
+    { tail -n 40 "$BUILD.build.log" >&2; echo "bundle: build failed (log: $BUILD.build.log)" >&2; exit 1; }
+fi
 
 rm -rf "$DIR"
-mkdir -p "$DIR"/{bin,lib,share/recipes,share/data,share/oracle,share/scripts}
+mkdir -p "$DIR"/{share/recipes,share/data,share/oracle,share/scripts}
+DIR=$(cd "$DIR" && pwd)
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+mkdir -p "$STAGE"/{bin,lib}
 for t in "${TARGETS[@]}"; do
   f=$(find "$BUILD" -maxdepth 3 -type f -name "$t" -perm -u+x | head -n 1)
   [ -n "$f" ] || { echo "bundle: $t was not built in $BUILD" >&2; exit 1; }
-  strip --strip-unneeded -o "$DIR/bin/$t" "$f"
+  strip --strip-unneeded -o "$STAGE/bin/$t" "$f"
 done
 
 # Shared libraries: ldd's closure of every binary, minus glibc's own libraries (the target's
 # glibc must be used with its own loader) and the CUDA stack (driver-matched, on the target).
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|libresolv\.so|libanl\.so|libnsl\.so|libcuda\.so|libcudart\.so|libcublas|libcublasLt|libnccl|libnvidia|libnvrtc|libnvJitLink|libcupti)'
 for t in "${TARGETS[@]}"; do
-  ldd "$DIR/bin/$t"
+  ldd "$STAGE/bin/$t"
 done | awk '/=>/ { print $1, $3 } /not found/ { print $1, "NOTFOUND" }' | sort -u | while read -r name path; do
   [[ $name =~ $skip ]] && continue
   [ "$path" != NOTFOUND ] || { echo "bundle: $name is not found by ldd" >&2; exit 1; }
-  cp -L "$path" "$DIR/lib/$name"
+  cp -L "$path" "$STAGE/lib/$name"
 done
-chmod 644 "$DIR"/lib/* 2>/dev/null || true
+chmod 644 "$STAGE"/lib/*
+# Binaries and libraries travel xz-compressed (OpenBLAS alone is 36 MB); run-checks.sh
+# unpacks them into a temporary directory.
+(cd "$STAGE" && XZ_OPT="-${BUNDLE_XZ_LEVEL:-6} -T${JOBS:-2}" tar -cJf "$DIR/payload.tar.xz" bin lib)
 
 cp "$SRC"/recipes/{demo,llama-small,gpt2-124m}.yaml "$DIR/share/recipes/"
 # The training text of the recipes (Debian's licence texts), carried: the GPU machine may not have it.
@@ -60,7 +71,7 @@ for f in "$SRC"/tests/unit/*.cpp; do
        /__FILE__/ && t != "" { print t }' "$f"
 done | sort -u >"$DIR/share/unit-tests-need-source.txt"
 
-glibc=$(for f in "$DIR"/bin/* "$DIR"/lib/*; do objdump -T "$f" 2>/dev/null; done |
+glibc=$(for f in "$STAGE"/bin/* "$STAGE"/lib/*; do objdump -T "$f" 2>/dev/null; done |
   grep -oE 'GLIBC_[0-9]+\.[0-9]+' | sort -t. -k2,2n -u | tail -n 1)
 commit=$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)
 dirty=$(git -C "$SRC" status --porcelain 2>/dev/null | grep -qv '^??' && echo true || echo false)

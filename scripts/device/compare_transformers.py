@@ -131,6 +131,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llmrun", required=True)
     ap.add_argument("--model", required=True)
+    ap.add_argument("--reference-model", default=None,
+                    help="the dir the reference loads (default --model; the tests point it at a perturbed copy)")
     ap.add_argument("--prompt", required=True)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--reference", choices=("auto", "transformers", "oracle"), default="auto")
@@ -172,10 +174,11 @@ def main():
         ours = run_llmrun(a.llmrun, a.model, a.prompt, a.max_tokens, extra)
     except RuntimeError as e:
         finish(f"ERROR: {e}", 1)
+    ref_dir = a.reference_model or a.model
     if ref == "transformers":
-        theirs, margins = reference_transformers(a.model, prompt_ids, n_new)
+        theirs, margins = reference_transformers(ref_dir, prompt_ids, n_new)
     else:
-        theirs, margins = reference_oracle(a.model, prompt_ids, n_new, a.oracle_dir)
+        theirs, margins = reference_oracle(ref_dir, prompt_ids, n_new, a.oracle_dir)
     first = next((i for i in range(max(len(ours), len(theirs)))
                   if i >= len(ours) or i >= len(theirs) or ours[i] != theirs[i]), None)
     kw = {"tokens": len(theirs), "llmrun_ids": ours, "reference_ids": theirs,

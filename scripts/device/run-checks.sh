@@ -14,11 +14,30 @@ mkdir -p "$RES" && RES=$(cd "$RES" && pwd)
 rm -f "$RES/checks.jsonl"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-BIN=$HERE/bin
-LLMRUN=$BIN/llmrun
 SHARE=$HERE/share
+# bin/ and lib/ travel in payload.tar.xz (bundle.sh); a bundle may also hold them unpacked.
+PAYLOAD=$HERE
+if [ -f "$HERE/payload.tar.xz" ]; then
+  PAYLOAD=$WORK/payload
+  mkdir -p "$PAYLOAD"
+  tar -xJf "$HERE/payload.tar.xz" -C "$PAYLOAD" 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$HERE/payload.tar.xz" "$PAYLOAD" ||
+    { echo "run-checks.sh: cannot unpack $HERE/payload.tar.xz (needs tar with xz, or python3)" >&2; exit 2; }
+fi
+BIN=$PAYLOAD/bin
+LLMRUN=$BIN/llmrun
+# The CUDA libraries come from this machine: its loader path, the toolkit, or PyTorch's wheels.
+cuda_libs=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -d "$d" ] && cuda_libs="$cuda_libs:$d"; done
+export LD_LIBRARY_PATH="$PAYLOAD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}$cuda_libs"
+if ldd "$LLMRUN" 2>/dev/null | grep -q 'not found'; then
+  for c in ${PYTHON:-} python3; do
+    site=$("$c" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) || continue
+    for d in $site; do for l in "$d"/nvidia/*/lib; do [ -d "$l" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$l"; done; done
+    break
+  done
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 RECIPES=$SHARE/recipes
 DATA=$SHARE/data
 
@@ -48,17 +67,28 @@ gpus=0
 command -v nvidia-smi >/dev/null 2>&1 && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 DEVICE="no CUDA device"
 [ "$gpus" -gt 0 ] && DEVICE=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+# Recipes pick the backend with launch.backend; a build that predates it is CPU-only.
+has_backend_key=0
+"$LLMRUN" train "$RECIPES/demo.yaml" --dry-run --set launch.backend=cpu >/dev/null 2>&1 && has_backend_key=1
+# backend_set BACKEND: the --set that selects it (nothing where the key does not exist).
+backend_set() { [ $has_backend_key = 1 ] && echo "--set launch.backend=$1"; }
 gpu_ok=0; GPU_WHY=""
 if [ "$gpus" -eq 0 ]; then GPU_WHY="SKIPPED: no CUDA device"
 elif [ $built_cuda = 0 ]; then GPU_WHY="SKIPPED: this llmrun was built without CUDA ($VERSION)"
+elif [ $has_backend_key = 0 ]; then GPU_WHY="SKIPPED: this llmrun has no launch.backend recipe key"
 else gpu_ok=1; fi
 echo "llmrun bundle checks: $VERSION; device: $DEVICE; python: $PY (torch: $has_torch, cuda: $torch_cuda)" >&2
 echo "results: $RES" >&2
 
 # --- version and doctor -------------------------------------------------------------------
 if wanted version; then
-  if "$LLMRUN" --version >"$RES/version.log" 2>&1; then record version PASS "$VERSION"
-  else record version FAIL "llmrun --version exited non-zero: libraries missing? see version.log"; fi
+  need=$(py_field "$HERE/MANIFEST.json" "j.get('needs_glibc', '')" 2>/dev/null)
+  have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+  if "$LLMRUN" --version >"$RES/version.log" 2>&1; then record version PASS "$VERSION (glibc $have, needs ${need#GLIBC_})"
+  else
+    missing=$(ldd "$LLMRUN" 2>&1 | grep -E 'not found' | awk '{print $1}' | paste -sd, -)
+    record version FAIL "llmrun does not start: ${missing:+missing $missing; }glibc $have, bundle needs ${need#GLIBC_}"
+  fi
 fi
 if wanted doctor; then
   if ! "$LLMRUN" --help 2>/dev/null | grep -qE '^ +doctor'; then
@@ -94,7 +124,7 @@ train() {
   local name=$1 recipe=$2 backend=$3 prec=$4 steps=$5; shift 5
   "$LLMRUN" train "$recipe" --set train.steps="$steps" --set logging.every=1 \
     --set logging.metrics="$WORK/$name.jsonl" --set checkpoint.dir="$WORK/ck-$name" --set data.train="$DATA" \
-    --set launch.backend="$backend" --set precision.compute="$prec" "$@" >"$RES/train-$name.log" 2>&1
+    $(backend_set "$backend") --set precision.compute="$prec" "$@" >"$RES/train-$name.log" 2>&1
 }
 for arch in gpt2 llama; do
   recipe=$RECIPES/demo.yaml; [ $arch = llama ] && recipe=$RECIPES/llama-small.yaml
@@ -121,7 +151,7 @@ if [ $gpu_ok = 1 ]; then
 else
   BENCH_BACKEND=cpu BENCH_RECIPE=$RECIPES/demo.yaml BENCH_BATCH=4 BENCH_SEQ=128 BENCH_STEPS=2
 fi
-bench_sets=(--set launch.backend=$BENCH_BACKEND --set model.seq_len=$BENCH_SEQ --set train.micro_batch=$BENCH_BATCH
+bench_sets=($(backend_set $BENCH_BACKEND) --set model.seq_len=$BENCH_SEQ --set train.micro_batch=$BENCH_BATCH
   --set train.global_batch=$BENCH_BATCH --set data.train="$DATA")
 if wanted bench_kernels; then
   if "$LLMRUN" bench kernels "$BENCH_RECIPE" "${bench_sets[@]}" --repeat 5 --json "$RES/bench_kernels.json" >"$RES/bench_kernels.log" 2>&1; then
@@ -178,7 +208,7 @@ for arch in gpt2 llama; do
     model=$WORK/ck-gen-$arch/model
     if [ ! -d "$model" ]; then
       recipe=$RECIPES/demo.yaml; [ $arch = llama ] && recipe=$RECIPES/llama-small.yaml
-      train "gen-$arch" "$recipe" cpu fp32 30 --set model.vocab=256 --set model.layers=2 ||
+      train "gen-$arch" "$recipe" cpu fp32 30 --set model.vocab=256 --set model.layers=2 --set train.warmup=5 ||
         { record "$name" FAIL "training the model failed: $(tail -n 1 "$RES/train-gen-$arch.log")"; continue; }
     fi
     "$PY" "$SHARE/scripts/compare_transformers.py" --llmrun "$LLMRUN" --model "$model" --reference $ref \

@@ -1,0 +1,84 @@
+# scripts/device/bundle.sh packs this build (no rebuild) into a directory under 60 MiB with
+# every shared library but glibc's and CUDA's; its run-checks.sh runs from there: GPU checks
+# say why they skip, `llmrun generate` on an exported model matches the PyTorch oracle token
+# for token, a perturbed model does not, and the summary table and results.json agree. The
+# parity arithmetic of checks.py is checked on hand-made metrics files.
+source "$(dirname "$0")/common.bash"
+cd "$WORK"
+CHK="/usr/bin/python3 $SRC/scripts/device/checks.py"
+# expect_rc CODE CMD...: runs CMD (stdout in $WORK/cmd.stdout) and checks its exit code.
+expect_rc() {
+  local want=$1 rc=0; shift
+  "$@" >"$WORK/cmd.stdout" 2>"$WORK/cmd.stderr" || rc=$?
+  [ "$rc" = "$want" ] || { cat "$WORK/cmd.stdout" "$WORK/cmd.stderr" >&2; fail "'$*' exited $rc, expected $want"; }
+}
+
+# --- checks.py parity: per-step relative loss differences -------------------------------
+for s in 1 2 3 4 5 6; do echo "{\"step\": $s, \"loss\": $((10 - s)).0}"; done > a.jsonl
+cp a.jsonl b.jsonl
+echo '{"step": 6, "val_loss": 9.0}' >> b.jsonl  # validation rows are not losses
+$CHK parity a.jsonl b.jsonl --tol 1e-4 --steps 6 > p.json || fail "identical curves must agree"
+sed 's/"step": 3, "loss": 7.0/"step": 3, "loss": 7.0021/' a.jsonl > c.jsonl  # 3e-4 relative at step 3
+expect_rc 1 $CHK parity c.jsonl b.jsonl --tol 1e-4 --steps 6
+grep -q '"worst_step": 3' "$WORK/cmd.stdout" || fail "parity must name step 3: $(cat "$WORK/cmd.stdout")"
+$CHK parity c.jsonl b.jsonl --tol 1e-4 --after 5 --steps 6 >/dev/null || fail "--after 5 must ignore step 3"
+head -n 5 a.jsonl > short.jsonl
+expect_rc 1 $CHK parity short.jsonl b.jsonl --tol 1e-4 --steps 6
+grep -q '"missing_steps": \[6\]' "$WORK/cmd.stdout" || fail "a missing step must fail the comparison"
+expect_exit 1 'PASS, FAIL or' $CHK record r x MAYBE ""
+
+# --- the bundle -------------------------------------------------------------------------
+BUNDLE_NO_BUILD=1 BUNDLE_BUILD="$(dirname "$LLMRUN")" BUNDLE_XZ_LEVEL=0 bash "$SRC/scripts/device/bundle.sh" b > bundle.log 2>&1 ||
+  { cat bundle.log; fail "bundle.sh failed"; }
+size=$(du -sb b | cut -f1)
+[ "$size" -le $((60 * 1024 * 1024)) ] || fail "bundle is $size bytes"
+tar -tJf b/payload.tar.xz > contents.txt
+for f in bin/llmrun bin/llmrun_unit_tests bin/llmrun_oracle_dump bin/llmrun_make_model_dir lib/libopenblas.so.0 lib/libyaml-cpp; do
+  grep -q "^$f" contents.txt || fail "payload lacks $f"
+done
+! grep -qE '^lib/(libc\.so|libm\.so|ld-linux|libcuda)' contents.txt || fail "payload carries glibc or CUDA libraries"
+/usr/bin/python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); assert len(m["commit"]) == 40 and m["needs_glibc"].startswith("GLIBC_"), m' b/MANIFEST.json ||
+  fail "MANIFEST.json: $(cat b/MANIFEST.json)"
+grep -qx 'RepoRecipes.AllLoad' b/share/unit-tests-need-source.txt || fail "tests that read the source tree are not listed"
+
+# --- run-checks.sh from the bundle --------------------------------------------------------
+CHECKS=version,doctor,parity_gpt2_fp32,bench_torch_train,generate_gpt2_vs_torch_oracle b/run-checks.sh res > table.txt 2> checks.log ||
+  { cat checks.log table.txt; fail "run-checks.sh failed"; }
+grep -qE '^check +result +figure' table.txt || fail "no summary table: $(cat table.txt)"
+/usr/bin/python3 - res/results.json "$(command -v nvidia-smi || true)" <<'PY' || { cat table.txt; fail "results.json is wrong"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = {x["check"]: x for x in r["checks"]}
+assert list(c) == ["version", "doctor", "parity_gpt2_fp32", "bench_torch_train", "generate_gpt2_vs_torch_oracle"], list(c)
+assert c["version"]["result"] == "PASS" and "llmrun" in c["version"]["figure"], c["version"]
+if not sys.argv[2]:  # no driver here: every GPU check says so
+    assert c["parity_gpt2_fp32"]["result"] == "SKIPPED: no CUDA device", c["parity_gpt2_fp32"]
+    assert c["bench_torch_train"]["result"].startswith("SKIPPED: "), c["bench_torch_train"]
+g = c["generate_gpt2_vs_torch_oracle"]
+assert g["result"] == "PASS" and g["figure"].startswith("48/48 tokens equal"), g
+assert r["counts"]["fail"] == 0 and sum(r["counts"].values()) == 5, r["counts"]
+PY
+
+# The comparison can fail: against the same model with its final norm negated (argmax turns
+# into argmin) the tokens differ, and the first mismatch is reported.
+cat > tiny.yaml <<'YAML'
+model: {arch: gpt2, layers: 1, d_model: 64, heads: 2, seq_len: 64}
+data: {tokenizer: byte, train: /usr/share/common-licenses}
+train: {steps: 20, micro_batch: 8, global_batch: 8, warmup: 2, lr: 3.0e-3}
+checkpoint: {dir: tiny}
+YAML
+"$LLMRUN" train tiny.yaml 2> tiny.log || { cat tiny.log; fail "training the tiny model failed"; }
+CMP="/usr/bin/python3 $SRC/scripts/device/compare_transformers.py --llmrun $LLMRUN --reference oracle --oracle-dir $SRC/tests/oracle --prompt Licence --max-tokens 16"
+$CMP --model tiny/model > same.txt || fail "llmrun differs from the oracle on the tiny model: $(tail -n 1 same.txt)"
+cp -r tiny/model flipped
+/usr/bin/python3 - "$SRC/tests/oracle" flipped/model.safetensors <<'PY' || fail "could not write the perturbed model"
+import sys
+sys.path.insert(0, sys.argv[1])
+import safetensors_np as st
+tensors, meta = st.load(sys.argv[2])
+tensors["transformer.ln_f.weight"] = -tensors["transformer.ln_f.weight"]
+st.save(sys.argv[2], tensors, meta)
+PY
+expect_rc 1 $CMP --model tiny/model --reference-model flipped
+grep -q '"first_mismatch": 0' "$WORK/cmd.stdout" || fail "no mismatch at token 0: $(tail -n 1 "$WORK/cmd.stdout")"
+echo "device bundle: $((size / 1024 / 1024)) MiB; $(grep -c . res/checks.jsonl) checks run"
