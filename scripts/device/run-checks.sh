@@ -208,7 +208,8 @@ for arch in gpt2 llama; do
     model=$WORK/ck-gen-$arch/model
     if [ ! -d "$model" ]; then
       recipe=$RECIPES/demo.yaml; [ $arch = llama ] && recipe=$RECIPES/llama-small.yaml
-      train "gen-$arch" "$recipe" cpu fp32 30 --set model.vocab=256 --set model.layers=2 --set train.warmup=5 ||
+      train "gen-$arch" "$recipe" cpu fp32 30 --set model.vocab=256 --set model.layers=2 --set model.seq_len=64 \
+        --set train.micro_batch=8 --set train.global_batch=8 --set train.warmup=5 ||
         { record "$name" FAIL "training the model failed: $(tail -n 1 "$RES/train-gen-$arch.log")"; continue; }
     fi
     "$PY" "$SHARE/scripts/compare_transformers.py" --llmrun "$LLMRUN" --model "$model" --reference $ref \
