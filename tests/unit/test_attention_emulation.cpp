@@ -5,12 +5,26 @@
 // not multiples of the 32-row tiles; head_dims cover every instantiated bucket.
 #define LLMRUN_ATTENTION_EMULATION 1
 #include "../device/cuda_emulation.h"
+// (The standard headers the kernels include come first, so that inside the namespace below
+// their include guards make them no-ops.)
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+// The kernels land in namespace attn_emu: a CUDA build links the real ones, with the same
+// names in namespace llmrun::kernels, into this binary too.
+namespace attn_emu {
 // One block runs at a time, so all emulated kernels share one dynamic shared-memory array.
 namespace llmrun::kernels::attention_detail {
 namespace {
 float smem[llmrun_emu::kSmemFloats];
 }
 }  // namespace llmrun::kernels::attention_detail
+#include "../../kernels/attention_bwd.cu"
+#include "../../kernels/attention_decode.cu"
+#include "../../kernels/attention_fwd.cu"
+}  // namespace attn_emu
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,9 +33,6 @@ float smem[llmrun_emu::kSmemFloats];
 #include <string>
 #include <vector>
 
-#include "../../kernels/attention_bwd.cu"
-#include "../../kernels/attention_decode.cu"
-#include "../../kernels/attention_fwd.cu"
 #include "backend/backend.h"
 
 using namespace llmrun;
@@ -74,8 +85,8 @@ TEST_P(AttentionEmulation, ForwardAndBackwardMatchTheCpuBackend) {
                     Tensor(lse_cpu.data(), DType::f32, {int64_t(lse_cpu.size())}),
                     t2(qkv, rows, cols), s);
   std::vector<float> out = poisoned(out_cpu.size()), lse = poisoned(lse_cpu.size());
-  kernels::attention_fwd(out.data(), lse.data(), qkv.data(), p.batch, p.seq, p.heads, p.kv_heads,
-                         p.head_dim, nullptr);
+  attn_emu::llmrun::kernels::attention_fwd(out.data(), lse.data(), qkv.data(), p.batch, p.seq,
+                                           p.heads, p.kv_heads, p.head_dim, nullptr);
   expect_close(out, out_cpu, 1e-5, 1e-6, "out");
   expect_close(lse, lse_cpu, 1e-5, 1e-6, "lse");
 
@@ -83,12 +94,12 @@ TEST_P(AttentionEmulation, ForwardAndBackwardMatchTheCpuBackend) {
   be->attention_bwd(t2(dqkv_cpu, rows, cols), t2(dout, rows, hd), t2(qkv, rows, cols),
                     t2(out_cpu, rows, hd),
                     Tensor(lse_cpu.data(), DType::f32, {int64_t(lse_cpu.size())}), s);
-  const size_t ws =
-      kernels::attention_bwd_workspace_bytes(p.batch, p.seq, p.heads, p.kv_heads, p.head_dim);
+  const size_t ws = attn_emu::llmrun::kernels::attention_bwd_workspace_bytes(
+      p.batch, p.seq, p.heads, p.kv_heads, p.head_dim);
   std::vector<float> workspace = poisoned(ws / sizeof(float)), dqkv = poisoned(qkv.size());
-  kernels::attention_bwd(dqkv.data(), dout.data(), qkv.data(), out_cpu.data(), lse_cpu.data(),
-                         p.batch, p.seq, p.heads, p.kv_heads, p.head_dim, workspace.data(),
-                         nullptr);
+  attn_emu::llmrun::kernels::attention_bwd(dqkv.data(), dout.data(), qkv.data(), out_cpu.data(),
+                                           lse_cpu.data(), p.batch, p.seq, p.heads, p.kv_heads,
+                                           p.head_dim, workspace.data(), nullptr);
   // Sums over up to seq * group terms in another order than the CPU's tiles.
   expect_close(dqkv, dqkv_cpu, 1e-4, 1e-5, "dqkv");
 }
@@ -113,8 +124,8 @@ TEST(AttentionEmulationCached, BothPathsMatchTheCpuBackend) {
     be->attention_cached(t2(want, n_q, hd), t2(q, n_q, hd), t2(k, ctx, kvd), t2(v, ctx, kvd), start,
                          heads, kv_heads, d);
     std::vector<float> got = poisoned(want.size());
-    kernels::attention_cached(got.data(), q.data(), k.data(), v.data(), n_q, start, heads, kv_heads,
-                              d, nullptr);
+    attn_emu::llmrun::kernels::attention_cached(got.data(), q.data(), k.data(), v.data(), n_q,
+                                                start, heads, kv_heads, d, nullptr);
     expect_close(got, want, 1e-5, 1e-6, "attention_cached n_q=" + std::to_string(n_q));
   }
 }
@@ -145,18 +156,19 @@ TEST(AttentionEmulationPaged, MatchesTheCpuBackendAndRowsDoNotDependOnTheBatch) 
                       Tensor(qs_i.data(), DType::i32, {5}), Tensor(cl_i.data(), DType::i32, {4}),
                       block, heads, kv_heads, d);
   std::vector<float> got = poisoned(want.size());
-  kernels::paged_attention(got.data(), q.data(), kp.data(), vp.data(), bt_i.data(), qs_i.data(),
-                           cl_i.data(), 4, max_blocks, total, 5, block, heads, kv_heads, d,
-                           nullptr);
+  attn_emu::llmrun::kernels::paged_attention(got.data(), q.data(), kp.data(), vp.data(),
+                                             bt_i.data(), qs_i.data(), cl_i.data(), 4, max_blocks,
+                                             total, 5, block, heads, kv_heads, d, nullptr);
   expect_close(got, want, 1e-5, 1e-6, "paged_attention");
 
   // Sequence 3 alone: its rows are bitwise the rows it got inside the batch.
   const int first = starts[3];
   std::vector<int32_t> alone_starts = {0, 2}, alone_ctx = {40};
   std::vector<float> alone = poisoned(size_t(2 * hd));
-  kernels::paged_attention(alone.data(), q.data() + first * hd, kp.data(), vp.data(),
-                           bt_i.data() + 3 * max_blocks, alone_starts.data(), alone_ctx.data(), 1,
-                           max_blocks, 2, 2, block, heads, kv_heads, d, nullptr);
+  attn_emu::llmrun::kernels::paged_attention(alone.data(), q.data() + first * hd, kp.data(),
+                                             vp.data(), bt_i.data() + 3 * max_blocks,
+                                             alone_starts.data(), alone_ctx.data(), 1, max_blocks,
+                                             2, 2, block, heads, kv_heads, d, nullptr);
   for (int64_t i = 0; i < 2 * hd; ++i)
     ASSERT_EQ(alone[size_t(i)], got[size_t(first * hd + i)])
         << "element " << i << " differs from the batched run";
