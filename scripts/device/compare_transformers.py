@@ -84,8 +84,12 @@ def margin(logits_row):
 
 def reference_transformers(model_dir, prompt_ids, n_new):
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="eager")
+    # transformers 4.56 renamed torch_dtype to dtype.
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", **{dtype_kw: torch.float32})
     model.eval()
     ids = torch.tensor([prompt_ids], dtype=torch.long)
     eos = eos_ids(model_dir)
