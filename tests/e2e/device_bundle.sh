@@ -81,4 +81,37 @@ st.save(sys.argv[2], tensors, meta)
 PY
 expect_rc 1 $CMP --model tiny/model --reference-model flipped
 grep -q '"first_mismatch": 0' "$WORK/cmd.stdout" || fail "no mismatch at token 0: $(tail -n 1 "$WORK/cmd.stdout")"
+# The transformers path of the comparison, through a stand-in `transformers` package with the
+# calls compare_transformers.py makes (from_pretrained, generate with scores), backed by the oracle.
+mkdir -p fake/transformers
+cat > fake/transformers/__init__.py <<'PY'
+import json, os, sys, types
+import torch
+__version__ = "4.57.1"
+class AutoModelForCausalLM:
+    @staticmethod
+    def from_pretrained(d, attn_implementation, dtype):
+        assert attn_implementation == "eager" and dtype == torch.float32
+        sys.path.insert(0, os.environ["ORACLE_DIR"])
+        import hf_interop, torch_models as tm
+        config = json.load(open(os.path.join(d, "config.json")))
+        return _Model(tm.build_model(config, tm.make_params(config, hf_interop.load_dir(d))))
+class _Model:
+    def __init__(self, m):
+        self.m = m
+    def eval(self):
+        return self
+    def generate(self, ids, attention_mask, max_new_tokens, do_sample, num_beams, eos_token_id, pad_token_id,
+                 output_scores, return_dict_in_generate):
+        assert not do_sample and num_beams == 1 and output_scores and return_dict_in_generate
+        scores = []
+        for _ in range(max_new_tokens):
+            logits = self.m.forward(ids)[:, -1]
+            scores.append(logits)
+            ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], 1)
+        return types.SimpleNamespace(sequences=ids, scores=scores)
+PY
+PYTHONPATH=$WORK/fake ORACLE_DIR=$SRC/tests/oracle $CMP --model tiny/model --reference transformers > tf.txt ||
+  fail "transformers path: $(tail -n 2 tf.txt)"
+grep -q '"reference": "transformers"' tf.txt && grep -q '"result": "PASS"' tf.txt || fail "transformers path: $(tail -n 1 tf.txt)"
 echo "device bundle: $((size / 1024 / 1024)) MiB; $(grep -c . res/checks.jsonl) checks run"
