@@ -104,13 +104,17 @@ TEST_P(AttentionEmulation, ForwardAndBackwardMatchTheCpuBackend) {
   expect_close(dqkv, dqkv_cpu, 1e-4, 1e-5, "dqkv");
 }
 
+// GQA over 2 tiles with 1 dim per lane; 3 tiles with 80 of 4x32 dims; MHA shorter than a
+// tile; 200 of 8x32 dims with a one-row second tile.
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionEmulation,
-                         ::testing::Values(Shape{2, 37, 2, 1, 16},  // GQA, 2 tiles, 1 dim per lane
-                                           Shape{1, 70, 2, 1,
-                                                 80},  // 3 tiles, 4 dims per lane (80 of 128)
-                                           Shape{1, 5, 3, 3, 64},   // shorter than a tile
-                                           Shape{1, 33, 2, 1, 200}  // 8 dims per lane, odd tail
-                                           ));
+                         ::testing::Values(Shape{2, 37, 2, 1, 16}, Shape{1, 70, 2, 1, 80},
+                                           Shape{1, 5, 3, 3, 64}, Shape{1, 33, 2, 1, 200}),
+                         [](const ::testing::TestParamInfo<Shape>& i) {
+                           const Shape& p = i.param;
+                           return "b" + std::to_string(p.batch) + "_seq" + std::to_string(p.seq) +
+                                  "_h" + std::to_string(p.heads) + "_kv" +
+                                  std::to_string(p.kv_heads) + "_d" + std::to_string(p.head_dim);
+                         });
 
 TEST(AttentionEmulationCached, BothPathsMatchTheCpuBackend) {
   auto be = make_cpu_backend(2);
