@@ -45,7 +45,7 @@ done
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|libresolv\.so|libanl\.so|libnsl\.so|libcuda\.so|libcudart\.so|libcublas|libcublasLt|libnccl|libnvidia|libnvrtc|libnvJitLink|libcupti)'
 for t in "${TARGETS[@]}"; do
   ldd "$STAGE/bin/$t"
-done | awk '/=>/ { print $1, $3 } /not found/ { print $1, "NOTFOUND" }' | sort -u | while read -r name path; do
+done | awk '/not found/ { print $1, "NOTFOUND"; next } /=>/ { print $1, $3 }' | sort -u | while read -r name path; do
   [[ $name =~ $skip ]] && continue
   [ "$path" != NOTFOUND ] || { echo "bundle: $name is not found by ldd" >&2; exit 1; }
   cp -L "$path" "$STAGE/lib/$name"
