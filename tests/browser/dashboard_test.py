@@ -14,9 +14,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from webdriver import Browser, Failure, check_screenshot  # noqa: E402
 
-POINTS = """const p = document.querySelector(`[data-chart="${arguments[0]}"] polyline.line[data-run="${arguments[1]}"]` +
-                                       `[data-series="${arguments[2]}"]`);
-            return p ? Number(p.dataset.points) : 0;"""
+# The number of points of one curve: chart, run, series (0 when it is not drawn).
+COUNT = """((chart, run, series) => {
+  const p = document.querySelector(`[data-chart="${chart}"] polyline.line[data-run="${run}"][data-series="${series}"]`);
+  return p ? Number(p.dataset.points) : 0; })(arguments[0], arguments[1], arguments[2])"""
+POINTS = "return " + COUNT + ";"
 
 
 def loss_steps(path):
@@ -33,7 +35,7 @@ def main():
         if sorted(names) != ["a", "b", "live"]:
             raise Failure(f"runs listed: {names}")
         have = loss_steps(live)
-        b.wait(f"{have} loss points of the live run", f"return ({POINTS}) === {have};", "loss", "live/metrics.jsonl", "loss")
+        b.wait(f"{have} loss points of the live run", f"return {COUNT} === {have};", "loss", "live/metrics.jsonl", "loss")
         for run in ("a/metrics.jsonl", "b/metrics.jsonl"):  # overlaid on the same chart
             n = b.js(POINTS, "loss", run, "loss")
             if n != loss_steps(os.path.join(runs_dir, run)):
@@ -44,13 +46,13 @@ def main():
             if b.js(POINTS, chart, "a/metrics.jsonl", series) < 2:
                 raise Failure(f"chart {chart} has no {series} curve for run a")
         png = b.screenshot(os.path.join(shots, "dashboard_before.png"))
-        print("dashboard_before.png: %d colours, %.0f%% rows with content" % check_screenshot(png, "dashboard"))
+        print("dashboard_before.png: %d colours, %.2f of rows with content" % check_screenshot(png, "dashboard"))
 
         # The training run logs more: the open page picks the new lines up by itself.
         with open(live, "a") as f:
             f.write(open(rest_file).read())
         after = loss_steps(live)
-        b.wait(f"{after} loss points after the file grew", f"return ({POINTS}) === {after};", "loss",
+        b.wait(f"{after} loss points after the file grew", f"return {COUNT} === {after};", "loss",
                "live/metrics.jsonl", "loss", timeout=20)
         print(f"live run: {have} -> {after} loss points without a reload")
 

@@ -33,23 +33,27 @@ def set_params(b):
             document.getElementById('max_tokens').value = arguments[0];""", MAX_TOKENS)
 
 
-def count_updates(b, selector):
-    # Counts how often the answer's text changes while it streams in.
-    b.js("""window.updates = 0;
-            new MutationObserver(() => { window.updates++; })
-              .observe(document.querySelector(arguments[0]), {subtree: true, childList: true, characterData: true});""",
-         selector)
+def watch_answer(b):
+    # Records the length of the newest answer's text at every change while it streams in.
+    b.js("""window.lengths = [];
+            new MutationObserver(() => {
+              const m = document.querySelectorAll('.msg.assistant .content');
+              if (m.length) window.lengths.push(m[m.length - 1].textContent.length);
+            }).observe(document.getElementById('messages'), {subtree: true, childList: true, characterData: true});""")
 
 
-def chat(b, url, key=None, system="", text="Hello there"):
+def chat(b, url, turns, key=None, system="", text="Hello there"):
+    """Sends `text` from the page; `turns` is the conversation so far (the page sends it too)."""
+    turns.append({"role": "user", "content": text})
     expected = post(url, "/v1/chat/completions", {
-        "messages": ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}],
+        "messages": ([{"role": "system", "content": system}] if system else []) + turns,
         "temperature": 0, "top_p": 1, "max_tokens": MAX_TOKENS}, key)["choices"][0]["message"]["content"]
     if not expected:
         raise Failure("the model's greedy answer is empty: no text to see streamed")
+    turns.append({"role": "assistant", "content": expected})
     b.js("document.getElementById('system').value = arguments[0];", system)
     n = b.js("return document.querySelectorAll('.msg.assistant').length;")
-    count_updates(b, "#messages")
+    watch_answer(b)
     b.type("#user-input", text)
     b.click("#send")
     b.wait("the answer to finish", "return document.querySelectorAll('.msg.assistant.done').length > arguments[0];", n)
@@ -59,24 +63,35 @@ def chat(b, url, key=None, system="", text="Hello there"):
     stats = b.js("const s = document.querySelectorAll('.msg.assistant .stats'); return s[s.length - 1].textContent;")
     if "TTFT" not in stats or "tokens/s" not in stats or f"{MAX_TOKENS} tokens" not in stats:
         raise Failure(f"chat: stats line {stats!r} lacks tokens, TTFT or tokens/s")
-    updates = b.js("return window.updates;")
-    return got, stats, updates
+    lengths = b.js("return window.lengths;")
+    partial = sorted({n for n in lengths if 0 < n < len(expected)})
+    return got, stats, partial
 
 
 def main():
     open_url, key_url, key, shots = sys.argv[1:5]
     with Browser() as b:
+        # The screenshot check must fail on an empty page.
+        b.get("about:blank")
+        try:
+            check_screenshot(b.screenshot(os.path.join(shots, "blank.png")), "blank")
+            raise Failure("check_screenshot accepted a blank page")
+        except Failure as e:
+            if "accepted" in str(e):
+                raise
         # 1. Chat on an open server: streamed, shown, timed.
         b.get(open_url + "/")
         b.wait("the model name", "return document.getElementById('model-name').textContent.startsWith('model ');")
         set_params(b)
-        got, stats, updates = chat(b, open_url, system="You are a terse assistant.")
-        print(f"chat answer {got!r} ({stats}); {updates} page updates while streaming")
-        if updates < 3:  # the user's message, the empty answer, then text more than once
-            raise Failure(f"chat: the answer appeared in {updates} page updates, not streamed piece by piece")
-        got2, _, _ = chat(b, open_url, text="And again")  # a second turn sends the history
+        turns = []
+        system = "You are a terse assistant."
+        got, stats, partial = chat(b, open_url, turns, system=system)
+        print(f"chat answer {got!r} ({stats}); shown partly at lengths {partial}")
+        if not partial:  # the page showed the answer growing, not only once it was complete
+            raise Failure("chat: the answer appeared all at once, not streamed piece by piece")
+        chat(b, open_url, turns, system=system, text="And again")  # the second turn sends the history
         png = b.screenshot(os.path.join(shots, "playground_chat.png"))
-        print("playground_chat.png: %d colours, %.0f%% rows with content" % check_screenshot(png, "chat"))
+        print("playground_chat.png: %d colours, %.2f of rows with content" % check_screenshot(png, "chat"))
 
         # 2. Completion mode.
         b.click("#mode-completion")
@@ -115,7 +130,7 @@ def main():
         if b.js("return localStorage.getItem('llmrun.apiKey');") != key:
             raise Failure("the key is not in local storage")
         set_params(b)
-        got, stats, _ = chat(b, key_url, key=key)
+        got, stats, _ = chat(b, key_url, [], key=key)
         print(f"key server: chat answer {got!r} ({stats})")
         png = b.screenshot(os.path.join(shots, "playground_key_chat.png"))
         check_screenshot(png, "key chat")

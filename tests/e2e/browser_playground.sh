@@ -4,7 +4,7 @@
 # (tests/browser/playground_test.py). LLMRUN_SCREENSHOTS=DIR keeps the screenshots.
 source "$(dirname "$0")/common.bash"
 source "$(dirname "$0")/serve_common.bash"
-LLMRUN_PRINTABLE_ONLY=1 "$MAKE_MODEL" "$WORK/tiny" gpt2 2 128 4 512 256 6 chatml
+LLMRUN_PRINTABLE_ONLY=1 "$MAKE_MODEL" "$WORK/tiny" gpt2 4 512 8 512 256 6 chatml
 shots=${LLMRUN_SCREENSHOTS:-$WORK}
 mkdir -p "$shots"
 start_server "$WORK/open.log" "$WORK/tiny" --threads 1

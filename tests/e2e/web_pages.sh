@@ -34,7 +34,7 @@ mkdir -p "$WORK/runs"
 "$LLMRUN" dashboard "$WORK/runs" --port 0 2>"$WORK/dash.log" & DASH_PID=$!
 trap 'stop_server; kill $DASH_PID 2>/dev/null; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do
-  DPORT=$(grep -o 'on http://127.0.0.1:[0-9]*' "$WORK/dash.log" | grep -o '[0-9]*$' || true)
+  DPORT=$(grep -so 'on http://127.0.0.1:[0-9]*' "$WORK/dash.log" | grep -o '[0-9]*$' || true)
   [ -n "$DPORT" ] && break
   sleep 0.1
 done

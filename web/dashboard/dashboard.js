@@ -100,12 +100,15 @@ function drawChart(chart, shown, weight, log) {
   const xs = all.map((p) => p[0]), ys = all.map((p) => (log ? Math.log10(p[1]) : p[1]));
   const xt = niceTicks(Math.min(...xs), Math.max(...xs), 6);
   let yt = niceTicks(Math.min(...ys), Math.max(...ys), 5);
-  if (log) {  // ticks at powers of ten (and 2x, 5x when the range is narrow)
-    const lo = Math.floor(Math.min(...ys)), hi = Math.ceil(Math.max(...ys));
+  if (log) {  // ticks at 1x, 2x and 5x powers of ten inside the data's range (in log10 units)
+    let lo = Math.min(...ys), hi = Math.max(...ys);
+    const pad = Math.max((hi - lo) * 0.05, 0.02);
+    lo -= pad;
+    hi += pad;
     const ticks = [];
-    for (let e = lo; e <= hi; e++)
-      for (const m of hi - lo <= 2 ? [1, 2, 5] : [1]) ticks.push(e + Math.log10(m));
-    yt = { lo, hi: hi > lo ? hi : lo + 1, ticks: ticks.filter((t) => t <= Math.max(hi, lo + 1)) };
+    for (let e = Math.floor(lo); e <= Math.ceil(hi); e++)
+      for (const m of [1, 2, 5]) if (e + Math.log10(m) >= lo && e + Math.log10(m) <= hi) ticks.push(e + Math.log10(m));
+    yt = { lo, hi, ticks: ticks.length >= 2 ? ticks : [lo, hi] };
   }
   const X = (x) => L + ((x - xt.lo) / (xt.hi - xt.lo || 1)) * (W - L - R);
   const Y = (y) => H - B - (((log ? Math.log10(y) : y) - yt.lo) / (yt.hi - yt.lo || 1)) * (H - T - B);
