@@ -14,8 +14,8 @@
 #include "model/param_layout.h"
 #include "util/atomic_dir.h"
 #include "util/error.h"
-#include "util/terminal_progress.h"
 #include "util/file_io.h"
+#include "util/terminal_progress.h"
 
 namespace llmrun {
 

@@ -302,8 +302,11 @@ void read_rest(const MapReader& top, Locator& loc, const fs::path& base, Recipe&
   r.logging.metrics = resolve(l.string("metrics", true).value_or(""), "logging.metrics", base, loc);
   // logging.tensorboard: a directory, or true for checkpoint.dir/tb.
   bool tb_on = false;
-  if (l.has("tensorboard") && l.node("tensorboard").IsScalar() && YAML::convert<bool>::decode(l.node("tensorboard"), tb_on)) {
-    if (tb_on && r.checkpoint.dir.empty()) loc.fail("logging.tensorboard", "true needs checkpoint.dir (events go to checkpoint.dir/tb)");
+  const bool tb_bool = l.has("tensorboard") && l.node("tensorboard").IsScalar() &&
+                       YAML::convert<bool>::decode(l.node("tensorboard"), tb_on);
+  if (tb_bool) {
+    if (tb_on && r.checkpoint.dir.empty())
+      loc.fail("logging.tensorboard", "true needs checkpoint.dir (events go to checkpoint.dir/tb)");
     r.logging.tensorboard = tb_on ? r.checkpoint.dir + "/tb" : "";
   } else {
     r.logging.tensorboard = resolve(l.string("tensorboard", true).value_or(""), "logging.tensorboard", base, loc);
