@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
+#include <mutex>
 
 #include "util/error.h"
 
@@ -41,10 +43,25 @@ void find_recipe(const fs::path& root, const fs::path& dir, RunFile& run) {
     if (!ec && (best.empty() || t > newest)) newest = t, best = it->path();
   }
   if (best.empty()) return;
-  std::ifstream in(best);
-  const json index = json::parse(in, nullptr, false);
-  if (index.is_discarded() || !index.is_object() || !index.contains("recipe")) return;
-  run.recipe = index["recipe"];
+  // The page asks every 2 s and an index.json lists every tensor: parse each version once.
+  static std::mutex mu;
+  static std::map<fs::path, std::pair<fs::file_time_type, json>> cache;
+  json recipe;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(best);
+    if (it != cache.end() && it->second.first == newest) {
+      recipe = it->second.second;
+    } else {
+      std::ifstream in(best);
+      const json index = json::parse(in, nullptr, false);
+      if (!index.is_discarded() && index.is_object() && index.contains("recipe"))
+        recipe = index["recipe"];
+      cache[best] = {newest, recipe};
+    }
+  }
+  if (recipe.is_null()) return;
+  run.recipe = std::move(recipe);
   run.recipe_source = best.lexically_relative(root).string();
 }
 
