@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
       llmrun::cli::add_eval_command(app),        llmrun::cli::add_serve_command(app),
       llmrun::cli::add_bench_command(app, args),
       llmrun::cli::add_plan_command(app),
-      llmrun::cli::add_plot_command(app)};
+      llmrun::cli::add_plot_command(app),
+      llmrun::cli::add_dashboard_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

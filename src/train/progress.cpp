@@ -92,7 +92,7 @@ void gather_stage_reports(StepReport& rep, Communicator& pp) {
 }
 
 void MetricsWriter::write(const StepReport& r) {
-  if (!out_.is_open()) return;
+  if (!out_.is_open() && !sink_) return;
   nlohmann::json j{{"step", r.stats.step},           {"loss", r.stats.loss},
                    {"lr", r.stats.lr},               {"grad_norm", r.stats.grad_norm},
                    {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
@@ -115,15 +115,15 @@ void MetricsWriter::write(const StepReport& r) {
                            {"mem_buffers", s.memory.buffers},
                            {"mem_activations", s.activation_bytes}});
   }
-  out_ << j.dump() << "\n";
-  out_.flush();
+  if (sink_) sink_(j);
+  if (out_.is_open()) out_ << j.dump() << "\n" << std::flush;
 }
 
 void MetricsWriter::write_validation(int64_t step, double val_loss) {
-  if (!out_.is_open()) return;
+  if (!out_.is_open() && !sink_) return;
   nlohmann::json j{{"step", step}, {"val_loss", val_loss}, {"val_ppl", std::exp(val_loss)}};
-  out_ << j.dump() << "\n";
-  out_.flush();
+  if (sink_) sink_(j);
+  if (out_.is_open()) out_ << j.dump() << "\n" << std::flush;
 }
 
 }  // namespace llmrun

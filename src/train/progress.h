@@ -3,6 +3,8 @@
 // in place on a terminal, one line per logged step otherwise) and the metrics JSONL.
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -66,9 +68,12 @@ class MetricsWriter {
   explicit MetricsWriter(const std::string& path, int64_t resumed_step = 0);
   void write(const StepReport& r);
   void write_validation(int64_t step, double val_loss);  // {"step", "val_loss", "val_ppl"}
+  // Also hands every record to `sink` (the TensorBoard writer), with or without a JSONL path.
+  void also_to(std::function<void(const nlohmann::json&)> sink) { sink_ = std::move(sink); }
 
  private:
   std::ofstream out_;
+  std::function<void(const nlohmann::json&)> sink_;
 };
 
 }  // namespace llmrun

@@ -19,6 +19,7 @@
 #include "train/peak_flops.h"
 #include "train/progress.h"
 #include "train/run_checkpoints.h"
+#include "train/tensorboard_writer.h"
 #include "train/train_step.h"
 #include "util/stop_signal.h"
 #include "train/validation.h"
@@ -102,6 +103,11 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
   const int64_t first_step = checkpoints.resume() + 1;
   std::optional<MetricsWriter> metrics;
   if (topo.is_logger()) metrics.emplace(r.logging.metrics, first_step - 1);
+  std::optional<TensorBoardWriter> tensorboard;
+  if (topo.is_logger() && !r.logging.tensorboard.empty()) {
+    tensorboard.emplace(r.logging.tensorboard, first_step - 1, describe_recipe(r));
+    metrics->also_to([&tensorboard](const nlohmann::json& record) { tensorboard->write(record); });
+  }
   LrSchedule lr{r.train.lr, r.train.min_lr, r.train.warmup, r.train.steps, r.train.schedule};
   StepShape shape{r.train.micro_batch, r.model.seq_len, r.grad_accum_steps(), float(r.train.clip)};
   std::unique_ptr<PipelineRunner> pipeline;
