@@ -51,8 +51,13 @@ void abort_job_on_error(const std::string& message, int exit_code) {
   if (!initialized || finalized) return;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (size > 1) std::fprintf(stderr, "\nerror: rank %d: %s\n", rank, message.c_str());
-  else std::fprintf(stderr, "\nerror: %s\n", message.c_str());
+  // Errors gathered from another rank (a checkpoint write) already name theirs.
+  const bool tagged = message.rfind("rank ", 0) == 0 && message.find(": ") != std::string::npos &&
+                      message.find_first_not_of("0123456789", 5) == message.find(": ");
+  if (size > 1 && !tagged)
+    std::fprintf(stderr, "\nerror: rank %d: %s\n", rank, message.c_str());
+  else
+    std::fprintf(stderr, "\nerror: %s\n", message.c_str());
   std::fflush(stderr);
   // The other ranks may be blocked in a collective that this rank will never join: end
   // them now rather than after launch.timeout_s.

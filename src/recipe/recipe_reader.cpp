@@ -59,14 +59,21 @@ std::string show(const YAML::Node& n) {
 
 std::string yaml_error_text(const YAML::ParserException& e) {
   if (const auto* deep = dynamic_cast<const YAML::DeepRecursion*>(&e))
-    return "nested " + std::to_string(deep->depth()) +
+    return "nested more than " + std::to_string(deep->depth()) +
            " levels deep, past the YAML reader's limit; a recipe nests a few levels (section: {key: value})";
   return printable(e.msg);
 }
 
 std::string yaml_error(const std::string& where, const YAML::ParserException& e) {
-  return where + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) + ": " +
-         yaml_error_text(e);
+  // Past the depth limit the reader's position is wherever it gave up: the line is enough.
+  std::string at = where + ":" + std::to_string(e.mark.line + 1);
+  if (!dynamic_cast<const YAML::DeepRecursion*>(&e)) {
+    at += ':';
+    at += std::to_string(e.mark.column + 1);
+  }
+  at += ": ";
+  at += yaml_error_text(e);
+  return at;
 }
 
 int64_t read_integer(const YAML::Node& n, const std::string& key, const Locator& loc, int64_t lo,

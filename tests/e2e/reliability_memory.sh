@@ -16,7 +16,7 @@ pgrep -f "mpirun.*r.yaml" >/dev/null && fail "mpirun was started for a refused r
 
 # An address space too small for the optimizer state: out of memory, naming the phase.
 cat > big.yaml <<'YAML'
-model: {arch: llama, layers: 4, d_model: 512, heads: 8, seq_len: 32, ffn: 2048, vocab: 32000}
+model: {arch: llama, layers: 4, d_model: 768, heads: 12, seq_len: 32, ffn: 3072, vocab: 50000}
 data: {train: [{path: text.txt}]}
 train: {steps: 2, micro_batch: 1, global_batch: 1, warmup: 0}
 logging: {metrics: m.jsonl}

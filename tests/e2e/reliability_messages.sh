@@ -19,9 +19,9 @@ one_line() {
 }
 
 python3 -c "print('model: ' + '[' * 20000 + ']' * 20000)" > deep.yaml
-one_line 2 "deep.yaml: .*nest" "$LLMRUN" train deep.yaml
+one_line 2 "deep.yaml:1: nested more than [0-9]+ levels deep" "$LLMRUN" train deep.yaml
 python3 -c "print('model:\n' + ''.join(' ' * i + 'a:\n' for i in range(3000)))" > deepmap.yaml
-one_line 2 "deepmap.yaml: .*nest" "$LLMRUN" train deepmap.yaml
+one_line 2 "deepmap.yaml:[0-9]+: nested more than [0-9]+ levels deep" "$LLMRUN" train deepmap.yaml
 
 printf 'model: {arch: \x1b[31mllama\x07}\ntrain: {steps: 1}\n\x00\x01\x02garbage: \x9b\xff\xfe\n' > garbage.yaml
 one_line 2 "garbage.yaml" "$LLMRUN" train garbage.yaml

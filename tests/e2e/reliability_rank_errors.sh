@@ -31,19 +31,19 @@ done
 # A write failing on rank 1 only: its files may not grow past 8 KiB (SIGXFSZ ignored, so the
 # write returns EFBIG), while rank 0 writes normally. The checkpoint is not published.
 mpirun_ranks "trap '' XFSZ; ulimit -f 8" train r.yaml --set parallel.zero=1 --set checkpoint.dir=wf --set checkpoint.every=2
-expect_job 2 "rank 1: .*rank-00001.safetensors.*: File too large" 20 "write failing on rank 1"
+expect_job 2 "^error: rank 1: .*rank-00001.safetensors.*: File too large" 20 "write failing on rank 1"
 [ ! -e wf/latest ] && [ -z "$(ls wf | grep -v '^step-[0-9]*\.tmp' || true)" ] || { ls -R wf; fail "write failing on rank 1: a checkpoint was published"; }
 if ls wf/step-* 2>/dev/null | grep -qv tmp; then ls -R wf; fail "write failing on rank 1: a step directory looks complete"; fi
 no_ranks_left "write failing on rank 1"
 
 # An allocation failure on rank 1: its address space is too small for the model's parameters.
 cat > big.yaml <<'YAML'
-model: {arch: llama, layers: 4, d_model: 512, heads: 8, seq_len: 32, ffn: 2048, vocab: 32000}
+model: {arch: llama, layers: 4, d_model: 768, heads: 12, seq_len: 32, ffn: 3072, vocab: 50000}
 data: {train: [{path: text.txt}]}
 train: {steps: 2, micro_batch: 1, global_batch: 2, warmup: 0}
 launch: {timeout_s: 60}
 YAML
-mpirun_ranks "ulimit -v 1400000" train big.yaml
+mpirun_ranks "ulimit -v 1000000" train big.yaml
 expect_job 2 "rank 1: out of memory while allocating (the model's parameters|the optimizer state|the activations)" 30 \
   "allocation failure on rank 1"
 grep -q "internal failure" err.log && fail "allocation failure reported as an internal failure"
