@@ -19,7 +19,7 @@ d["added_tokens"][0]["id"] = 5000000
 json.dump(d, open("hugeadded.json", "w"))
 PYEOF
 for t in hugeid hugeadded; do
-  timed "$LLMRUN" data prepare --tokenizer $t.json --output ds_$t text.txt
+  timed "$LLMRUN" data prepare --tokenizer $t.json --output ds_$t --input text.txt
   expect_job 2 "$t.json: token .* has id (1073741824|5000000), outside the vocabulary: the file defines [0-9]+ tokens" 10 "tokenizer $t"
   [ ! -e ds_$t.idx ] && [ ! -e ds_$t.bin ] || fail "tokenizer $t: a dataset was written"
 done
@@ -28,7 +28,7 @@ expect_job 2 "hugeid.json: token .* has id 1073741824, outside the vocabulary" 1
 
 # A dataset with a token id past the vocabulary (a damaged .bin): data inspect and train say
 # where; the cached maximum in ds.json does not hide a .bin changed after it.
-"$LLMRUN" data prepare --tokenizer byte --output ds text.txt 2>prep.log || { cat prep.log; fail "data prepare"; }
+"$LLMRUN" data prepare --tokenizer byte --output ds --input text.txt 2>prep.log || { cat prep.log; fail "data prepare"; }
 "$LLMRUN" data inspect ds >inspect.out 2>&1 || { cat inspect.out; fail "inspect of a good dataset"; }
 grep -q "max id: *[0-9]" inspect.out || fail "inspect does not show the largest token id"
 $PY - <<'PYEOF'
@@ -45,7 +45,7 @@ expect_job 2 "data.train.0.path: ds.bin: token id 60000 at document 0, position 
 
 # .idx damage: a document index past the sequence count, and two overlapping sequences.
 for i in 1 2 3; do printf 'document %d of the index tests. ' $i > doc$i.txt; done
-"$LLMRUN" data prepare --tokenizer byte --output three doc1.txt doc2.txt doc3.txt 2>prep.log || { cat prep.log; fail "data prepare 3 docs"; }
+"$LLMRUN" data prepare --tokenizer byte --output three --input doc1.txt doc2.txt doc3.txt 2>prep.log || { cat prep.log; fail "data prepare 3 docs"; }
 damage_idx() {  # damage_idx NAME PYTHON-STATEMENTS (on the list-of-ints views seqs/ptrs/docs)
   cp three.bin $1.bin && cp three.json $1.json
   $PY - "$1" "$2" <<'PYEOF'

@@ -19,16 +19,17 @@ timed bash -c "trap '' XFSZ; ulimit -f 16; exec \"$LLMRUN\" train r.yaml --set c
 expect_job 2 "lim/.*: (cannot write|cannot close|cannot fsync): File too large" 30 "export past a file size limit"
 [ ! -e lim/model ] && [ ! -e lim/latest ] || { ls -R lim; fail "export past a file size limit: something was published"; }
 [ -z "$(find lim -name '*.tmp*' 2>/dev/null | head -n 1)" ] || { find lim; fail "export past a file size limit: temporary files left"; }
-timed bash -c "trap '' XFSZ; ulimit -f 4; exec \"$LLMRUN\" data prepare --tokenizer byte --output big text.txt text.txt text.txt text.txt text.txt text.txt"
+cp text.txt t2.txt; cp text.txt t3.txt
+timed bash -c "trap '' XFSZ; ulimit -f 4; exec \"$LLMRUN\" data prepare --tokenizer byte --output big --input text.txt t2.txt t3.txt"
 expect_job 2 "big.bin.tmp: cannot write: File too large" 30 "data prepare past a file size limit"
 [ -z "$(ls big.* 2>/dev/null)" ] || fail "data prepare past a file size limit left $(ls big.*)"
 
 if mkdir -p full && mount -t tmpfs -o size=48k tmpfs full 2>/dev/null; then
   trap 'umount "$WORK/full" 2>/dev/null; rm -rf "$WORK"' EXIT
   # Metrics on a filesystem that fills up mid-run: whole lines only, training goes on.
-  head -c 40000 /dev/zero > full/filler
-  timed "$LLMRUN" train r.yaml --set logging.metrics=full/m.jsonl --set train.steps=40
-  expect_job 0 "logging.metrics: cannot write full/m.jsonl: No space left on device" 60 "metrics on a filling tmpfs"
+  head -c 45000 /dev/zero > full/filler
+  timed "$LLMRUN" train r.yaml --set logging.metrics=full/m.jsonl --set train.steps=16
+  expect_job 0 "logging.metrics: cannot write .*full/m.jsonl: No space left on device" 60 "metrics on a filling tmpfs"
   [ -s full/m.jsonl ] || fail "no metrics written before the disk filled"
   [ "$(tail -c 1 full/m.jsonl | od -An -c | tr -d ' ')" = '\n' ] || fail "the metrics file ends in half a line"
   python3 -c "import json,sys; [json.loads(l) for l in open('full/m.jsonl')]" || fail "a metrics line is not JSON"
