@@ -88,9 +88,9 @@ double PeakFlops::mfu(double achieved) {
   if (!(achieved > 0) || !std::isfinite(achieved)) return 0;
   if (achieved <= flops) return achieved / flops;
   if (!raised)
-    spdlog::warn("a training step ran at {:.1f} GFLOP/s per rank, above the measured peak of {:.1f} (probed while the "
-               "machine was busy?): MFU is measured against {:.1f} from now on",
-               achieved / 1e9, flops / 1e9, achieved / 1e9);
+    spdlog::warn("a training step ran at {:.3g} GFLOP/s per rank, above the peak of {:.3g} it is measured against "
+                 "(a probe on a busy machine?): MFU is measured against the faster rate from now on",
+                 achieved / 1e9, flops / 1e9);
   raised = true;
   flops = achieved;
   source = "the fastest training step (above the sgemm probe)";
