@@ -41,4 +41,30 @@ if [ -n "$alive" ]; then
   fail "kill -9 of the parent left processes running after 10 s:$alive"
 fi
 echo "parent killed: mpirun and ranks ($ranks) gone in $((SECONDS - t0))s"
+
+# kill -9 of mpirun itself (the parent stays): the ranks notice their parent is gone and exit,
+# and the parent exits with mpirun's status.
+"$LLMRUN" train r.yaml --nproc 2 --set train.steps=1000000 --set logging.metrics=m2.jsonl >out.log 2>err.log &
+parent=$!
+for _ in $(seq 300); do [ -s m2.jsonl ] && [ "$(wc -l <m2.jsonl)" -ge 2 ] && break; sleep 0.1; done
+[ -s m2.jsonl ] || { cat err.log; kill -9 $parent; fail "training did not start"; }
+mpirun=$(pgrep -P $parent | head -n 1)
+ranks=$(pgrep -P "$mpirun" | tr '\n' ' ')
+t0=$SECONDS
+kill -9 "$mpirun"
+RC=0
+for _ in $(seq 100); do kill -0 $parent 2>/dev/null || break; sleep 0.1; done
+kill -0 $parent 2>/dev/null && { kill -9 $parent; fail "mpirun killed: the llmrun parent did not exit"; }
+wait $parent || RC=$?
+[ "$RC" = 137 ] || fail "mpirun killed: parent exited $RC, expected 137 (mpirun's SIGKILL)"
+for _ in $(seq 100); do
+  alive=""
+  for p in $ranks; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
+  [ -z "$alive" ] && break
+  sleep 0.1
+done
+[ -z "$alive" ] || { kill -9 $alive; fail "mpirun killed: ranks left running:$alive"; }
+# (The ranks' own message went to mpirun's output pipe, which died with it.)
+echo "mpirun killed: ranks ($ranks) gone in $((SECONDS - t0))s"
+no_ranks_left "mpirun killed"
 echo "startup: ok"
