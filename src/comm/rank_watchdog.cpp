@@ -33,8 +33,9 @@ RankWatchdog::~RankWatchdog() {
 void RankWatchdog::begin_phase(std::string what) {
   std::lock_guard lock(mu_);
   phase_ = std::move(what);
-  deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                     std::chrono::duration<double>(timeout_s_));
+  deadline_ = std::chrono::steady_clock::now() +
+              std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                  std::chrono::duration<double>(timeout_s_));
 }
 
 void RankWatchdog::end_phase() {
@@ -62,7 +63,8 @@ void RankWatchdog::run() {
       die(phase_ + " did not complete within launch.timeout_s=" + std::to_string(int(timeout_s_)) +
           " s: another rank failed to start or stalled there");
     if (long(getppid()) != parent_)
-      die("the launcher that started this rank (parent pid " + std::to_string(parent_) + ") is gone; exiting");
+      die("the launcher that started this rank (parent pid " + std::to_string(parent_) +
+          ") is gone; exiting");
     if (launcher_ > 0 && kill(pid_t(launcher_), 0) != 0 && errno == ESRCH)
       die("the llmrun --nproc process that started this job (pid " + std::to_string(launcher_) +
           ") is gone; exiting");

@@ -33,7 +33,8 @@ PhysicalMemory physical_memory() {
       break;
     }
   }
-  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
     const double limit = cgroup_limit(path);
     if (limit > 0 && (m.bytes == 0 || limit < m.bytes)) {
       m.bytes = limit;

@@ -11,10 +11,14 @@ size_t utf8_length(std::string_view s, size_t i) {
   size_t n = 0;
   unsigned min = 0;
   if (b < 0x80) return 1;
-  if (b >= 0xC2 && b <= 0xDF) n = 2, min = 0x80;
-  else if (b >= 0xE0 && b <= 0xEF) n = 3, min = 0x800;
-  else if (b >= 0xF0 && b <= 0xF4) n = 4, min = 0x10000;
-  else return 0;
+  if (b >= 0xC2 && b <= 0xDF)
+    n = 2, min = 0x80;
+  else if (b >= 0xE0 && b <= 0xEF)
+    n = 3, min = 0x800;
+  else if (b >= 0xF0 && b <= 0xF4)
+    n = 4, min = 0x10000;
+  else
+    return 0;
   if (i + n > s.size()) return 0;
   unsigned cp = b & (0xFF >> (n + 1));
   for (size_t k = 1; k < n; ++k) {

@@ -5,10 +5,10 @@
 #include <fstream>
 
 #include "plan/memory_budget.h"
+#include "temp_dir.h"
 #include "train/peak_flops.h"
 #include "train/progress.h"
 #include "util/printable.h"
-#include "temp_dir.h"
 
 namespace llmrun {
 namespace {
@@ -19,10 +19,10 @@ TEST(Printable, EscapesControlBytesAndBadUtf8) {
   EXPECT_EQ(printable("x\ny"), "x\\x0Ay");
   EXPECT_EQ(printable("x\ny", true), "x\ny");
   EXPECT_EQ(printable("\xff\xfe"), "\\xFF\\xFE");
-  EXPECT_EQ(printable("\xc2\x9b"), "\\xC2\\x9B");            // C1 control (CSI) in UTF-8
-  EXPECT_EQ(printable("\xe2\x82"), "\\xE2\\x82");            // truncated sequence
-  EXPECT_EQ(printable("\xc0\xaf"), "\\xC0\\xAF");            // overlong '/'
-  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xED\\xA0\\x80");   // UTF-16 surrogate
+  EXPECT_EQ(printable("\xc2\x9b"), "\\xC2\\x9B");           // C1 control (CSI) in UTF-8
+  EXPECT_EQ(printable("\xe2\x82"), "\\xE2\\x82");           // truncated sequence
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xC0\\xAF");           // overlong '/'
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xED\\xA0\\x80");  // UTF-16 surrogate
 }
 
 TEST(PhysicalMemory, RefusesWithTheNumbers) {
@@ -35,10 +35,14 @@ TEST(PhysicalMemory, RefusesWithTheNumbers) {
   s.optimizer_offloaded = 10e9;
   EXPECT_EQ(physical_memory_problem({s}, 1, false, 32e9, "test"), "");
   const std::string two = physical_memory_problem({s}, 2, false, 32e9, "MemTotal");
-  EXPECT_NE(two.find("17.00 GB (17000000000 bytes) per rank x 2 ranks on this machine = 34.00 GB"), std::string::npos)
+  EXPECT_NE(two.find("17.00 GB (17000000000 bytes) per rank x 2 ranks on this machine = 34.00 GB"),
+            std::string::npos)
       << two;
-  EXPECT_NE(two.find("more than the 32.00 GB (32000000000 bytes) of memory here (MemTotal)"), std::string::npos) << two;
-  EXPECT_NE(physical_memory_problem({s}, 1, true, 20e9, "x"), "");  // + 10 GB offloaded to host memory
+  EXPECT_NE(two.find("more than the 32.00 GB (32000000000 bytes) of memory here (MemTotal)"),
+            std::string::npos)
+      << two;
+  EXPECT_NE(physical_memory_problem({s}, 1, true, 20e9, "x"),
+            "");  // + 10 GB offloaded to host memory
   EXPECT_EQ(physical_memory_problem({s}, 1, true, 0, "unknown"), "");  // nothing known: no refusal
 }
 
