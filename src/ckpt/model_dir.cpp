@@ -7,6 +7,7 @@
 #include "ckpt/safetensors.h"
 #include "model/hf_config.h"
 #include "util/atomic_dir.h"
+#include "util/allocation_phase.h"
 #include "util/error.h"
 #include "util/json_file.h"
 
@@ -41,6 +42,7 @@ LoadedModel load_model_dir(const std::string& dir, Backend& backend) {
   const std::filesystem::path root(dir);
   if (!std::filesystem::is_directory(root)) throw UserError(dir + ": not a model directory");
   ModelConfig cfg = load_model_config(root);
+  set_allocation_phase("the model in " + dir);  // named in an out-of-memory error
   const HfWeightFiles weights(root);
   check_weights_explained(weights, cfg);  // a config with fewer layers than the weights is refused
   LoadedModel m;

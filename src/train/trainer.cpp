@@ -206,6 +206,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
     spdlog::info("the checkpoint is at step {}, train.steps is {}: nothing to train", first_step - 1, r.train.steps);
 
   if (!r.checkpoint.dir.empty()) {
+    set_allocation_phase("the exported model");
     // The model goes to its own subdirectory: checkpoint.dir also holds what else a run keeps
     // (metrics, and training checkpoints step-N/ once resume exists).
     const std::string model_dir = (std::filesystem::path(r.checkpoint.dir) / "model").string();
