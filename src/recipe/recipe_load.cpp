@@ -33,8 +33,7 @@ YAML::Node parse_file(const std::string& path) {
     }
     return docs.empty() ? YAML::Node() : docs[0];
   } catch (const YAML::ParserException& e) {
-    throw UserError(path + ":" + std::to_string(e.mark.line + 1) + ":" +
-                    std::to_string(e.mark.column + 1) + ": " + e.msg);
+    throw UserError(recipe_detail::yaml_error(path, e));
   }
 }
 
@@ -61,7 +60,7 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
     try {
       value = YAML::Load(o.substr(eq + 1));
     } catch (const YAML::ParserException& e) {
-      throw UserError(flag + ": cannot parse the value: " + e.msg);
+      throw UserError(flag + ": cannot parse the value: " + recipe_detail::yaml_error_text(e));
     }
     if (!root.IsMap()) throw UserError(flag + ": the recipe is not a mapping");
     YAML::Node cur;
