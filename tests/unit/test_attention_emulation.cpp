@@ -28,6 +28,7 @@ float smem[llmrun_emu::kSmemFloats];
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <string>
@@ -111,9 +112,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionEmulation,
                                            Shape{1, 5, 3, 3, 64}, Shape{1, 33, 2, 1, 200}),
                          [](const ::testing::TestParamInfo<Shape>& i) {
                            const Shape& p = i.param;
-                           return "b" + std::to_string(p.batch) + "_seq" + std::to_string(p.seq) +
-                                  "_h" + std::to_string(p.heads) + "_kv" +
-                                  std::to_string(p.kv_heads) + "_d" + std::to_string(p.head_dim);
+                           char name[64];
+                           std::snprintf(name, sizeof name, "b%d_seq%d_h%d_kv%d_d%d", p.batch,
+                                         p.seq, p.heads, p.kv_heads, p.head_dim);
+                           return std::string(name);
                          });
 
 TEST(AttentionEmulationCached, BothPathsMatchTheCpuBackend) {
