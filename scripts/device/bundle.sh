@@ -63,11 +63,12 @@ cp "$SRC"/scripts/device/{checks,compare_transformers,torch_bench}.py "$DIR/shar
 cp "$SRC/scripts/device/run-checks.sh" "$DIR/run-checks.sh"
 chmod +x "$DIR/run-checks.sh" "$DIR"/share/scripts/*.py
 
-# Unit tests that find the repository through __FILE__ (the enclosing TEST of each use):
+# Unit tests that find the repository through LLMRUN_SOURCE_DIR or __FILE__ (the enclosing
+# TEST of each use):
 # run-checks.sh leaves them out.
 for f in "$SRC"/tests/unit/*.cpp; do
   awk '/^TEST(_F|_P)?\(/ { t = $0; sub(/^TEST(_F|_P)?\(/, "", t); sub(/\).*/, "", t); gsub(/ /, "", t); sub(/,/, ".", t) }
-       /__FILE__/ && t != "" { print t }' "$f"
+       /__FILE__|LLMRUN_SOURCE_DIR/ && t != "" { print t }' "$f"
 done | sort -u >"$DIR/share/unit-tests-need-source.txt"
 
 glibc=$(for f in "$STAGE"/bin/* "$STAGE"/lib/*; do objdump -T "$f" 2>/dev/null; done |

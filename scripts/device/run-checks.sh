@@ -102,8 +102,8 @@ fi
 
 # --- unit tests (conformance suite included) ------------------------------------------------
 if wanted unit_tests; then
-  # Tests that find the source tree through __FILE__ (a path relative to the build
-  # directory) cannot run from a bundle: they are left out, and counted.
+  # Tests that find the source tree (LLMRUN_SOURCE_DIR, __FILE__: paths of the build machine)
+  # cannot run from a bundle: they are left out, and counted.
   filter="*"
   [ -s "$SHARE/unit-tests-need-source.txt" ] && filter="*-$(paste -sd: "$SHARE/unit-tests-need-source.txt")"
   (cd "$WORK" && OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} "$BIN/llmrun_unit_tests" --gtest_filter="$filter" >"$RES/unit_tests.log" 2>&1)
