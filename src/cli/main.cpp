@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
     spdlog::set_level(spdlog::level::from_str(name));
   }
   CLI::App app{"llmrun: train and serve GPT-2 and Llama models with one binary"};
-  app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION);
+  app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION + " (backends: " +
+                                        llmrun::cli::built_backends_text() + ")");
   app.require_subcommand(1);
   const std::vector<std::string> args(argv, argv + argc);
   std::vector<llmrun::cli::Command> commands = {
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
       llmrun::cli::add_eval_command(app),        llmrun::cli::add_serve_command(app),
       llmrun::cli::add_bench_command(app, args),
       llmrun::cli::add_plan_command(app),
-      llmrun::cli::add_plot_command(app)};
+      llmrun::cli::add_plot_command(app),
+      llmrun::cli::add_doctor_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
