@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Packs what a GPU machine needs to verify this commit into DIR (at most 60 MiB): the llmrun
+# binary and its test programs built here (Release, CUDA on, -march=x86-64-v3), every
+# non-CUDA shared library they load (the CUDA driver/runtime/cuBLAS/NCCL come from the GPU
+# machine; glibc too), recipes, a training text, the PyTorch oracle and run-checks.sh.
+#   scripts/device/bundle.sh DIR        then, on the GPU machine:  DIR/run-checks.sh [RESULTS]
+# BUNDLE_BUILD (default build-device/) is the build directory; JOBS the parallel jobs.
+# Single-rank only: llmrun starts MPI only under a launcher (src/comm/launcher.cpp), so no
+# mpirun and none of OpenMPI's plugins travel; libmpi itself is carried because it is linked.
+set -euo pipefail
+[ $# -eq 1 ] || { echo "usage: $0 DIR" >&2; exit 2; }
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+DIR=$1
+BUILD=${BUNDLE_BUILD:-$SRC/build-device}
+LIMIT_MIB=60
+TARGETS=(llmrun llmrun_unit_tests llmrun_oracle_dump llmrun_make_model_dir)
+
+cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLLMRUN_CUDA=ON -DLLMRUN_MARCH=x86-64-v3 >"$BUILD.configure.log" 2>&1 ||
+  { cat "$BUILD.configure.log" >&2; echo "bundle: cmake configure failed" >&2; exit 1; }
+nice cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}" >"$BUILD.build.log" 2>&1 ||
+  { tail -n 40 "$BUILD.build.log" >&2; echo "bundle: build failed (log: $BUILD.build.log)" >&2; exit 1; }
+
+rm -rf "$DIR"
+mkdir -p "$DIR"/{bin,lib,share/recipes,share/data,share/oracle,share/scripts}
+for t in "${TARGETS[@]}"; do
+  f=$(find "$BUILD" -maxdepth 3 -type f -name "$t" -perm -u+x | head -n 1)
+  [ -n "$f" ] || { echo "bundle: $t was not built in $BUILD" >&2; exit 1; }
+  strip --strip-unneeded -o "$DIR/bin/$t" "$f"
+done
+
+# Shared libraries: ldd's closure of every binary, minus glibc's own libraries (the target's
+# glibc must be used with its own loader) and the CUDA stack (driver-matched, on the target).
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|libresolv\.so|libanl\.so|libnsl\.so|libcuda\.so|libcudart\.so|libcublas|libcublasLt|libnccl|libnvidia|libnvrtc|libnvJitLink|libcupti)'
+for t in "${TARGETS[@]}"; do
+  ldd "$DIR/bin/$t"
+done | awk '/=>/ { print $1, $3 } /not found/ { print $1, "NOTFOUND" }' | sort -u | while read -r name path; do
+  [[ $name =~ $skip ]] && continue
+  [ "$path" != NOTFOUND ] || { echo "bundle: $name is not found by ldd" >&2; exit 1; }
+  cp -L "$path" "$DIR/lib/$name"
+done
+chmod 644 "$DIR"/lib/* 2>/dev/null || true
+
+cp "$SRC"/recipes/{demo,llama-small,gpt2-124m}.yaml "$DIR/share/recipes/"
+# The training text of the recipes (Debian's licence texts), carried: the GPU machine may not have it.
+cp -L /usr/share/common-licenses/* "$DIR/share/data/" 2>/dev/null || cp -rL /usr/share/common-licenses/. "$DIR/share/data/"
+cp "$SRC"/tests/oracle/{torch_models,hf_interop,safetensors_np}.py "$DIR/share/oracle/"
+cp "$SRC"/scripts/device/{checks,compare_transformers,torch_bench}.py "$DIR/share/scripts/"
+cp "$SRC/scripts/device/run-checks.sh" "$DIR/run-checks.sh"
+chmod +x "$DIR/run-checks.sh" "$DIR"/share/scripts/*.py
+
+# Unit tests that find the repository through __FILE__ (the enclosing TEST of each use):
+# run-checks.sh excludes them when that source tree is not on the machine.
+echo "$SRC" >"$DIR/share/source-dir.txt"
+for f in "$SRC"/tests/unit/*.cpp; do
+  awk '/^TEST(_F|_P)?\(/ { t = $0; sub(/^TEST(_F|_P)?\(/, "", t); sub(/\).*/, "", t); gsub(/ /, "", t); sub(/,/, ".", t) }
+       /__FILE__/ && t != "" { print t }' "$f"
+done | sort -u >"$DIR/share/unit-tests-need-source.txt"
+
+glibc=$(for f in "$DIR"/bin/* "$DIR"/lib/*; do objdump -T "$f" 2>/dev/null; done |
+  grep -oE 'GLIBC_[0-9]+\.[0-9]+' | sort -t. -k2,2n -u | tail -n 1)
+commit=$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)
+dirty=$(git -C "$SRC" status --porcelain 2>/dev/null | grep -qv '^??' && echo true || echo false)
+printf '{"commit": "%s", "dirty": %s, "built": "%s", "host": "%s", "march": "x86-64-v3", "cuda": "%s", "needs_glibc": "%s"}\n' \
+  "$commit" "$dirty" "$(date -u +%FT%TZ)" "$(uname -n)" \
+  "$(grep -m1 -oE 'LLMRUN_CUDA:[A-Z]+=[A-Za-z]+' "$BUILD/CMakeCache.txt" || echo absent)" "$glibc" >"$DIR/MANIFEST.json"
+
+size=$(du -sbL "$DIR" | cut -f1)
+if [ "$size" -gt $((LIMIT_MIB * 1024 * 1024)) ]; then
+  du -ahL "$DIR" | sort -h | tail -n 8 >&2
+  echo "bundle: $DIR is $((size / 1024 / 1024)) MiB, over the ${LIMIT_MIB} MiB limit" >&2
+  exit 1
+fi
+echo "bundle: $DIR ($((size / 1024 / 1024)) MiB, commit ${commit:0:12}, needs $glibc): run $DIR/run-checks.sh on the GPU machine"

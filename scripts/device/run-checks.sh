@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Verifies an llmrun bundle (made by scripts/device/bundle.sh) on this machine: doctor, the
+# unit tests (the backend conformance suite included), GPU-vs-CPU training parity, the
+# benchmarks next to their PyTorch peers, and `llmrun generate` against Hugging Face
+# transformers token for token. Prints one summary table (check, result, figure) and writes
+# RESULTS/results.json (+ checks.jsonl and every log). A check that cannot run here says why
+# ("SKIPPED: no CUDA device"). Exit status: 1 when a check failed, else 0.
+#   DIR/run-checks.sh [RESULTS]      RESULTS defaults to $OUT, else DIR/results
+# Environment: CHECKS=name,name (run only these; names in the table), PYTHON=python with torch.
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+RES=${1:-${OUT:-$HERE/results}}
+mkdir -p "$RES" && RES=$(cd "$RES" && pwd)
+rm -f "$RES/checks.jsonl"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+BIN=$HERE/bin
+LLMRUN=$BIN/llmrun
+SHARE=$HERE/share
+RECIPES=$SHARE/recipes
+DATA=$SHARE/data
+
+# The python that runs the helpers: $PYTHON, else the first of python3 and /usr/bin/python3
+# that imports torch, else python3.
+pick_python() {
+  local c
+  for c in ${PYTHON:-} python3 /usr/bin/python3; do
+    command -v "$c" >/dev/null 2>&1 && "$c" -c 'import torch' >/dev/null 2>&1 && { echo "$c"; return; }
+  done
+  for c in ${PYTHON:-} python3 /usr/bin/python3; do command -v "$c" >/dev/null 2>&1 && { echo "$c"; return; }; done
+}
+PY=$(pick_python)
+[ -n "$PY" ] || { echo "run-checks.sh needs python3" >&2; exit 2; }
+CHECKS_PY="$PY $SHARE/scripts/checks.py"
+
+wanted() { [ -z "${CHECKS:-}" ] || [[ ",$CHECKS," == *",$1,"* ]]; }
+record() { $CHECKS_PY record "$RES" "$@"; echo "  $1: $2${3:+ ($3)}" >&2; }
+# py_field FILE EXPR: a value of the JSON object on FILE's last line (EXPR uses j).
+py_field() { "$PY" -c "import json,sys; j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print($2)" "$1"; }
+
+has_torch=0; "$PY" -c 'import torch' >/dev/null 2>&1 && has_torch=1
+torch_cuda=0; [ $has_torch = 1 ] && "$PY" -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && torch_cuda=1
+VERSION=$("$LLMRUN" --version 2>&1 | head -n 1)
+built_cuda=0; grep -qi cuda <<<"$VERSION" && built_cuda=1
+gpus=0
+command -v nvidia-smi >/dev/null 2>&1 && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+DEVICE="no CUDA device"
+[ "$gpus" -gt 0 ] && DEVICE=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+gpu_ok=0; GPU_WHY=""
+if [ "$gpus" -eq 0 ]; then GPU_WHY="SKIPPED: no CUDA device"
+elif [ $built_cuda = 0 ]; then GPU_WHY="SKIPPED: this llmrun was built without CUDA ($VERSION)"
+else gpu_ok=1; fi
+echo "llmrun bundle checks: $VERSION; device: $DEVICE; python: $PY (torch: $has_torch, cuda: $torch_cuda)" >&2
+echo "results: $RES" >&2
+
+# --- version and doctor -------------------------------------------------------------------
+if wanted version; then
+  if "$LLMRUN" --version >"$RES/version.log" 2>&1; then record version PASS "$VERSION"
+  else record version FAIL "llmrun --version exited non-zero: libraries missing? see version.log"; fi
+fi
+if wanted doctor; then
+  if ! "$LLMRUN" --help 2>/dev/null | grep -qE '^ +doctor'; then
+    record doctor "SKIPPED: this build has no doctor command" ""
+  elif "$LLMRUN" doctor >"$RES/doctor.log" 2>&1; then
+    record doctor PASS "$(grep -ciE '\bpass' "$RES/doctor.log") pass rows; $(grep -m1 -iE 'no cuda|device' "$RES/doctor.log" | head -c 80)"
+  else
+    record doctor FAIL "exit $?; $(grep -m1 -iE 'fail' "$RES/doctor.log" | head -c 100)"
+  fi
+fi
+
+# --- unit tests (conformance suite included) ------------------------------------------------
+if wanted unit_tests; then
+  # Tests that read the source tree through __FILE__ cannot run away from the build machine.
+  filter="*"
+  if [ -s "$SHARE/unit-tests-need-source.txt" ] && [ ! -d "$(cat "$SHARE/source-dir.txt" 2>/dev/null)/recipes" ]; then
+    filter="*-$(paste -sd: "$SHARE/unit-tests-need-source.txt")"
+  fi
+  (cd "$WORK" && OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} "$BIN/llmrun_unit_tests" --gtest_filter="$filter" >"$RES/unit_tests.log" 2>&1)
+  rc=$?
+  passed=$(grep -oE '^\[  PASSED  \] [0-9]+' "$RES/unit_tests.log" | grep -oE '[0-9]+$' || echo 0)
+  skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$RES/unit_tests.log" | grep -oE '[0-9]+' || echo 0)
+  failed=$(grep -oE '^\[  FAILED  \] [0-9]+ test' "$RES/unit_tests.log" | grep -oE '[0-9]+' || echo 0)
+  nodev=$(grep -c 'no CUDA device' "$RES/unit_tests.log" || true)
+  fig="${passed:-0} passed, ${skipped:-0} skipped (${nodev} say no CUDA device), ${failed:-0} failed"
+  [ "$filter" != "*" ] && fig="$fig; excluded (need the source tree): $(wc -l <"$SHARE/unit-tests-need-source.txt")"
+  if [ $rc -eq 0 ]; then record unit_tests PASS "$fig"; else record unit_tests FAIL "$fig; exit $rc"; fi
+fi
+
+# --- GPU-vs-CPU training parity ----------------------------------------------------------
+# train NAME RECIPE BACKEND PRECISION STEPS [--set ...]: metrics in $WORK/NAME.jsonl.
+train() {
+  local name=$1 recipe=$2 backend=$3 prec=$4 steps=$5; shift 5
+  "$LLMRUN" train "$recipe" --set train.steps="$steps" --set logging.every=1 \
+    --set logging.metrics="$WORK/$name.jsonl" --set checkpoint.dir="$WORK/ck-$name" --set data.train="$DATA" \
+    --set launch.backend="$backend" --set precision.compute="$prec" "$@" >"$RES/train-$name.log" 2>&1
+}
+for arch in gpt2 llama; do
+  recipe=$RECIPES/demo.yaml; [ $arch = llama ] && recipe=$RECIPES/llama-small.yaml
+  for prec in fp32 bf16; do
+    name=parity_${arch}_$prec
+    wanted "$name" || continue
+    if [ $gpu_ok = 0 ]; then record "$name" "$GPU_WHY" ""; continue; fi
+    tol=1e-4 after=0; [ $prec = bf16 ] && tol=0.01 after=5
+    if ! train "$name-cuda" "$recipe" cuda $prec 50; then record "$name" FAIL "cuda run failed: $(tail -n 1 "$RES/train-$name-cuda.log")"; continue; fi
+    if ! train "$name-cpu" "$recipe" cpu $prec 50; then record "$name" FAIL "cpu run failed: $(tail -n 1 "$RES/train-$name-cpu.log")"; continue; fi
+    cp "$WORK/$name-cuda.jsonl" "$WORK/$name-cpu.jsonl" "$RES/"
+    $CHECKS_PY parity "$WORK/$name-cuda.jsonl" "$WORK/$name-cpu.jsonl" --tol $tol --after $after --steps 50 >"$WORK/p.json"
+    rc=$?
+    fig=$(py_field "$WORK/p.json" "f\"max rel loss diff {j['max_rel_diff']:.2e} at step {j['worst_step']} (tol {j['tol']:g} after step {j['after_step']})\"")
+    if [ $rc -eq 0 ]; then record "$name" PASS "$fig"; else record "$name" FAIL "$fig"; fi
+  done
+done
+
+# --- benchmarks ---------------------------------------------------------------------------
+# On a GPU: GPT-2 124M at seq 1024 on CUDA (bf16) next to PyTorch's peers. Without one, the
+# same commands run on the CPU at the demo recipe's size, so the plumbing is exercised.
+if [ $gpu_ok = 1 ]; then
+  BENCH_BACKEND=cuda BENCH_RECIPE=$RECIPES/gpt2-124m.yaml BENCH_BATCH=8 BENCH_SEQ=1024 BENCH_STEPS=10
+else
+  BENCH_BACKEND=cpu BENCH_RECIPE=$RECIPES/demo.yaml BENCH_BATCH=4 BENCH_SEQ=128 BENCH_STEPS=2
+fi
+bench_sets=(--set launch.backend=$BENCH_BACKEND --set model.seq_len=$BENCH_SEQ --set train.micro_batch=$BENCH_BATCH
+  --set train.global_batch=$BENCH_BATCH --set data.train="$DATA")
+if wanted bench_kernels; then
+  if "$LLMRUN" bench kernels "$BENCH_RECIPE" "${bench_sets[@]}" --repeat 5 --json "$RES/bench_kernels.json" >"$RES/bench_kernels.log" 2>&1; then
+    fig=$("$PY" -c "
+import json,sys; r={k['kernel']:k for k in json.load(open(sys.argv[1]))['kernels']}
+print(f\"$BENCH_BACKEND: attention fwd {r['attention fwd']['median_ms']:.3f} ms, bwd {r['attention bwd']['median_ms']:.3f} ms, qkv fwd {r['qkv fwd']['gflops']:.0f} GFLOP/s\")" "$RES/bench_kernels.json")
+    record bench_kernels PASS "$fig"
+  else record bench_kernels FAIL "exit $?: $(tail -n 1 "$RES/bench_kernels.log")"; fi
+fi
+if wanted bench_train; then
+  if "$LLMRUN" bench train "$BENCH_RECIPE" "${bench_sets[@]}" --set precision.compute=$([ $gpu_ok = 1 ] && echo bf16 || echo fp32) \
+      --steps $BENCH_STEPS --warmup 1 --json "$RES/bench_train.json" >"$RES/bench_train.log" 2>&1; then
+    record bench_train PASS "$BENCH_BACKEND: $("$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); print(f\"{j['tokens_per_s']['median']:,.0f} tokens/s\")" "$RES/bench_train.json")"
+  else record bench_train FAIL "exit $?: $(tail -n 1 "$RES/bench_train.log")"; fi
+fi
+torch_skip=""
+[ $has_torch = 0 ] && torch_skip="SKIPPED: torch not importable"
+[ -z "$torch_skip" ] && [ $torch_cuda = 0 ] && torch_skip="SKIPPED: torch sees no CUDA device"
+[ -z "$torch_skip" ] && [ $gpu_ok = 0 ] && torch_skip="$GPU_WHY"
+if wanted bench_torch_attention; then
+  if [ -n "$torch_skip" ]; then record bench_torch_attention "$torch_skip" ""
+  elif "$PY" "$SHARE/scripts/torch_bench.py" attention --batch $BENCH_BATCH --heads 12 --seq $BENCH_SEQ --head-dim 64 >"$RES/bench_torch_attention.json" 2>"$RES/bench_torch_attention.log"; then
+    fig=$(py_field "$RES/bench_torch_attention.json" "f\"SDPA fwd+bwd fp32 {j['fp32']['fwd_bwd_ms']:.3f} ms, bf16 {j['bf16']['fwd_bwd_ms']:.3f} ms\"")
+    if [ -f "$RES/bench_kernels.json" ]; then
+      fig="$fig; llmrun $("$PY" -c "import json,sys; r={k['kernel']:k for k in json.load(open(sys.argv[1]))['kernels']}; print(f\"{r['attention fwd']['median_ms']+r['attention bwd']['median_ms']:.3f} ms\")" "$RES/bench_kernels.json")"
+    fi
+    record bench_torch_attention PASS "$fig"
+  else record bench_torch_attention FAIL "$(tail -n 1 "$RES/bench_torch_attention.log")"; fi
+fi
+if wanted bench_torch_train; then
+  if [ -n "$torch_skip" ]; then record bench_torch_train "$torch_skip" ""
+  elif "$PY" "$SHARE/scripts/torch_bench.py" train --batch $BENCH_BATCH --seq $BENCH_SEQ >"$RES/bench_torch_train.json" 2>"$RES/bench_torch_train.log"; then
+    fig=$(py_field "$RES/bench_torch_train.json" "f\"torch.compile bf16 {j['tokens_per_s']:,.0f} tokens/s\"")
+    if [ -f "$RES/bench_train.json" ]; then
+      fig="$fig; llmrun/torch $("$PY" -c "import json,sys; a=json.load(open(sys.argv[1]))['tokens_per_s']['median']; b=json.loads(open(sys.argv[2]).read().splitlines()[-1])['tokens_per_s']; print(f'{a/b:.2f}x')" "$RES/bench_train.json" "$RES/bench_torch_train.json")"
+    fi
+    record bench_torch_train PASS "$fig"
+  else record bench_torch_train FAIL "$(tail -n 1 "$RES/bench_torch_train.log")"; fi
+fi
+
+# --- generate vs transformers --------------------------------------------------------------
+# A small model trained and exported by llmrun (byte-level tokenizer, so ids are bytes),
+# generated greedily by llmrun (on the GPU when there is one) and by the reference. The model
+# is trained on the CPU: a training fault shows in parity, not here.
+GEN_BACKEND=cpu; [ $gpu_ok = 1 ] && GEN_BACKEND=cuda
+gen_args=()
+gen_where="its default backend"
+"$LLMRUN" generate --help 2>/dev/null | grep -q -- '--backend' && gen_args=(--backend "$GEN_BACKEND") && gen_where=$GEN_BACKEND
+for arch in gpt2 llama; do
+  for ref in transformers oracle; do
+    name=generate_${arch}_vs_$ref
+    [ $ref = oracle ] && name=generate_${arch}_vs_torch_oracle
+    wanted "$name" || continue
+    model=$WORK/ck-gen-$arch/model
+    if [ ! -d "$model" ]; then
+      recipe=$RECIPES/demo.yaml; [ $arch = llama ] && recipe=$RECIPES/llama-small.yaml
+      train "gen-$arch" "$recipe" cpu fp32 30 --set model.vocab=256 --set model.layers=2 ||
+        { record "$name" FAIL "training the model failed: $(tail -n 1 "$RES/train-gen-$arch.log")"; continue; }
+    fi
+    "$PY" "$SHARE/scripts/compare_transformers.py" --llmrun "$LLMRUN" --model "$model" --reference $ref \
+      --oracle-dir "$SHARE/oracle" --prompt "The licence " --max-tokens 48 --json "$RES/$name.json" \
+      -- "${gen_args[@]}" >"$RES/$name.log" 2>&1
+    rc=$?
+    if [ $rc -eq 77 ]; then record "$name" "$(grep -m1 '^SKIPPED' "$RES/$name.log")" ""; continue; fi
+    fig=$(py_field "$RES/$name.log" "f\"{j.get('matched', 0)}/{j.get('tokens', 0)} tokens equal, llmrun on $gen_where\" + (f\"; first mismatch at {j['first_mismatch']} (reference margin {j['margin_at_mismatch']})\" if 'first_mismatch' in j else '')" 2>/dev/null || tail -n 1 "$RES/$name.log")
+    if [ $rc -eq 0 ]; then record "$name" PASS "$fig"; else record "$name" FAIL "$fig"; fi
+  done
+done
+
+echo >&2
+commit=$(py_field "$HERE/MANIFEST.json" "j['commit']" 2>/dev/null || echo unknown)
+$CHECKS_PY summary "$RES" --commit "$commit" --device "$DEVICE"
