@@ -26,12 +26,6 @@ Tensor make_tensor(void* data, DType t, const Dims& dims, Device dev) {
   return x;
 }
 
-std::string dims_str(const Dims& d) {
-  std::string s;
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "x" : "") + std::to_string(d[i]);
-  return s;
-}
-
 float round_to_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 
 class Checker {

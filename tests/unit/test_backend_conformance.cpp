@@ -429,9 +429,13 @@ TEST(BackendCheck, FailsExactlyTheWrongOp) {
       }
     }
     EXPECT_GE(failed, 1) << wrong;
-    if (wrong == "adamw")
-      for (const OpCheck& r : rows)
-        if (r.op == "adamw") EXPECT_NE(r.note.find("failed to launch"), std::string::npos);
+    if (wrong == "adamw") {
+      for (const OpCheck& r : rows) {
+        if (r.op == "adamw") {
+          EXPECT_NE(r.note.find("failed to launch"), std::string::npos);
+        }
+      }
+    }
   }
 }
 

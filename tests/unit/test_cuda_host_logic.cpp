@@ -11,7 +11,7 @@
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/dtype_dispatch.h"
 #include "backend/cuda/gemm_plan.h"
-#include "kernels/geometry.cuh"
+#include "../../kernels/geometry.cuh"
 
 using namespace llmrun;
 
@@ -82,21 +82,21 @@ TEST(CachingAllocator, BestFitButNotMoreThanTwiceTheRequest) {
   FakeDevice dev;
   CachingAllocator a(dev.source(), "fake:0");
   void* big = a.allocate(size_t(8) << 20, kStreamA, "big");
-  void* mid = a.allocate(size_t(3) << 20, kStreamA, "mid");
+  void* mid = a.allocate(size_t(3) << 20, kStreamA, "mid");  // a 4 MiB block
   a.free(big);
   a.free(mid);
-  // 3.5 MiB rounds to 4 MiB: the 4 MiB-class block is taken... there is none; 8 MiB is more
-  // than twice 4 MiB? No: exactly twice is allowed, so the smallest fitting block (8 MiB) goes.
+  // 3.5 MiB -> the 4 MiB class: the smallest cached block that fits (mid), not big.
   void* p = a.allocate((size_t(3) << 20) + (size_t(1) << 19), kStreamA, "p");
-  EXPECT_EQ(p, big);
-  // 1 MiB: the 4 MiB block (mid) is more than twice as large: a new device allocation.
+  EXPECT_EQ(p, mid);
+  // 1 MiB: big (8 MiB) is more than twice as large: a new device allocation instead.
   const int before = dev.allocs;
   void* q = a.allocate(size_t(1) << 20, kStreamA, "q");
-  EXPECT_NE(q, mid);
+  EXPECT_NE(q, big);
   EXPECT_EQ(dev.allocs, before + 1);
-  // 2 MiB: mid (4 MiB, exactly twice) is reused.
-  void* r = a.allocate(size_t(2) << 20, kStreamA, "r");
-  EXPECT_EQ(r, mid);
+  // 4 MiB: big is exactly twice as large, which is still allowed.
+  void* r = a.allocate(size_t(4) << 20, kStreamA, "r");
+  EXPECT_EQ(r, big);
+  EXPECT_EQ(a.stats().cache_hits, 2u);
   a.free(p);
   a.free(q);
   a.free(r);
