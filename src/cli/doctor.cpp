@@ -111,6 +111,8 @@ int run_doctor(const DoctorArgs& a) {
   nlohmann::json report = {{"version", LLMRUN_VERSION}, {"built_backends", built_backend_names()}};
   std::printf("llmrun %s\nbuilt backends: %s\n", LLMRUN_VERSION, built_backends_text().c_str());
   std::vector<CheckedBackend> checked;
+  // The all-core CPU backend first: it reads the thread count before the reference pins one.
+  std::unique_ptr<Backend> cpu_all = a.check_cpu ? make_cpu_backend(0) : nullptr;
   auto cpu_ref = make_cpu_backend(1);
 
   nlohmann::json devices = nlohmann::json::array();
@@ -148,7 +150,6 @@ int run_doctor(const DoctorArgs& a) {
   if (a.check_cpu) {
     // The CPU backend on every core against a single-thread one: the same op code, so this
     // checks that results do not depend on the thread count (and exercises the table).
-    auto cpu_all = make_cpu_backend(0);
     checked.push_back(
         run_check("cpu (" + std::to_string(cpu_all->threads()) + " threads)", *cpu_all, *cpu_ref));
     print_table(checked.back(), "cpu (1 thread)");
