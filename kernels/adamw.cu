@@ -27,7 +27,7 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64
 void adamw(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWScalars& s,
            cudaStream_t stream) {
   if (n <= 0) return;
-  adamw_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(params, grads, m, v, n, s);
+  LLMRUN_LAUNCH(adamw_kernel, grid_blocks(n), kBlockThreads, 0, stream)(params, grads, m, v, n, s);
 }
 
 }  // namespace llmrun::kernels

@@ -2,7 +2,9 @@
 // (src/backend/cpu/cpu_adamw.cpp, itself torch.optim.AdamW's single-tensor path). The host
 // computes the step's scalars (bias corrections in double, as PyTorch does) into AdamWScalars.
 #pragma once
+#ifndef LLMRUN_KERNEL_EMULATION  // tests/kernels/ runs the kernels on the CPU
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 

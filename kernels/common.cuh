@@ -1,8 +1,25 @@
 // Device helpers shared by the kernel families: warp and block reductions, NaN-propagating
 // max, bf16 rounding. Included only by kernels/*.cu (it holds device code).
+//
+// Under LLMRUN_KERNEL_EMULATION (tests/kernels/test_kernel_emulation.cpp, which runs these
+// kernels on the CPU through tests/device/cuda_emulation.h) the CUDA headers are left out, the
+// launch goes through the emulator, and the 16-bit conversions are plain bit arithmetic with
+// the same round-to-nearest-even results.
 #pragma once
+#include <cmath>
+#include <cstdint>
+
+#ifndef LLMRUN_KERNEL_EMULATION
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+// kernel<<<grid, block, smem, stream>>>(args) is written LLMRUN_LAUNCH(kernel, grid, block,
+// smem, stream)(args) so that the emulation can replace it.
+#define LLMRUN_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#else
+#define LLMRUN_LAUNCH(kernel, grid, block, smem, stream) \
+  ::llmrun_emu::launch(kernel, grid, block, smem, stream)
+#endif
 
 #include "geometry.cuh"
 
@@ -55,9 +72,46 @@ __device__ T block_max(T v) {
   return warp_max(r);
 }
 
-// Round an f32 to bf16 (nearest even) and back: a GEMM operand in `precision.compute: bf16`.
-__device__ __forceinline__ float round_bf16(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
+// 16-bit floats as raw bit patterns, rounded to nearest even.
+#ifndef LLMRUN_KERNEL_EMULATION
+__device__ __forceinline__ uint16_t bf16_bits(float x) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
+__device__ __forceinline__ float bf16_value(uint16_t h) {
+  return __bfloat162float(__ushort_as_bfloat16(h));
+}
+__device__ __forceinline__ uint16_t f16_bits(float x) {
+  return __half_as_ushort(__float2half_rn(x));
+}
+__device__ __forceinline__ float f16_value(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+#else
+inline uint16_t bf16_bits(float x) {
+  uint32_t u;
+  __builtin_memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+inline float bf16_value(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t f16_bits(float x) {
+  const _Float16 h = static_cast<_Float16>(x);
+  uint16_t b;
+  __builtin_memcpy(&b, &h, 2);
+  return b;
+}
+inline float f16_value(uint16_t b) {
+  _Float16 h;
+  __builtin_memcpy(&h, &b, 2);
+  return static_cast<float>(h);
+}
+#endif
+
+// Round an f32 to bf16 (nearest even) and back: a GEMM operand in `precision.compute: bf16`.
+__device__ __forceinline__ float round_bf16(float x) { return bf16_value(bf16_bits(x)); }
 
 }  // namespace llmrun::kernels

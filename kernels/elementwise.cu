@@ -1,7 +1,4 @@
 // Elementwise kernels: grid-stride loops, one element per iteration, every index guarded.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "common.cuh"
 #include "elementwise.cuh"
 
@@ -77,16 +74,14 @@ __global__ void cast_f32_half_kernel(uint16_t* d, const float* s, int64_t n, flo
                                      int kind) {
   LLMRUN_GRID_STRIDE(i, n) {
     const float v = s[i] * scale;
-    d[i] = kind == 0 ? __bfloat16_as_ushort(__float2bfloat16_rn(v))
-                     : __half_as_ushort(__float2half_rn(v));
+    d[i] = kind == 0 ? bf16_bits(v) : f16_bits(v);
   }
 }
 
 __global__ void cast_half_f32_kernel(float* d, const uint16_t* s, int64_t n, float scale,
                                      int kind) {
   LLMRUN_GRID_STRIDE(i, n) {
-    const float v = kind == 0 ? __bfloat162float(__ushort_as_bfloat16(s[i]))
-                              : __half2float(__ushort_as_half(s[i]));
+    const float v = kind == 0 ? bf16_value(s[i]) : f16_value(s[i]);
     d[i] = v * scale;
   }
 }
@@ -105,78 +100,79 @@ __global__ void scatter_rows_kernel(float* dst, const float* src, const int32_t*
 
 void fill_32(void* x, int64_t n, uint32_t bits, cudaStream_t stream) {
   if (n <= 0) return;
-  fill_kernel<uint32_t>
-      <<<grid_blocks(n), kBlockThreads, 0, stream>>>(static_cast<uint32_t*>(x), n, bits);
+  LLMRUN_LAUNCH(fill_kernel<uint32_t>, grid_blocks(n), kBlockThreads, 0, stream)
+  (static_cast<uint32_t*>(x), n, bits);
 }
 
 void fill_16(void* x, int64_t n, uint16_t bits, cudaStream_t stream) {
   if (n <= 0) return;
-  fill_kernel<uint16_t>
-      <<<grid_blocks(n), kBlockThreads, 0, stream>>>(static_cast<uint16_t*>(x), n, bits);
+  LLMRUN_LAUNCH(fill_kernel<uint16_t>, grid_blocks(n), kBlockThreads, 0, stream)
+  (static_cast<uint16_t*>(x), n, bits);
 }
 
 void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  add_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(out, a, b, n);
+  LLMRUN_LAUNCH(add_kernel, grid_blocks(n), kBlockThreads, 0, stream)(out, a, b, n);
 }
 
 void scale(float* x, float a, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  scale_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(x, a, n);
+  LLMRUN_LAUNCH(scale_kernel, grid_blocks(n), kBlockThreads, 0, stream)(x, a, n);
 }
 
 void add_bias_rows(float* out, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows * cols <= 0) return;
-  add_bias_rows_kernel<<<grid_blocks(rows * cols), kBlockThreads, 0, stream>>>(out, bias, rows,
-                                                                               cols);
+  LLMRUN_LAUNCH(add_bias_rows_kernel, grid_blocks(rows * cols), kBlockThreads, 0, stream)
+  (out, bias, rows, cols);
 }
 
 void gelu_fwd(float* out, const float* x, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  gelu_fwd_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(out, x, n);
+  LLMRUN_LAUNCH(gelu_fwd_kernel, grid_blocks(n), kBlockThreads, 0, stream)(out, x, n);
 }
 
 void gelu_bwd(float* dx, const float* dy, const float* x, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  gelu_bwd_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(dx, dy, x, n);
+  LLMRUN_LAUNCH(gelu_bwd_kernel, grid_blocks(n), kBlockThreads, 0, stream)(dx, dy, x, n);
 }
 
 void swiglu_fwd(float* out, const float* gate_up, int64_t rows, int64_t f, cudaStream_t stream) {
   if (rows * f <= 0) return;
-  swiglu_fwd_kernel<<<grid_blocks(rows * f), kBlockThreads, 0, stream>>>(out, gate_up, rows, f);
+  LLMRUN_LAUNCH(swiglu_fwd_kernel, grid_blocks(rows * f), kBlockThreads, 0, stream)
+  (out, gate_up, rows, f);
 }
 
 void swiglu_bwd(float* dgate_up, const float* dout, const float* gate_up, int64_t rows, int64_t f,
                 cudaStream_t stream) {
   if (rows * f <= 0) return;
-  swiglu_bwd_kernel<<<grid_blocks(rows * f), kBlockThreads, 0, stream>>>(dgate_up, dout, gate_up,
-                                                                         rows, f);
+  LLMRUN_LAUNCH(swiglu_bwd_kernel, grid_blocks(rows * f), kBlockThreads, 0, stream)
+  (dgate_up, dout, gate_up, rows, f);
 }
 
 void cast_f32_f32(float* dst, const float* src, int64_t n, float scale, cudaStream_t stream) {
   if (n <= 0) return;
-  cast_f32_f32_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(dst, src, n, scale);
+  LLMRUN_LAUNCH(cast_f32_f32_kernel, grid_blocks(n), kBlockThreads, 0, stream)(dst, src, n, scale);
 }
 
 void cast_f32_half(uint16_t* dst, const float* src, int64_t n, float scale, HalfKind kind,
                    cudaStream_t stream) {
   if (n <= 0) return;
-  cast_f32_half_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(dst, src, n, scale,
-                                                                     static_cast<int>(kind));
+  LLMRUN_LAUNCH(cast_f32_half_kernel, grid_blocks(n), kBlockThreads, 0, stream)
+  (dst, src, n, scale, static_cast<int>(kind));
 }
 
 void cast_half_f32(float* dst, const uint16_t* src, int64_t n, float scale, HalfKind kind,
                    cudaStream_t stream) {
   if (n <= 0) return;
-  cast_half_f32_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(dst, src, n, scale,
-                                                                     static_cast<int>(kind));
+  LLMRUN_LAUNCH(cast_half_f32_kernel, grid_blocks(n), kBlockThreads, 0, stream)
+  (dst, src, n, scale, static_cast<int>(kind));
 }
 
 void scatter_rows(float* dst, const float* src, const int32_t* slots, int64_t rows, int64_t width,
                   int64_t src_cols, int64_t col_begin, int64_t dst_rows, cudaStream_t stream) {
   if (rows * width <= 0) return;
-  scatter_rows_kernel<<<grid_blocks(rows * width), kBlockThreads, 0, stream>>>(
-      dst, src, slots, rows, width, src_cols, col_begin, dst_rows);
+  LLMRUN_LAUNCH(scatter_rows_kernel, grid_blocks(rows * width), kBlockThreads, 0, stream)
+  (dst, src, slots, rows, width, src_cols, col_begin, dst_rows);
 }
 
 }  // namespace llmrun::kernels

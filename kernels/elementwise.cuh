@@ -4,7 +4,9 @@
 // cpu_paged_attention.cpp). Launchers only enqueue work on `stream`; the caller checks
 // cudaGetLastError() after them. n == 0 launches nothing.
 #pragma once
+#ifndef LLMRUN_KERNEL_EMULATION  // tests/kernels/ runs the kernels on the CPU
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 

@@ -37,15 +37,16 @@ __global__ void embedding_bwd_kernel(float* dtable, const float* dout, const int
 void embedding_fwd(float* out, const int32_t* ids, const float* table, int64_t n, int64_t dim,
                    int64_t vocab, bool accumulate, cudaStream_t stream) {
   if (n * dim <= 0) return;
-  embedding_fwd_kernel<<<grid_blocks(n * dim), kBlockThreads, 0, stream>>>(out, ids, table, n, dim,
-                                                                           vocab, accumulate);
+  LLMRUN_LAUNCH(embedding_fwd_kernel, grid_blocks(n * dim), kBlockThreads, 0, stream)
+  (out, ids, table, n, dim, vocab, accumulate);
 }
 
 void embedding_bwd(float* dtable, const float* dout, const int32_t* ids, int64_t n, int64_t dim,
                    int64_t vocab, cudaStream_t stream) {
   if (n * dim <= 0) return;
-  embedding_bwd_kernel<<<static_cast<unsigned>(ceil_div(dim, kColumnThreads)), kColumnThreads, 0,
-                         stream>>>(dtable, dout, ids, n, dim, vocab);
+  LLMRUN_LAUNCH(embedding_bwd_kernel, static_cast<unsigned>(ceil_div(dim, kColumnThreads)),
+                kColumnThreads, 0, stream)
+  (dtable, dout, ids, n, dim, vocab);
 }
 
 }  // namespace llmrun::kernels

@@ -3,7 +3,9 @@
 // when accumulating); the backward adds dout rows into dtable (accumulated). Ids >= vocab are
 // skipped the same way (the host cannot check device ids without a copy).
 #pragma once
+#ifndef LLMRUN_KERNEL_EMULATION  // tests/kernels/ runs the kernels on the CPU
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 

@@ -6,6 +6,7 @@
 
 namespace llmrun::kernels {
 
+#ifndef LLMRUN_KERNEL_EMULATION
 // Threads per block of the elementwise (grid-stride) kernels.
 constexpr int kBlockThreads = 256;
 // Threads per block of the block-per-row kernels (norms, softmax, argmax).
@@ -21,6 +22,17 @@ constexpr int kReduceBlocks = 256;
 constexpr int64_t kRowsPerGroup = 64;
 // Columns per block in the column reductions (one thread per column).
 constexpr int kColumnThreads = 128;
+#else
+// The CPU emulation (tests/kernels/) runs every CUDA thread as a host thread: small blocks and
+// grids keep it fast, and make the grid-stride, row-stride and row-group loops run several
+// times on the test shapes. Row blocks keep two warps so block reductions combine warps.
+constexpr int kBlockThreads = 32;
+constexpr int kRowThreads = 64;
+constexpr int64_t kMaxGridBlocks = 4;
+constexpr int kReduceBlocks = 32;
+constexpr int64_t kRowsPerGroup = 16;
+constexpr int kColumnThreads = 32;
+#endif
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -22,11 +22,9 @@ __global__ void linear_rows_kernel(float* y, const float* x, const float* w, con
     float acc[kLinearRowsTile] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t c = lane; c < k; c += 32) {
       const float wv = operand(wrow[c], round);
-#pragma unroll
       for (int i = 0; i < kLinearRowsTile; ++i)
         if (i < rows) acc[i] = fmaf(operand(x[(i0 + i) * k + c], round), wv, acc[i]);
     }
-#pragma unroll
     for (int i = 0; i < kLinearRowsTile; ++i) {
       float v = warp_sum(acc[i]);
       if (lane == 0 && i < rows) {
@@ -44,8 +42,8 @@ void linear_rows(float* y, const float* x, const float* w, const float* bias, in
                  int64_t k, bool accumulate, bool round_bf16, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return;
   const int64_t warps = n * ceil_div(m, kLinearRowsTile);
-  linear_rows_kernel<<<grid_blocks(warps * 32), kBlockThreads, 0, stream>>>(y, x, w, bias, m, n, k,
-                                                                            accumulate, round_bf16);
+  LLMRUN_LAUNCH(linear_rows_kernel, grid_blocks(warps * 32), kBlockThreads, 0, stream)
+  (y, x, w, bias, m, n, k, accumulate, round_bf16);
 }
 
 }  // namespace llmrun::kernels

@@ -6,7 +6,9 @@
 // (tile shape, split-K) from M, and a different split of K sums in a different order.
 // round_bf16: operands are rounded to bf16 first (precision.compute: bf16), f32 accumulation.
 #pragma once
+#ifndef LLMRUN_KERNEL_EMULATION  // tests/kernels/ runs the kernels on the CPU
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 

@@ -1,7 +1,5 @@
 // Softmax cross-entropy kernels: one block per row; the max and the sum of exponentials are
 // block reductions (the sum in double, as on the CPU, because vocabularies reach 1e5 terms).
-#include <math_constants.h>
-
 #include "common.cuh"
 #include "loss.cuh"
 
@@ -14,7 +12,7 @@ __device__ void zero_row(float* row, int64_t vocab) {
 }
 
 __device__ float row_max_of(const float* row, int64_t vocab) {
-  float mx = -CUDART_INF_F;
+  float mx = -INFINITY;
   for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) mx = nan_max(mx, row[c]);
   return block_max(mx);
 }
@@ -31,7 +29,7 @@ __global__ void softmax_xent_kernel(float* losses, float* logits, const int32_t*
   float* row = logits + r * vocab;
   const int64_t t = targets[r];
   if (t < 0 || t >= vocab) {
-    if (threadIdx.x == 0) losses[r] = t < 0 ? 0.0f : CUDART_NAN_F;
+    if (threadIdx.x == 0) losses[r] = t < 0 ? 0.0f : NAN;
     zero_row(row, vocab);
     return;
   }
@@ -61,7 +59,7 @@ __global__ void xent_partials_kernel(float* sums, const float* logits, const flo
   if (threadIdx.x == 0) {
     const int64_t t = targets[r];
     sums[r] = static_cast<float>(s);
-    sums[rows + r] = t >= vocab ? CUDART_NAN_F : (t >= 0 ? row[t] : 0.0f);
+    sums[rows + r] = t >= vocab ? NAN : (t >= 0 ? row[t] : 0.0f);
   }
 }
 
@@ -72,7 +70,7 @@ __global__ void xent_finish_kernel(float* losses, float* logits, const float* ro
   float* row = logits + r * vocab;
   const int64_t t = targets[r];
   if (t == -1 || t >= vocab) {
-    if (threadIdx.x == 0) losses[r] = t == -1 ? 0.0f : CUDART_NAN_F;
+    if (threadIdx.x == 0) losses[r] = t == -1 ? 0.0f : NAN;
     zero_row(row, vocab);
     return;
   }
@@ -92,30 +90,30 @@ __global__ void xent_finish_kernel(float* losses, float* logits, const float* ro
 void softmax_xent(float* losses, float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                   float grad_scale, cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0) return;
-  softmax_xent_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-      losses, logits, targets, vocab, grad_scale);
+  LLMRUN_LAUNCH(softmax_xent_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream)
+  (losses, logits, targets, vocab, grad_scale);
 }
 
 void xent_row_max(float* row_max, const float* logits, int64_t rows, int64_t vocab,
                   cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0) return;
-  xent_row_max_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(row_max, logits,
-                                                                               vocab);
+  LLMRUN_LAUNCH(xent_row_max_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream)
+  (row_max, logits, vocab);
 }
 
 void xent_partials(float* sums, const float* logits, const float* row_max, const int32_t* targets,
                    int64_t rows, int64_t vocab, cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0) return;
-  xent_partials_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-      sums, logits, row_max, targets, rows, vocab);
+  LLMRUN_LAUNCH(xent_partials_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream)
+  (sums, logits, row_max, targets, rows, vocab);
 }
 
 void xent_finish(float* losses, float* logits, const float* row_max, const float* sums,
                  const int32_t* targets, int64_t rows, int64_t vocab, float grad_scale,
                  cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0) return;
-  xent_finish_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-      losses, logits, row_max, sums, targets, rows, vocab, grad_scale);
+  LLMRUN_LAUNCH(xent_finish_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream)
+  (losses, logits, row_max, sums, targets, rows, vocab, grad_scale);
 }
 
 }  // namespace llmrun::kernels

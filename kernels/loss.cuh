@@ -7,7 +7,9 @@
 // another rank. A target at or beyond the row (which the host cannot check without a copy)
 // yields a NaN loss and a zero gradient row, so it cannot pass unnoticed.
 #pragma once
+#ifndef LLMRUN_KERNEL_EMULATION  // tests/kernels/ runs the kernels on the CPU
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 

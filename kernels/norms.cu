@@ -130,10 +130,11 @@ void param_grads(float* dw, float* db, const float* dy, const float* x, const fl
   double* pb = rms ? nullptr : pw + groups * cols;
   const dim3 grid1(static_cast<unsigned>(ceil_div(cols, kColumnThreads)),
                    static_cast<unsigned>(groups));
-  norm_param_partials_kernel<<<grid1, kColumnThreads, 0, stream>>>(pw, pb, dy, x, mean, rstd, rows,
-                                                                   cols, rms);
-  norm_param_finish_kernel<<<static_cast<unsigned>(ceil_div(cols, kColumnThreads)), kColumnThreads,
-                             0, stream>>>(dw, rms ? nullptr : db, pw, pb, groups, cols);
+  LLMRUN_LAUNCH(norm_param_partials_kernel, grid1, kColumnThreads, 0, stream)
+  (pw, pb, dy, x, mean, rstd, rows, cols, rms);
+  LLMRUN_LAUNCH(norm_param_finish_kernel, static_cast<unsigned>(ceil_div(cols, kColumnThreads)),
+                kColumnThreads, 0, stream)
+  (dw, rms ? nullptr : db, pw, pb, groups, cols);
 }
 
 }  // namespace
@@ -141,8 +142,8 @@ void param_grads(float* dw, float* db, const float* dy, const float* x, const fl
 void layernorm_fwd(float* out, float* mean, float* rstd, const float* x, const float* w,
                    const float* b, int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
-  layernorm_fwd_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(out, mean, rstd, x,
-                                                                                w, b, cols, eps);
+  LLMRUN_LAUNCH(layernorm_fwd_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream)
+  (out, mean, rstd, x, w, b, cols, eps);
 }
 
 void layernorm_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
@@ -150,15 +151,15 @@ void layernorm_bwd(float* dx, float* dw, float* db, const float* dy, const float
                    bool accumulate_dx, void* workspace, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
   param_grads(dw, db, dy, x, mean, rstd, rows, cols, false, workspace, stream);
-  layernorm_dx_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-      dx, dy, x, w, mean, rstd, cols, accumulate_dx);
+  LLMRUN_LAUNCH(layernorm_dx_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream)
+  (dx, dy, x, w, mean, rstd, cols, accumulate_dx);
 }
 
 void rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w, int64_t rows,
                  int64_t cols, float eps, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
-  rmsnorm_fwd_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(out, rstd, x, w, cols,
-                                                                              eps);
+  LLMRUN_LAUNCH(rmsnorm_fwd_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream)
+  (out, rstd, x, w, cols, eps);
 }
 
 void rmsnorm_bwd(float* dx, float* dw, const float* dy, const float* x, const float* w,
@@ -166,8 +167,8 @@ void rmsnorm_bwd(float* dx, float* dw, const float* dy, const float* x, const fl
                  cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
   param_grads(dw, nullptr, dy, x, nullptr, rstd, rows, cols, true, workspace, stream);
-  rmsnorm_dx_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(dx, dy, x, w, rstd,
-                                                                             cols, accumulate_dx);
+  LLMRUN_LAUNCH(rmsnorm_dx_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream)
+  (dx, dy, x, w, rstd, cols, accumulate_dx);
 }
 
 }  // namespace llmrun::kernels

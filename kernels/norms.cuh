@@ -5,7 +5,9 @@
 // column) partials in `workspace` (column_reduce_workspace_bytes in geometry.cuh; 2 sums for
 // LayerNorm, 1 for RMSNorm), then summed over the groups in order.
 #pragma once
+#ifndef LLMRUN_KERNEL_EMULATION  // tests/kernels/ runs the kernels on the CPU
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 

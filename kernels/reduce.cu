@@ -1,7 +1,5 @@
 // Reductions: a fixed grid of kReduceBlocks blocks writes one partial each, and one block
 // combines them; argmax one block per row; column sums in row groups, then group order.
-#include <math_constants.h>
-
 #include <climits>
 
 #include "common.cuh"
@@ -50,7 +48,7 @@ __global__ void reduce_finish_kernel(int op, const double* partial, double* out_
 __global__ void argmax_rows_kernel(int32_t* ids, const float* x, int64_t cols) {
   const int64_t r = blockIdx.x;
   const float* row = x + r * cols;
-  float best = -CUDART_INF_F;
+  float best = -INFINITY;
   int64_t at = LLONG_MAX;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
     if (at == LLONG_MAX || row[c] > best) {  // strict >: the lowest column keeps a tie
@@ -60,18 +58,19 @@ __global__ void argmax_rows_kernel(int32_t* ids, const float* x, int64_t cols) {
   // Larger value wins; equal values: the lower column.
   __shared__ float sv[kRowThreads];
   __shared__ int64_t si[kRowThreads];
-  sv[threadIdx.x] = best;
-  si[threadIdx.x] = at;
+  const int tid = static_cast<int>(threadIdx.x);
+  sv[tid] = best;
+  si[tid] = at;
   __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-    if (threadIdx.x < stride) {
-      const float v = sv[threadIdx.x + stride];
-      const int64_t i = si[threadIdx.x + stride];
-      const float u = sv[threadIdx.x];
-      const int64_t j = si[threadIdx.x];
+  for (int stride = static_cast<int>(blockDim.x) / 2; stride > 0; stride >>= 1) {
+    if (tid < stride) {
+      const float v = sv[tid + stride];
+      const int64_t i = si[tid + stride];
+      const float u = sv[tid];
+      const int64_t j = si[tid];
       if (i != LLONG_MAX && (j == LLONG_MAX || v > u || (v == u && i < j))) {
-        sv[threadIdx.x] = v;
-        si[threadIdx.x] = i;
+        sv[tid] = v;
+        si[tid] = i;
       }
     }
     __syncthreads();
@@ -107,15 +106,16 @@ void reduce(ReduceOp op, const float* x, int64_t n, double* out_double, float* o
   double* partial = static_cast<double*>(workspace);
   // Always the full fixed grid (idle blocks write the identity), even for n == 0, so the
   // outputs are written whatever n is.
-  reduce_partials_kernel<<<kReduceBlocks, kBlockThreads, 0, stream>>>(static_cast<int>(op), x, n,
-                                                                      partial);
-  reduce_finish_kernel<<<1, kReduceBlocks, 0, stream>>>(static_cast<int>(op), partial, out_double,
-                                                        out_float);
+  LLMRUN_LAUNCH(reduce_partials_kernel, kReduceBlocks, kBlockThreads, 0, stream)
+  (static_cast<int>(op), x, n, partial);
+  LLMRUN_LAUNCH(reduce_finish_kernel, 1, kReduceBlocks, 0, stream)
+  (static_cast<int>(op), partial, out_double, out_float);
 }
 
 void argmax_rows(int32_t* ids, const float* x, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows <= 0) return;
-  argmax_rows_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(ids, x, cols);
+  LLMRUN_LAUNCH(argmax_rows_kernel, static_cast<unsigned>(rows), kRowThreads, 0, stream)
+  (ids, x, cols);
 }
 
 void sum_rows(float* out, const float* x, int64_t rows, int64_t cols, bool accumulate,
@@ -124,13 +124,13 @@ void sum_rows(float* out, const float* x, int64_t rows, int64_t cols, bool accum
   const int64_t groups = row_groups(rows);
   double* partial = static_cast<double*>(workspace);
   const unsigned col_blocks = static_cast<unsigned>(ceil_div(cols, kColumnThreads));
+  // No rows: no partials, and the finish writes 0 (or leaves out as is when accumulating).
   if (rows > 0)
-    column_partials_kernel<<<dim3(col_blocks, static_cast<unsigned>(groups)), kColumnThreads, 0,
-                             stream>>>(partial, x, rows, cols);
-  else
-    cudaMemsetAsync(partial, 0, sizeof(double) * static_cast<size_t>(cols), stream);
-  column_finish_kernel<<<col_blocks, kColumnThreads, 0, stream>>>(out, partial, groups, cols,
-                                                                  accumulate);
+    LLMRUN_LAUNCH(column_partials_kernel, dim3(col_blocks, static_cast<unsigned>(groups)),
+                  kColumnThreads, 0, stream)
+  (partial, x, rows, cols);
+  LLMRUN_LAUNCH(column_finish_kernel, col_blocks, kColumnThreads, 0, stream)
+  (out, partial, rows > 0 ? groups : 0, cols, accumulate);
 }
 
 }  // namespace llmrun::kernels

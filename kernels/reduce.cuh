@@ -4,7 +4,9 @@
 // column on ties); and the column sums of bias gradients. Every reduction combines fixed
 // partitions in a fixed order (geometry.cuh): results are bitwise reproducible run to run.
 #pragma once
+#ifndef LLMRUN_KERNEL_EMULATION  // tests/kernels/ runs the kernels on the CPU
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 

@@ -32,8 +32,8 @@ void rope(float* x, const int32_t* positions, const float* inv_freq, int64_t row
   const int half = head_dim / 2;
   const int64_t n = rows * rotated_heads * half;
   if (n <= 0) return;
-  rope_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(
-      x, positions, inv_freq, rows, cols, rotated_heads, half, inverse ? -1.0f : 1.0f);
+  LLMRUN_LAUNCH(rope_kernel, grid_blocks(n), kBlockThreads, 0, stream)
+  (x, positions, inv_freq, rows, cols, rotated_heads, half, inverse ? -1.0f : 1.0f);
 }
 
 }  // namespace llmrun::kernels

@@ -4,7 +4,9 @@
 // inv_freq (head_dim/2 floats, device) comes from rope_inv_freq() on the host, so scaled
 // variants (linear, llama3) need nothing here. inverse applies the transpose (backward).
 #pragma once
+#ifndef LLMRUN_KERNEL_EMULATION  // tests/kernels/ runs the kernels on the CPU
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 
