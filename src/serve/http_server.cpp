@@ -96,7 +96,8 @@ struct HttpServer::Impl {
   net::io_context ioc;
   tcp::acceptor acceptor{ioc};
   std::atomic<bool> draining{false}, dropping{false};
-  std::atomic<int> active_requests{0};
+  std::atomic<int> active_requests{0};  // completion requests generating
+  std::atomic<int> in_flight{0};        // requests of any kind being answered: drain waits for them
   std::atomic<int64_t> http_requests{0}, rejected_429{0}, client_aborts{0}, write_timeouts{0};
 
   // ---------------------------------------------------------------- writing
@@ -216,6 +217,7 @@ struct HttpServer::Impl {
       gauge("llmrun:http_open_connections", "Open client connections.", double(conns.size()));
     }
     gauge("llmrun:http_requests_generating", "Completion requests in progress.", active_requests.load());
+    gauge("llmrun:http_requests_in_progress", "Requests being answered (this one included).", in_flight.load());
     ServingMetrics& m = engine.metrics();
     o << m.ttft.render("llmrun:time_to_first_token_seconds", "Time to first token.");
     o << m.itl.render("llmrun:inter_token_latency_seconds", "Time between tokens of a sequence.");
@@ -485,6 +487,11 @@ struct HttpServer::Impl {
         co_return;
       }
       ++http_requests;
+      struct InFlight {
+        std::atomic<int>& n;
+        explicit InFlight(std::atomic<int>& c) : n(c) { ++n; }
+        ~InFlight() { --n; }
+      } in_flight_guard(in_flight);
       const Request req = parser.release();
       bool keep = false;
       std::unique_ptr<ApiError> error;
@@ -553,8 +560,7 @@ struct HttpServer::Impl {
       std::lock_guard<std::mutex> lock(conns_mu);
       all.assign(conns.begin(), conns.end());
     }
-    spdlog::warn("{}: dropping {} open connection(s) with {} request(s) in flight", why, all.size(),
-                 active_requests.load());
+    spdlog::warn("{}: dropping {} open connection(s) with {} request(s) in flight", why, all.size(), in_flight.load());
     for (auto& c : all)
       net::post(c->strand, [this, c] {
         if (!c->stream) return;
@@ -572,7 +578,7 @@ struct HttpServer::Impl {
   awaitable<void> drain() {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts.shutdown_timeout_s);
     net::steady_timer t(ioc);
-    while (active_requests.load() > 0 || engine.unfinished() > 0) {
+    while (in_flight.load() > 0 || engine.unfinished() > 0) {
       if (std::chrono::steady_clock::now() >= deadline)
         drop_connections("shutdown deadline of " + std::to_string(opts.shutdown_timeout_s) + " s passed");
       t.expires_after(std::chrono::milliseconds(20));
@@ -587,7 +593,7 @@ struct HttpServer::Impl {
   void on_signal(net::signal_set& signals, const beast::error_code& e, int sig) {
     if (e) return;
     if (!draining) {
-      spdlog::info("signal {}: no new requests; finishing {} in flight (at most {} s)", sig, active_requests.load(),
+      spdlog::info("signal {}: no new requests; finishing {} in flight (at most {} s)", sig, in_flight.load(),
                    opts.shutdown_timeout_s);
       begin_drain();
     } else {

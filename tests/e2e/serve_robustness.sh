@@ -27,18 +27,20 @@ robust drain "$SERVER_PID" || fail "drain checks failed"
 wait "$SERVER_PID" || fail "server exited non-zero after SIGTERM"
 grep -q "drained" "$WORK/server2.log" || fail "server did not report draining"
 
-# Clients that stop reading a multi-megabyte answer: dropped after --write-timeout.
-start_server "$WORK/server3.log" "$WORK/tiny" --served-model-name tiny --threads 2 --write-timeout 2
+# Clients that stop reading a multi-megabyte answer: dropped after --write-timeout. (A long
+# model name makes every stream chunk large: see stuck_client in serve_robustness.py.)
+LONG_NAME=$(head -c 16000 /dev/zero | tr '\0' m)
+start_server "$WORK/server3.log" "$WORK/tiny" --served-model-name "$LONG_NAME" --threads 2 --write-timeout 2
 robust stall "$SERVER_PID" || { tail -n 30 "$WORK/server3.log"; fail "stall checks failed"; }
 stop_server
 
 # SIGTERM while such clients hold their responses: exit 0 once --shutdown-timeout passed.
-start_server "$WORK/server4.log" "$WORK/tiny" --served-model-name tiny --threads 2 --shutdown-timeout 2 --write-timeout 600
+start_server "$WORK/server4.log" "$WORK/tiny" --served-model-name "$LONG_NAME" --threads 2 --shutdown-timeout 2 --write-timeout 600
 robust stuck "$SERVER_PID" || { tail -n 30 "$WORK/server4.log"; fail "stuck-client shutdown failed"; }
 wait "$SERVER_PID" || fail "server exited $? after dropping stuck clients"
 grep -q "shutdown deadline of 2 s passed: dropping" "$WORK/server4.log" || fail "server did not say it dropped clients"
 # With a long deadline, a second SIGTERM drops them at once.
-start_server "$WORK/server5.log" "$WORK/tiny" --served-model-name tiny --threads 2 --shutdown-timeout 600 --write-timeout 600
+start_server "$WORK/server5.log" "$WORK/tiny" --served-model-name "$LONG_NAME" --threads 2 --shutdown-timeout 600 --write-timeout 600
 robust resignal "$SERVER_PID" || { tail -n 30 "$WORK/server5.log"; fail "second-signal shutdown failed"; }
 wait "$SERVER_PID" || fail "server exited $? after a second SIGTERM"
 echo "robustness: ok"
