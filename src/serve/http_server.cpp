@@ -75,6 +75,7 @@ Reply error_reply(const ApiError& e) {
 // After an error answered before the request was read in full, this much more of the
 // request is read and dropped (bounded in bytes and seconds) before the socket closes.
 constexpr size_t kLingerBytes = size_t(64) << 20;
+constexpr uint32_t kHeaderLimit = 64 * 1024;  // request line + headers; more: 431
 constexpr int kLingerSeconds = 10;
 
 }  // namespace
@@ -460,7 +461,7 @@ struct HttpServer::Impl {
     for (;;) {
       http::request_parser<http::string_body> parser;
       parser.body_limit(opts.max_body_bytes);
-      parser.header_limit(64 * 1024);
+      parser.header_limit(kHeaderLimit);
       // A whole request must arrive in time: slow or stalled clients do not hold a slot.
       stream.expires_after(std::chrono::seconds(opts.request_timeout_s));
       beast::error_code ec;
@@ -477,6 +478,11 @@ struct HttpServer::Impl {
         co_await respond_and_linger(stream, ApiError(413, "invalid_request_error",
                                                      "the request body exceeds " +
                                                          std::to_string(opts.max_body_bytes) + " bytes"));
+        co_return;
+      }
+      if (ec == http::error::header_limit) {
+        co_await respond_and_linger(
+            stream, ApiError(431, "invalid_request_error", "the request line and headers exceed 64 KiB"));
         co_return;
       }
       if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == net::error::eof ||

@@ -432,6 +432,18 @@ def http_details():
     s.close()
     assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
 
+    # Headers past 64 KiB (a huge cookie, a huge URL): 431, also to a client still sending.
+    s = socket.create_connection((HOST, PORT), timeout=30)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nCookie: " + b"c" * (1 << 20) + b"\r\n\r\n")
+    reply = read_all(s)
+    s.close()
+    assert reply.startswith(b"HTTP/1.1 431"), reply[:200]
+    s = socket.create_connection((HOST, PORT), timeout=30)
+    s.sendall(b"GET /" + b"x" * (100 << 10) + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    reply = read_all(s)
+    s.close()
+    assert reply.startswith(b"HTTP/1.1 431"), reply[:200]
+
     # Expect: 100-continue: a body too large is refused before it is sent; a fitting one is
     # invited at once (curl otherwise waits a second).
     s = socket.create_connection((HOST, PORT), timeout=5)
