@@ -476,10 +476,10 @@ def http_details():
 def stuck_client(stream):
     """A client with a tiny receive buffer that asks for a multi-megabyte answer and never reads.
 
-    Streamed: chat with 20 logprobs per token, on a server whose --served-model-name is 16000
-    characters long (every chunk repeats it: ~17 KB per token, so 4 choices of 100 tokens
-    outgrow what the kernel buffers without costing much generation). Not streamed: /tokenize
-    of a 3.6 MB prompt (a 14 MB answer)."""
+    Streamed: chat with 20 logprobs per token, on a server whose --served-model-name is 32000
+    characters long (every chunk repeats it: ~33 KB per token, so 4 choices of 100 tokens make
+    13 MB, far past what the kernel buffers (tcp_wmem's default maximum is 4 MB) without costing
+    much generation). Not streamed: /tokenize of a 3.6 MB prompt (a 14 MB answer)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.connect((HOST, PORT))

@@ -29,7 +29,7 @@ grep -q "drained" "$WORK/server2.log" || fail "server did not report draining"
 
 # Clients that stop reading a multi-megabyte answer: dropped after --write-timeout. (A long
 # model name makes every stream chunk large: see stuck_client in serve_robustness.py.)
-LONG_NAME=$(head -c 16000 /dev/zero | tr '\0' m)
+LONG_NAME=$(head -c 32000 /dev/zero | tr '\0' m)
 start_server "$WORK/server3.log" "$WORK/tiny" --served-model-name "$LONG_NAME" --threads 2 --write-timeout 2
 robust stall "$SERVER_PID" || { tail -n 30 "$WORK/server3.log"; fail "stall checks failed"; }
 stop_server
