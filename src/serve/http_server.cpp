@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "serve/openai_api.h"
+#include "web/web_assets.h"
 
 namespace llmrun {
 
@@ -420,6 +421,9 @@ struct HttpServer::Impl {
       }
       co_return co_await ok(dump(out), "application/json");
     }
+    // The chat playground (web/playground), static and public: its API calls carry the key.
+    if (const WebAsset* page = get ? find_web_asset("playground", target) : nullptr)
+      co_return co_await ok(std::string(page->body), page->content_type.data());
     const bool get_route = target == "/health" || target == "/metrics" || target == "/v1/models";
     const bool post_route = target == "/v1/completions" || target == "/v1/chat/completions" || target == "/tokenize" ||
                             target == "/detokenize";
