@@ -26,6 +26,7 @@ Command add_bench_kernels_command(CLI::App& bench);
 Command add_data_command(CLI::App& root);
 Command add_plan_command(CLI::App& root);
 Command add_plot_command(CLI::App& root);
+Command add_dashboard_command(CLI::App& root);
 Command add_doctor_command(CLI::App& root);
 
 // The backends this binary was built with ({"cpu"} or {"cpu", "cuda"}), and as "cpu, cuda".
