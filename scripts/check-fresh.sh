@@ -65,15 +65,19 @@ cleanup() {
 trap cleanup EXIT
 bind() { mkdir -p "$ROOT$1"; mount --rbind "$1" "$ROOT$1"; mount --make-rslave "$ROOT$1"; mounted+=("$ROOT$1"); }
 
-# Every step's wall time, printed with the summary.
-declare -a STEP_NAMES=() STEP_TIMES=()
+# Every step's wall time, and the CPU time of its processes (user + system: on a machine
+# shared with other work the wall time grows, the CPU time hardly), printed with the summary.
+declare -a STEP_NAMES=() STEP_TIMES=() STEP_CPU=()
+children_cpu() {  # seconds of CPU the waited-for children of this shell used so far
+  times | awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] } printf "%d", t }'
+}
 timed() {
-  local name=$1 log=$2 t0 rc=0; shift 2
+  local name=$1 log=$2 t0 c0 rc=0; shift 2
   echo "check-fresh: $name ... (log: $log)"
-  t0=$(date +%s)
+  t0=$(date +%s); c0=$(children_cpu)
   "$@" >"$log" 2>&1 || rc=$?
-  STEP_NAMES+=("$name"); STEP_TIMES+=("$(( $(date +%s) - t0 ))")
-  echo "check-fresh: $name: $(fmt_time "${STEP_TIMES[-1]}"), exit $rc"
+  STEP_NAMES+=("$name"); STEP_TIMES+=("$(( $(date +%s) - t0 ))"); STEP_CPU+=("$(( $(children_cpu) - c0 ))")
+  echo "check-fresh: $name: $(fmt_time "${STEP_TIMES[-1]}") (CPU $(fmt_time "${STEP_CPU[-1]}")), exit $rc"
   return $rc
 }
 fmt_time() { printf '%dm%02ds' $(( $1 / 60 )) $(( $1 % 60 )); }
@@ -136,7 +140,10 @@ pkgs_test=$(packages); disk_test=$(disk)
 
 {
   echo "== check-fresh summary: llmrun $(git -C "$SRC" rev-parse --short HEAD) on a minbase bookworm root, $(nproc) cores"
-  for i in "${!STEP_NAMES[@]}"; do printf '%-45s %s\n' "${STEP_NAMES[i]}" "$(fmt_time "${STEP_TIMES[i]}")"; done
+  echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  for i in "${!STEP_NAMES[@]}"; do
+    printf '%-45s wall %-8s CPU %s\n' "${STEP_NAMES[i]}" "$(fmt_time "${STEP_TIMES[i]}")" "$(fmt_time "${STEP_CPU[i]}")"
+  done
   echo "packages: minbase $pkgs_base, + prerequisites $pkgs_pre, after make demo $pkgs_demo, after make test $pkgs_test"
   echo "root size: with prerequisites $disk_pre, after make demo $disk_demo, after make test $disk_test"
   echo "-- make demo, last lines:"; tail -n 6 "$LOGS/demo.log" 2>/dev/null
