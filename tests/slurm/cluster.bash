@@ -30,7 +30,7 @@ _pid_from() { [ -s "$1" ] && cat "$1"; }
 _log_tail() {
   local f out=""
   for f in "$@"; do
-    [ -s "$f" ] && out+="${out:+ | }${f##*/}: $(tail -n 3 "$f" | tr -s '\n' ' ')"
+    [ -s "$f" ] && out+="${out:+ | }${f##*/}: $(tail -n 3 "$f" | paste -sd' ' -)"
   done
   echo "${out:-(no log output)}"
 }
