@@ -68,15 +68,19 @@ bind() { mkdir -p "$ROOT$1"; mount --rbind "$1" "$ROOT$1"; mount --make-rslave "
 # Every step's wall time, and the CPU time of its processes (user + system: on a machine
 # shared with other work the wall time grows, the CPU time hardly), printed with the summary.
 declare -a STEP_NAMES=() STEP_TIMES=() STEP_CPU=()
-children_cpu() {  # seconds of CPU the waited-for children of this shell used so far
-  times | awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] } printf "%d", t }'
+# Seconds of CPU the waited-for children of this shell used so far. `times` must run in this
+# shell itself (in a $(...) subshell it would count the subshell's children), hence the file.
+children_cpu() {
+  times > "$LOGS/.times"
+  awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] } printf "%d", t }' "$LOGS/.times"
 }
 timed() {
-  local name=$1 log=$2 t0 c0 rc=0; shift 2
+  local name=$1 log=$2 t0 c0 c1 rc=0; shift 2
   echo "check-fresh: $name ... (log: $log)"
-  t0=$(date +%s); c0=$(children_cpu)
+  t0=$(date +%s); children_cpu > "$LOGS/.cpu0"; c0=$(cat "$LOGS/.cpu0")
   "$@" >"$log" 2>&1 || rc=$?
-  STEP_NAMES+=("$name"); STEP_TIMES+=("$(( $(date +%s) - t0 ))"); STEP_CPU+=("$(( $(children_cpu) - c0 ))")
+  children_cpu > "$LOGS/.cpu1"; c1=$(cat "$LOGS/.cpu1")
+  STEP_NAMES+=("$name"); STEP_TIMES+=("$(( $(date +%s) - t0 ))"); STEP_CPU+=("$(( c1 - c0 ))")
   echo "check-fresh: $name: $(fmt_time "${STEP_TIMES[-1]}") (CPU $(fmt_time "${STEP_CPU[-1]}")), exit $rc"
   return $rc
 }
