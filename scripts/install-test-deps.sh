@@ -9,6 +9,7 @@ TEST_PACKAGES=(
   python3-torch python3-numpy   # tests/oracle: the independent PyTorch implementation
   nodejs                        # tests/tokenizer, tests/e2e/serve_openai.sh
   slurm-wlm munge               # tests/slurm: a private single-node cluster
+  chromium chromium-driver      # tests/browser: the dashboard and playground in headless chromium
   curl                          # the serving tests
   bc                            # tests/slurm/run.sh's timestamps
   procps                        # ps, pgrep: tests/e2e/dp_faults.sh, tests/slurm
