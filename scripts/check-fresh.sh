@@ -12,6 +12,7 @@
 set -euo pipefail
 
 SRC=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
+REV=$(git -C "$SRC" rev-parse --short HEAD)  # what the clone gets, even if HEAD moves meanwhile
 DIR=${1:-/var/tmp/llmrun-fresh}
 ROOT=$DIR/root
 LOGS=$DIR/logs
@@ -101,7 +102,7 @@ if [ -d "$DIR" ]; then
   rm -rf "$DIR"
 fi
 mkdir -p "$LOGS"
-echo "check-fresh: $SRC at $(git -C "$SRC" rev-parse --short HEAD) -> $ROOT (mirror $mirror)"
+echo "check-fresh: $SRC at $REV -> $ROOT (mirror $mirror)"
 
 timed "debootstrap minbase bookworm" "$LOGS/debootstrap.log" \
   debootstrap --variant=minbase bookworm "$ROOT" "$mirror"
@@ -130,6 +131,7 @@ cp /etc/hosts /etc/resolv.conf "$ROOT/etc/"
 bind /proc; bind /sys; bind /dev
 
 git clone -q "$SRC" "$ROOT/root/llmrun"
+git -C "$ROOT/root/llmrun" checkout -q "$REV"
 pkgs_base=$(packages)
 timed "prerequisites (apt-get install git make)" "$LOGS/prereq.log" \
   in_root "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends git make ca-certificates"
@@ -140,10 +142,11 @@ pkgs_demo=$(packages); disk_demo=$(disk)
 if [ $rc -eq 0 ]; then
   timed "make test" "$LOGS/test.log" in_root "cd /root/llmrun && make test" || rc=$?
 fi
-pkgs_test=$(packages); disk_test=$(disk)
+pkgs_test="not run"; disk_test="not run"
+[ -f "$LOGS/test.log" ] && { pkgs_test=$(packages); disk_test=$(disk); }
 
 {
-  echo "== check-fresh summary: llmrun $(git -C "$SRC" rev-parse --short HEAD) on a minbase bookworm root, $(nproc) cores"
+  echo "== check-fresh summary: llmrun $REV on a minbase bookworm root, $(nproc) cores"
   echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
   for i in "${!STEP_NAMES[@]}"; do
     printf '%-45s wall %-8s CPU %s\n' "${STEP_NAMES[i]}" "$(fmt_time "${STEP_TIMES[i]}")" "$(fmt_time "${STEP_CPU[i]}")"
