@@ -1,9 +1,11 @@
 # llmrun in a container: NVIDIA's CUDA development image, the Debian/Ubuntu packages of
-# scripts/install-deps.sh (the script itself runs, so the lists cannot drift), and a
-# Release build on the path as `llmrun`.
+# scripts/install-deps.sh (the build and run dependencies; the script itself runs, so the
+# lists cannot drift), and a Release build on the path as `llmrun`. Training runs on the CPU
+# (the CUDA backend is built where the toolkit is present but not yet verified on a GPU), so
+# the example asks for no GPU.
 #
 #   docker build -t llmrun .
-#   docker run --rm --gpus all -v "$PWD/work:/work" llmrun train /work/recipe.yaml
+#   docker run --rm -v "$PWD/work:/work" llmrun train /work/recipe.yaml
 #
 # Ubuntu 24.04 is the CUDA image closest to the Debian 12 the project is developed on: every
 # package name of install-deps.sh exists there too. The binary is built for x86-64-v3

@@ -1,16 +1,29 @@
 # Thin wrapper over CMake. `make demo` and `make test` are the two commands of the README.
+# `make demo` installs what building and running llmrun needs and builds only the binary;
+# `make test` adds the test-only packages (scripts/install-test-deps.sh) and builds everything.
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps configure build test test-full test-slurm demo format clean
+# Serial: the two dependency scripts must not run apt-get at the same time (cmake does the
+# parallel part).
+.NOTPARALLEL:
+
+.PHONY: deps test-deps configure llmrun build test test-full test-slurm demo format clean
 
 deps:
 	@bash scripts/install-deps.sh
 
+test-deps:
+	@bash scripts/install-test-deps.sh
+
 configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
 
-build: configure
+# The binary alone: what `make demo` and the Dockerfile need.
+llmrun: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target llmrun
+
+build: test-deps configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # CTest does not print a skipped test's output; its reason ("SKIPPED: ...") is shown after.
@@ -27,7 +40,7 @@ test-slurm: build
 test-full: build
 	@cd $(BUILD) && LLMRUN_TEST_FULL=1 ctest --output-on-failure -j 2
 
-demo: build
+demo: llmrun
 	@bash scripts/demo.sh $(BUILD)/llmrun
 
 format:

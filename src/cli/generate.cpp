@@ -33,7 +33,8 @@ int generate(const GenerateArgs& a) {
   if (prompt.empty()) throw UserError("--prompt: the prompt encodes to no tokens");
   for (int32_t t : prompt)
     if (t >= cfg.vocab) throw UserError("--prompt: token " + std::to_string(t) + " is outside the model's vocabulary");
-  int budget = static_cast<int>(prompt.size()) + a.max_tokens;
+  const int asked = static_cast<int>(prompt.size()) + a.max_tokens;
+  int budget = asked;
   if (cfg.arch == Arch::gpt2 && budget > cfg.seq_len) {
     if (static_cast<int>(prompt.size()) >= cfg.seq_len)
       throw UserError("--prompt: " + std::to_string(prompt.size()) + " tokens do not fit the model's context of " +
@@ -55,14 +56,17 @@ int generate(const GenerateArgs& a) {
   // Decode timing covers every single-token step: forward, logits copy, sampling, output.
   const auto t_decode = Clock::now();
   int decode_steps = 0;
+  bool ended_by_eos = false;
   for (int i = 0; i < new_tokens; ++i) {
     backend->copy(Tensor(host.data(), DType::f32, {cfg.vocab}), logits);
     // Ids past the tokenizer's vocabulary (an embedding table padded for speed) cannot be
     // decoded: sample among the tokenizer's ids only, as `llmrun serve` does.
     int32_t next = sampler.sample(host.data(), std::min(cfg.vocab, m.tokenizer->vocab_size()));
     if (next == m.tokenizer->eos_id() ||
-        std::find(m.eos_token_ids.begin(), m.eos_token_ids.end(), next) != m.eos_token_ids.end())
+        std::find(m.eos_token_ids.begin(), m.eos_token_ids.end(), next) != m.eos_token_ids.end()) {
+      ended_by_eos = true;
       break;
+    }
     std::string piece = m.tokenizer->token_bytes(next);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
@@ -73,6 +77,12 @@ int generate(const GenerateArgs& a) {
   }
   const double decode_ms = ms_since(t_decode);
   std::fputs("\n", stdout);
+  // A learned-position model (GPT-2) cannot go past its context: say why the text stops early.
+  if (!ended_by_eos && budget < asked) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "note: stopped after %d of %d tokens: the model's context length is %d tokens (prompt %zu)\n",
+                 new_tokens, a.max_tokens, cfg.seq_len, prompt.size());
+  }
   if (a.timing) {
     std::fflush(stdout);
     std::fprintf(stderr,

@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
     spdlog::set_level(spdlog::level::from_str(name));
   }
   CLI::App app{"llmrun: train and serve GPT-2 and Llama models with one binary"};
-  app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION);
+  app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION + " (backends: " +
+                                        llmrun::cli::built_backends_text() + ")");
   app.require_subcommand(1);
   // Options of the whole program, accepted before or after the subcommand (fallthrough: a
   // subcommand passes options it does not know to this level).
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
       llmrun::cli::add_bench_command(app, args),
       llmrun::cli::add_plan_command(app),
       llmrun::cli::add_plot_command(app),
+      llmrun::cli::add_doctor_command(app),
       llmrun::cli::add_dashboard_command(app)};
   try {
     app.parse(argc, argv);

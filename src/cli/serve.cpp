@@ -80,6 +80,14 @@ Command add_serve_command(CLI::App& root) {
   app->add_option("--max-queued", a->server.max_queued, "Sequences that may wait beyond --max-num-seqs; more get 429")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
+  app->add_option("--write-timeout", a->server.write_timeout_s,
+                  "Seconds a response write may make no progress before the client is dropped")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  app->add_option("--shutdown-timeout", a->server.shutdown_timeout_s,
+                  "Seconds SIGTERM waits for in-flight requests before dropping them (a second SIGTERM: at once)")
+      ->check(CLI::Range(0, 86400))
+      ->capture_default_str();
   app->add_option("--max-model-len", a->engine.max_model_len, "Prompt + generated tokens per sequence (default: the model's context)")
       ->check(CLI::Range(2, 1 << 24));
   app->add_option("--threads", a->threads, "CPU threads for the model (0: all cores)")->check(CLI::NonNegativeNumber);

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "ckpt/convert.h"
 #include "cli/commands.h"
 #include "comm/launcher.h"
@@ -93,6 +95,12 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
             if (args->fp8_check > 0) return run_fp8_check(r, env, args->fp8_check, args->fp8_check_tol, args->fp8_check_window);
             check_recipe_memory_budget(r);  // the same prediction and message as llmrun plan
             check_physical_memory(r, env);
+            // The budget names GPU memory, and a CPU run might look like it used one: say what it did.
+            if (r.memory.budget_bytes > 0 && !env.under_launcher)
+              spdlog::info("memory budget {} per rank (--gpu-mem / memory.budget_bytes): the plan's predicted "
+                           "peak fits it. Training runs on the CPU: the budget is checked against the "
+                           "prediction, it does not limit host memory",
+                           format_bytes(double(r.memory.budget_bytes)));
             if (!env.under_launcher && r.launch.nproc > 1)
               return run_under_mpirun(r.launch.nproc, r.launch.mpirun_args, argv);
             run_training(r, env);

@@ -25,7 +25,8 @@ ChatTemplate ChatTemplate::for_model_dir(const std::filesystem::path& model_dir)
       text = t.get<std::string>();
     } else if (t.is_array()) {  // [{name, template}, ...]: the "default" one, else the first
       for (const auto& e : t)
-        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+        if (e.is_object() && e.contains("name") && e["name"] == "default" && e.contains("template") &&
+            e["template"].is_string())
           text = e["template"].get<std::string>();
       if (text.empty() && !t.empty() && t[0].contains("template") && t[0]["template"].is_string())
         text = t[0]["template"].get<std::string>();

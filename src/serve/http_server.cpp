@@ -6,10 +6,13 @@
 #include <boost/beast.hpp>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <thread>
+#include <unordered_set>
 
 #include <spdlog/spdlog.h>
 
@@ -40,9 +43,41 @@ struct Channel {
   bool request_done = false;   // strand only
 };
 
+// One open connection, so that shutdown can drop it. `stream` and `channel` are touched only on
+// the connection's strand: by its session coroutine and by handlers posted there.
+struct Connection {
+  explicit Connection(net::any_io_executor ex) : strand(std::move(ex)) {}
+  net::any_io_executor strand;
+  beast::tcp_stream* stream = nullptr;  // null once the session ended
+  std::shared_ptr<Channel> channel;     // the request generating now, if any
+};
+
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 using Request = http::request<http::string_body>;
+
+// What to answer a request with (besides the status line's version and keep-alive).
+struct Reply {
+  Reply(http::status st, std::string b, const char* type = "application/json")
+      : status(st), body(std::move(b)), content_type(type) {}
+  http::status status;
+  std::string body;
+  const char* content_type;
+  std::vector<std::pair<http::field, std::string>> headers;
+};
+
+Reply error_reply(const ApiError& e) {
+  Reply r(static_cast<http::status>(e.status), dump(error_body(e)));
+  if (e.retry_after_s > 0) r.headers.emplace_back(http::field::retry_after, std::to_string(e.retry_after_s));
+  if (!e.allow.empty()) r.headers.emplace_back(http::field::allow, e.allow);
+  return r;
+}
+
+// After an error answered before the request was read in full, this much more of the
+// request is read and dropped (bounded in bytes and seconds) before the socket closes.
+constexpr size_t kLingerBytes = size_t(64) << 20;
+constexpr uint32_t kHeaderLimit = 64 * 1024;  // request line + headers; more: 431
+constexpr int kLingerSeconds = 10;
 
 }  // namespace
 
@@ -56,26 +91,90 @@ struct HttpServer::Impl {
   ChatTemplate tmpl;
   ServerOptions opts;
   ApiContext ctx;
+  // Open connections (declared before ioc: sessions still suspended when ioc is destroyed
+  // unregister themselves from their frames' destructors).
+  std::mutex conns_mu;
+  std::unordered_set<std::shared_ptr<Connection>> conns;
   net::io_context ioc;
   tcp::acceptor acceptor{ioc};
-  std::atomic<bool> draining{false};
-  std::atomic<int> active_requests{0};
-  std::atomic<int64_t> http_requests{0}, rejected_429{0}, client_aborts{0};
+  std::atomic<bool> draining{false}, dropping{false};
+  std::atomic<int> active_requests{0};  // completion requests generating
+  std::atomic<int> in_flight{0};        // requests of any kind being answered: drain waits for them
+  std::atomic<int64_t> http_requests{0}, rejected_429{0}, client_aborts{0}, write_timeouts{0};
 
-  // ---------------------------------------------------------------- responses
-  awaitable<void> write_text(beast::tcp_stream& s, const Request& req, http::status st, const std::string& body,
-                             const char* content_type, bool keep_alive) {
-    http::response<http::string_body> res{st, req.version()};
-    res.set(http::field::server, "llmrun");
-    res.set(http::field::content_type, content_type);
-    res.keep_alive(keep_alive);
-    res.body() = body;
-    res.prepare_payload();
-    beast::error_code ec;
-    co_await http::async_write(s, res, net::redirect_error(use_awaitable, ec));
+  // ---------------------------------------------------------------- writing
+  std::chrono::seconds write_timeout() const { return std::chrono::seconds(opts.write_timeout_s); }
+  void count_write_error(const beast::error_code& ec) {
+    if (ec == beast::error::timeout) ++write_timeouts;
   }
-  awaitable<void> write_error(beast::tcp_stream& s, const Request& req, const ApiError& e, bool keep_alive) {
-    co_await write_text(s, req, static_cast<http::status>(e.status), dump(error_body(e)), "application/json", keep_alive);
+
+  // Writes all of `data`. Each write must make progress within the write timeout, so a client
+  // that stops reading is dropped (the stream closes the socket) instead of holding the
+  // request, its KV blocks and shutdown forever. False when the data did not all go out.
+  awaitable<bool> send_bytes(beast::tcp_stream& s, std::string_view data) {
+    beast::error_code ec;
+    size_t done = 0;
+    while (!ec && done < data.size()) {
+      s.expires_after(write_timeout());
+      done += co_await s.async_write_some(net::buffer(data.substr(done)), net::redirect_error(use_awaitable, ec));
+    }
+    s.expires_never();
+    count_write_error(ec);
+    co_return !ec;
+  }
+
+  template <class Body>
+  awaitable<bool> send_message(beast::tcp_stream& s, http::response<Body>& res) {
+    http::response_serializer<Body> sr{res};
+    beast::error_code ec;
+    while (!ec && !sr.is_done()) {
+      s.expires_after(write_timeout());
+      co_await http::async_write_some(s, sr, net::redirect_error(use_awaitable, ec));
+    }
+    s.expires_never();
+    count_write_error(ec);
+    co_return !ec;
+  }
+
+  template <class Body>
+  static void set_fields(http::response<Body>& res, const Reply& r, bool keep_alive) {
+    res.set(http::field::server, "llmrun");
+    res.set(http::field::content_type, r.content_type);
+    for (const auto& [f, v] : r.headers) res.set(f, v);
+    res.keep_alive(keep_alive);
+  }
+
+  // A HEAD request gets the headers GET would, Content-Length included, and no body.
+  awaitable<bool> respond(beast::tcp_stream& s, const Request& req, Reply r, bool keep_alive) {
+    if (req.method() == http::verb::head) {
+      http::response<http::empty_body> res{r.status, req.version()};
+      set_fields(res, r, keep_alive);
+      res.content_length(r.body.size());
+      co_return co_await send_message(s, res);
+    }
+    http::response<http::string_body> res{r.status, req.version()};
+    set_fields(res, r, keep_alive);
+    res.body() = std::move(r.body);
+    res.prepare_payload();
+    co_return co_await send_message(s, res);
+  }
+
+  // For errors found before the request was read in full (413, malformed HTTP): answer, stop
+  // sending, and read what the client still sends before closing. Closing a socket with
+  // unread data makes the kernel send a reset, which can destroy the response before a client
+  // that writes its whole body first gets to read it.
+  awaitable<void> respond_and_linger(beast::tcp_stream& s, const ApiError& e) {
+    Request dummy;
+    dummy.version(11);
+    if (!co_await respond(s, dummy, error_reply(e), false)) co_return;
+    beast::error_code ec;
+    s.socket().shutdown(tcp::socket::shutdown_send, ec);
+    std::vector<char> sink(64 * 1024);
+    size_t total = 0;
+    s.expires_after(std::chrono::seconds(std::min(opts.request_timeout_s, kLingerSeconds)));
+    while (!ec && total < kLingerBytes)
+      total += co_await s.async_read_some(net::buffer(sink), net::redirect_error(use_awaitable, ec));
+    s.expires_never();
   }
 
   void check_auth(const Request& req) const {
@@ -113,6 +212,14 @@ struct HttpServer::Impl {
     counter("llmrun:http_requests_total", "HTTP requests received.", double(http_requests.load()));
     counter("llmrun:rejected_requests_total", "Requests answered 429 (queue full).", double(rejected_429.load()));
     counter("llmrun:client_aborts_total", "Requests aborted because the client went away.", double(client_aborts.load()));
+    counter("llmrun:write_timeouts_total", "Clients dropped because they stopped reading their response.",
+            double(write_timeouts.load()));
+    {
+      std::lock_guard<std::mutex> lock(conns_mu);
+      gauge("llmrun:http_open_connections", "Open client connections.", double(conns.size()));
+    }
+    gauge("llmrun:http_requests_generating", "Completion requests in progress.", active_requests.load());
+    gauge("llmrun:http_requests_in_progress", "Requests being answered (this one included).", in_flight.load());
     ServingMetrics& m = engine.metrics();
     o << m.ttft.render("llmrun:time_to_first_token_seconds", "Time to first token.");
     o << m.itl.render("llmrun:inter_token_latency_seconds", "Time between tokens of a sequence.");
@@ -135,19 +242,25 @@ struct HttpServer::Impl {
     ch->timer.cancel();
   }
 
-  awaitable<bool> generate(beast::tcp_stream& stream, const Request& req, bool chat) {
-    json body;
-    try {
-      body = json::parse(req.body());
-    } catch (const std::exception& e) {
-      throw invalid(std::string("the body is not valid JSON: ") + e.what());
-    }
+  awaitable<bool> generate(beast::tcp_stream& stream, Connection& conn, const Request& req, bool chat) {
+    const json body = parse_body(req.body());
     const CompletionJob job = parse_completion_request(body, chat, ctx);
     const EngineConfig& ec = engine.config();
-    if (engine.unfinished() + job.sequences() > ec.max_num_seqs + opts.max_queued) {
+    const int capacity = ec.max_num_seqs + opts.max_queued;
+    // More sequences than the server can ever hold: retrying cannot help, so not a 429.
+    if (job.sequences() > capacity)
+      throw invalid("the request asks for " + std::to_string(job.sequences()) + " sequences (" +
+                        std::to_string(job.prompts.size()) + " prompt(s) x n " + std::to_string(job.n) +
+                        "); this server holds at most " + std::to_string(capacity) +
+                        " (--max-num-seqs + --max-queued)",
+                    job.n > 1 ? "n" : "prompt");
+    if (engine.unfinished() + job.sequences() > capacity) {
       ++rejected_429;
-      throw ApiError(429, "rate_limit_exceeded",
-                     "the server is at capacity (" + std::to_string(engine.unfinished()) + " sequences in flight); retry later");
+      ApiError busy(429, "rate_limit_exceeded",
+                    "the server is at capacity (" + std::to_string(engine.unfinished()) +
+                        " sequences in flight); retry later");
+      busy.retry_after_s = 1;
+      throw busy;
     }
     struct Active {
       std::atomic<int>& n;
@@ -157,6 +270,12 @@ struct HttpServer::Impl {
 
     auto ex = co_await net::this_coro::executor;
     auto ch = std::make_shared<Channel>(ex);
+    // Visible to a forced shutdown while this request runs.
+    struct Registered {
+      Connection& c;
+      Registered(Connection& conn, std::shared_ptr<Channel> ch) : c(conn) { c.channel = std::move(ch); }
+      ~Registered() { c.channel.reset(); }
+    } registered(conn, ch);
     ResponseBuilder rb(job, ctx);
     for (size_t p = 0; p < job.prompts.size(); ++p)
       for (int i = 0; i < job.n; ++i) {
@@ -173,27 +292,40 @@ struct HttpServer::Impl {
       }
     net::co_spawn(ex, watch_disconnect(stream.socket(), ch, engine, client_aborts), net::detached);
 
-    beast::error_code wec;
-    http::response<http::empty_body> head{http::status::ok, req.version()};
-    http::response_serializer<http::empty_body> head_sr{head};
     auto abort_all = [&] {
       if (ch->client_gone) return;
       ch->client_gone = true;
       ++client_aborts;
       for (uint64_t id : ch->ids) engine.abort(id);
     };
+    // HTTP/1.0 has no chunked encoding: its streams are close-delimited, the end of the body
+    // is the end of the connection.
+    const bool close_delimited = req.version() < 11;
     auto send_chunk = [&](const std::string& data) -> awaitable<void> {
       if (ch->client_gone) co_return;
-      co_await net::async_write(stream, http::make_chunk(net::buffer(data)), net::redirect_error(use_awaitable, wec));
-      if (wec) abort_all();
+      bool ok;
+      if (close_delimited) {
+        ok = co_await send_bytes(stream, data);
+      } else {
+        char size[20];
+        std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+        ok = co_await send_bytes(stream, size + data + "\r\n");
+      }
+      if (!ok) abort_all();
     };
     if (job.stream) {
+      http::response<http::empty_body> head{http::status::ok, req.version()};
       head.set(http::field::server, "llmrun");
       head.set(http::field::content_type, "text/event-stream");
       head.set(http::field::cache_control, "no-cache");
-      head.keep_alive(req.keep_alive());
-      head.chunked(true);
+      head.keep_alive(!close_delimited && req.keep_alive());
+      if (!close_delimited) head.chunked(true);
+      http::response_serializer<http::empty_body> head_sr{head};
+      beast::error_code wec;
+      stream.expires_after(write_timeout());
       co_await http::async_write_header(stream, head_sr, net::redirect_error(use_awaitable, wec));
+      stream.expires_never();
+      count_write_error(wec);
       if (wec) abort_all();
     }
     int remaining = job.sequences();
@@ -229,29 +361,29 @@ struct HttpServer::Impl {
       if (job.include_usage) tail += "data: " + dump(rb.usage_chunk()) + "\n\n";
       tail += "data: [DONE]\n\n";
       co_await send_chunk(tail);
-      if (!ch->client_gone)
-        co_await net::async_write(stream, http::make_chunk_last(), net::redirect_error(use_awaitable, wec));
-      co_return !ch->client_gone && !wec && req.keep_alive();
+      if (!close_delimited && !ch->client_gone && !co_await send_bytes(stream, "0\r\n\r\n")) ch->client_gone = true;
+      co_return !ch->client_gone && !close_delimited && req.keep_alive();
     }
-    co_await write_text(stream, req, http::status::ok, dump(rb.final_response()), "application/json", req.keep_alive());
-    co_return req.keep_alive();
+    const bool sent = co_await respond(stream, req, Reply{http::status::ok, dump(rb.final_response())}, req.keep_alive());
+    if (!sent) ++client_aborts;
+    co_return sent && req.keep_alive();
   }
 
   // ---------------------------------------------------------------- routing
-  awaitable<bool> route(beast::tcp_stream& stream, const Request& req) {
+  awaitable<bool> route(beast::tcp_stream& stream, Connection& conn, const Request& req) {
     std::string target(req.target());
     if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
-    const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
+    const bool get = req.method() == http::verb::get || req.method() == http::verb::head;
+    const bool post = req.method() == http::verb::post;
     const bool keep = req.keep_alive();
+    auto ok = [&](std::string body, const char* type) -> awaitable<bool> {
+      co_return co_await respond(stream, req, Reply{http::status::ok, std::move(body), type}, keep) && keep;
+    };
     if (target == "/health" && get) {
-      co_await write_text(stream, req, draining ? http::status::service_unavailable : http::status::ok, "", "text/plain",
-                          keep);
-      co_return keep;
+      const http::status st = draining ? http::status::service_unavailable : http::status::ok;
+      co_return co_await respond(stream, req, Reply{st, "", "text/plain"}, keep) && keep;
     }
-    if (target == "/metrics" && get) {
-      co_await write_text(stream, req, http::status::ok, metrics_text(), "text/plain; version=0.0.4", keep);
-      co_return keep;
-    }
+    if (target == "/metrics" && get) co_return co_await ok(metrics_text(), "text/plain; version=0.0.4");
     if (draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
     if (target == "/v1/models" && get) {
       check_auth(req);
@@ -261,21 +393,15 @@ struct HttpServer::Impl {
                                                   {"created", 0},
                                                   {"owned_by", "llmrun"},
                                                   {"max_model_len", ctx.max_model_len}}})}};
-      co_await write_text(stream, req, http::status::ok, dump(models), "application/json", keep);
-      co_return keep;
+      co_return co_await ok(dump(models), "application/json");
     }
     if ((target == "/v1/completions" || target == "/v1/chat/completions") && post) {
       check_auth(req);
-      co_return co_await generate(stream, req, target == "/v1/chat/completions");
+      co_return co_await generate(stream, conn, req, target == "/v1/chat/completions");
     }
     if ((target == "/tokenize" || target == "/detokenize") && post) {
       check_auth(req);
-      json body;
-      try {
-        body = json::parse(req.body());
-      } catch (const std::exception& e) {
-        throw invalid(std::string("the body is not valid JSON: ") + e.what());
-      }
+      const json body = parse_body(req.body());
       if (!body.is_object()) throw invalid("the request body must be a JSON object");
       json out;
       if (target == "/tokenize") {
@@ -284,71 +410,103 @@ struct HttpServer::Impl {
           ids = tok.encode_prompt(render_chat(body["messages"], tmpl));
         else if (body.contains("prompt") && body["prompt"].is_string())
           ids = tok.encode_prompt(body["prompt"].get<std::string>());
+        else if (body.contains("prompt"))
+          throw invalid("'prompt' must be a string, got " + echo(body["prompt"]), "prompt");
         else
           throw invalid("'prompt' (a string) or 'messages' is required", "prompt");
         out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx.max_model_len}};
       } else {
-        if (!body.contains("tokens") || !body["tokens"].is_array()) throw invalid("'tokens' (an array) is required", "tokens");
-        std::vector<int32_t> ids;
-        for (const auto& t : body["tokens"]) {
-          if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.vocab_size())
-            throw invalid("'tokens' holds " + t.dump() + ", not a token id below " + std::to_string(tok.vocab_size()),
-                          "tokens");
-          ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
-        }
-        out = {{"prompt", tok.decode(ids)}};
+        if (!body.contains("tokens")) throw invalid("'tokens' (an array) is required", "tokens");
+        out = {{"prompt", tok.decode(token_ids(body["tokens"], tok.vocab_size(), "tokens"))}};
       }
-      co_await write_text(stream, req, http::status::ok, dump(out), "application/json", keep);
-      co_return keep;
+      co_return co_await ok(dump(out), "application/json");
     }
     // The chat playground (web/playground), static and public: its API calls carry the key.
-    if (const WebAsset* page = get ? find_web_asset("playground", target) : nullptr) {
-      co_await write_text(stream, req, http::status::ok, std::string(page->body), page->content_type.data(), keep);
-      co_return keep;
+    if (const WebAsset* page = get ? find_web_asset("playground", target) : nullptr)
+      co_return co_await ok(std::string(page->body), page->content_type.data());
+    const bool get_route = target == "/health" || target == "/metrics" || target == "/v1/models";
+    const bool post_route = target == "/v1/completions" || target == "/v1/chat/completions" || target == "/tokenize" ||
+                            target == "/detokenize";
+    if (get_route || post_route) {
+      ApiError e(405, "invalid_request_error",
+                 "method " + std::string(req.method_string()) + " not allowed on " + target);
+      e.allow = get_route ? "GET, HEAD" : "POST";
+      throw e;
     }
-    const bool known = target == "/health" || target == "/metrics" || target == "/v1/models" ||
-                       target == "/v1/completions" || target == "/v1/chat/completions" || target == "/tokenize" ||
-                       target == "/detokenize";
-    if (known) throw ApiError(405, "invalid_request_error", "method " + std::string(req.method_string()) + " not allowed on " + target);
-    throw ApiError(404, "not_found_error", "no route " + target);
+    throw ApiError(404, "not_found_error", "no route " + target.substr(0, 200));
+  }
+
+  // ---------------------------------------------------------------- connections
+  static bool expects_continue(const Request& req) {
+    const auto it = req.find(http::field::expect);
+    return req.version() >= 11 && it != req.end() && beast::iequals(it->value(), "100-continue");
   }
 
   awaitable<void> session(tcp::socket socket) {
     beast::tcp_stream stream(std::move(socket));
+    auto conn = std::make_shared<Connection>(co_await net::this_coro::executor);
+    conn->stream = &stream;
+    {
+      std::lock_guard<std::mutex> lock(conns_mu);
+      conns.insert(conn);
+    }
+    struct Unregister {
+      Impl& s;
+      std::shared_ptr<Connection> c;
+      ~Unregister() {
+        c->stream = nullptr;
+        std::lock_guard<std::mutex> lock(s.conns_mu);
+        s.conns.erase(c);
+      }
+    } unregister{*this, conn};
+    if (dropping) co_return;  // accepted just before a forced shutdown closed everything else
+
     beast::flat_buffer buffer;
     for (;;) {
       http::request_parser<http::string_body> parser;
       parser.body_limit(opts.max_body_bytes);
-      parser.header_limit(64 * 1024);
+      parser.header_limit(kHeaderLimit);
       // A whole request must arrive in time: slow or stalled clients do not hold a slot.
       stream.expires_after(std::chrono::seconds(opts.request_timeout_s));
       beast::error_code ec;
-      co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+      co_await http::async_read_header(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+      if (!ec && !parser.is_done()) {
+        // curl and others wait (about a second) for this before sending a larger body.
+        if (expects_continue(parser.get()))
+          co_await net::async_write(stream, net::buffer(std::string_view("HTTP/1.1 100 Continue\r\n\r\n")),
+                                    net::redirect_error(use_awaitable, ec));
+        if (!ec) co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+      }
       stream.expires_never();
       if (ec == http::error::body_limit) {
-        Request dummy;
-        dummy.version(11);
-        co_await write_error(stream, dummy,
-                             ApiError(413, "invalid_request_error",
-                                      "the request body exceeds " + std::to_string(opts.max_body_bytes) + " bytes"),
-                             false);
-        break;
+        co_await respond_and_linger(stream, ApiError(413, "invalid_request_error",
+                                                     "the request body exceeds " +
+                                                         std::to_string(opts.max_body_bytes) + " bytes"));
+        co_return;
+      }
+      if (ec == http::error::header_limit) {
+        co_await respond_and_linger(
+            stream, ApiError(431, "invalid_request_error", "the request line and headers exceed 64 KiB"));
+        co_return;
       }
       if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == net::error::eof ||
-          ec == net::error::connection_reset || ec == net::error::operation_aborted)
+          ec == net::error::connection_reset || ec == net::error::operation_aborted || ec == net::error::bad_descriptor)
         break;
       if (ec) {
-        Request dummy;
-        dummy.version(11);
-        co_await write_error(stream, dummy, invalid("malformed HTTP request: " + ec.message()), false);
-        break;
+        co_await respond_and_linger(stream, invalid("malformed HTTP request: " + ec.message()));
+        co_return;
       }
       ++http_requests;
+      struct InFlight {
+        std::atomic<int>& n;
+        explicit InFlight(std::atomic<int>& c) : n(c) { ++n; }
+        ~InFlight() { --n; }
+      } in_flight_guard(in_flight);
       const Request req = parser.release();
       bool keep = false;
       std::unique_ptr<ApiError> error;
       try {
-        keep = co_await route(stream, req);
+        keep = co_await route(stream, *conn, req);
       } catch (const ApiError& e) {
         error = std::make_unique<ApiError>(e);
       } catch (const UserError& e) {
@@ -358,13 +516,23 @@ struct HttpServer::Impl {
         error = std::make_unique<ApiError>(500, "internal_error", std::string("internal error: ") + e.what());
       }
       if (error) {
-        co_await write_error(stream, req, *error, req.keep_alive());
-        keep = req.keep_alive();
+        const bool close = !req.keep_alive() || error->status == 503;
+        keep = co_await respond(stream, req, error_reply(*error), !close) && !close;
       }
       if (!keep) break;
     }
     beast::error_code ec;
     stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  }
+
+  // A session must never take the server down: anything that escapes it is logged.
+  static void session_done(std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      spdlog::error("connection failed: {}", x.what());
+    }
   }
 
   awaitable<void> accept_loop() {
@@ -381,10 +549,11 @@ struct HttpServer::Impl {
       }
       // Stream chunks are small and latency is the point: no Nagle delay.
       sock.set_option(tcp::no_delay(true), ec);
-      net::co_spawn(strand, session(std::move(sock)), net::detached);
+      net::co_spawn(strand, session(std::move(sock)), session_done);
     }
   }
 
+  // ---------------------------------------------------------------- shutdown
   void begin_drain() {
     if (draining.exchange(true)) return;
     beast::error_code ignored;
@@ -392,15 +561,55 @@ struct HttpServer::Impl {
     net::co_spawn(ioc, drain(), net::detached);
   }
 
+  // Aborts every request still running and closes every connection: the requests then end at
+  // once (their writes fail, the engine reports their sequences aborted) and drain completes.
+  void drop_connections(const std::string& why) {
+    if (dropping.exchange(true)) return;
+    std::vector<std::shared_ptr<Connection>> all;
+    {
+      std::lock_guard<std::mutex> lock(conns_mu);
+      all.assign(conns.begin(), conns.end());
+    }
+    spdlog::warn("{}: dropping {} open connection(s) with {} request(s) in flight", why, all.size(), in_flight.load());
+    for (auto& c : all)
+      net::post(c->strand, [this, c] {
+        if (!c->stream) return;
+        if (const auto ch = c->channel) {
+          if (!ch->client_gone) {
+            ch->client_gone = true;
+            for (uint64_t id : ch->ids) engine.abort(id);
+          }
+          ch->timer.cancel();
+        }
+        c->stream->close();
+      });
+  }
+
   awaitable<void> drain() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts.shutdown_timeout_s);
     net::steady_timer t(ioc);
-    while (active_requests.load() > 0 || engine.unfinished() > 0) {
+    while (in_flight.load() > 0 || engine.unfinished() > 0) {
+      if (std::chrono::steady_clock::now() >= deadline)
+        drop_connections("shutdown deadline of " + std::to_string(opts.shutdown_timeout_s) + " s passed");
       t.expires_after(std::chrono::milliseconds(20));
       beast::error_code ec;
       co_await t.async_wait(net::redirect_error(use_awaitable, ec));
     }
     spdlog::info("drained; exiting");
     ioc.stop();
+  }
+
+  // First SIGTERM/SIGINT: drain. A second one: drop what is still running now.
+  void on_signal(net::signal_set& signals, const beast::error_code& e, int sig) {
+    if (e) return;
+    if (!draining) {
+      spdlog::info("signal {}: no new requests; finishing {} in flight (at most {} s)", sig, in_flight.load(),
+                   opts.shutdown_timeout_s);
+      begin_drain();
+    } else {
+      drop_connections("second signal " + std::to_string(sig));
+    }
+    signals.async_wait([this, &signals](const beast::error_code& e2, int s2) { on_signal(signals, e2, s2); });
   }
 };
 
@@ -436,11 +645,7 @@ void HttpServer::run() {
   Impl& s = *impl_;
   listen();
   net::signal_set signals(s.ioc, SIGTERM, SIGINT);
-  signals.async_wait([&s](const beast::error_code& e, int sig) {
-    if (e) return;
-    spdlog::info("signal {}: no new requests; finishing {} in flight", sig, s.active_requests.load());
-    s.begin_drain();
-  });
+  signals.async_wait([&s, &signals](const beast::error_code& e, int sig) { s.on_signal(signals, e, sig); });
   net::co_spawn(s.ioc, s.accept_loop(), net::detached);
   std::vector<std::thread> threads;
   for (int i = 1; i < std::max(1, s.opts.io_threads); ++i) threads.emplace_back([&s] { s.ioc.run(); });

@@ -1,7 +1,10 @@
 #pragma once
 // The OpenAI-compatible HTTP front end (Boost.Beast on Asio, C++20 coroutines): one strand
 // per connection, requests handed to the Engine, events streamed back as they come.
-// SIGTERM/SIGINT stop accepting, let in-flight requests finish, then return from run().
+// SIGTERM/SIGINT stop accepting and let in-flight requests finish, then run() returns. A
+// client that stops reading cannot hold the server: every write must make progress within
+// write_timeout_s, and shutdown_timeout_s after the signal (or at a second signal) requests
+// still running are aborted and every connection is closed.
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -22,6 +25,8 @@ struct ServerOptions {
   size_t max_body_bytes = 4 << 20;  // larger bodies: 413
   int io_threads = 2;
   int request_timeout_s = 30;       // a request's headers and body must arrive within this
+  int write_timeout_s = 30;         // a response write that makes no progress this long drops the client
+  int shutdown_timeout_s = 30;      // after SIGTERM: in-flight requests get this long, then are dropped
 };
 
 class HttpServer {

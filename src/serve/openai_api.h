@@ -19,10 +19,22 @@ struct ApiError : std::runtime_error {
       : std::runtime_error(message), status(status), type(std::move(type)), param(std::move(param)) {}
   int status;
   std::string type, param;
+  int retry_after_s = 0;  // > 0: sent as Retry-After (429: when capacity may have freed up)
+  std::string allow;      // 405: the methods the route takes, sent as Allow
 };
 nlohmann::json error_body(const ApiError& e);
 // Shorthand for the common 400.
 ApiError invalid(const std::string& message, const std::string& param = "");
+
+// Request bodies may nest JSON at most this deep. nlohmann's dump, copy and comparison recurse
+// once per level, so a 200 KB body of "[[[[..." would overflow the stack wherever the server
+// reads or echoes that value; no OpenAI request needs more than a few levels.
+inline constexpr int kMaxJsonDepth = 64;
+// Parses a request body: 400 (naming the top-level field) when it nests deeper than
+// kMaxJsonDepth, 400 when it is not JSON. The depth is checked before nlohmann sees the text.
+nlohmann::json parse_body(const std::string& text);
+// A client value for an error message: its JSON text, cut to a readable length.
+std::string echo(const nlohmann::json& v);
 
 struct ApiContext {
   const Tokenizer& tok;
@@ -42,6 +54,8 @@ struct CompletionJob {
   int sequences() const { return static_cast<int>(prompts.size()) * n; }
 };
 
+// `a` as token ids below `vocab`; 400 naming `param` for anything else.
+std::vector<int32_t> token_ids(const nlohmann::json& a, int vocab, const char* param);
 CompletionJob parse_completion_request(const nlohmann::json& body, bool chat, const ApiContext& ctx);
 // Chat messages -> prompt text with the model's template (for /tokenize too).
 std::string render_chat(const nlohmann::json& messages, const ChatTemplate& tmpl);

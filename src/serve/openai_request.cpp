@@ -1,6 +1,7 @@
 // Parsing and validating OpenAI completion and chat-completion request bodies.
 #include <cmath>
 #include <limits>
+#include <string_view>
 
 #include "serve/openai_api.h"
 
@@ -18,7 +19,60 @@ ApiError invalid(const std::string& message, const std::string& param) {
   return ApiError(400, "invalid_request_error", message, param);
 }
 
+std::string echo(const json& v) {
+  constexpr size_t kMax = 80;
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > kMax) s = s.substr(0, kMax) + "...";
+  return s;
+}
+
+json parse_body(const std::string& text) {
+  // One pass over the bytes: brackets outside strings give the depth; the last string read at
+  // depth 1 and followed by ':' is the top-level key the deep value belongs to.
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  size_t str_begin = 0;
+  std::string_view last_string, key;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"') {
+        in_string = false;
+        if (depth == 1) last_string = std::string_view(text).substr(str_begin, i - str_begin);
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      str_begin = i + 1;
+    } else if (c == ':' && depth == 1) {
+      key = last_string;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        const std::string field(key.substr(0, 64));
+        throw invalid((field.empty() ? std::string("the body") : "'" + field + "'") + " nests JSON deeper than " +
+                          std::to_string(kMaxJsonDepth) + " levels",
+                      field);
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw invalid(std::string("the body is not valid JSON: ") + e.what());
+  }
+}
+
 namespace {
+
+// Per-request bounds on what the engine checks for every generated token.
+constexpr size_t kMaxStops = 16, kMaxStopBytes = 256, kMaxStopTokenIds = 1024;
 
 double number(const json& body, const char* key, double fallback, double lo, double hi) {
   if (!body.contains(key) || body[key].is_null()) return fallback;
@@ -36,10 +90,12 @@ int64_t integer(const json& body, const char* key, int64_t fallback, int64_t lo,
   if (!body.contains(key) || body[key].is_null()) return fallback;
   const json& v = body[key];
   if (!v.is_number_integer()) throw invalid(std::string("'") + key + "' must be an integer", key);
-  const int64_t x = v.get<int64_t>();
-  if (x < lo || x > hi)
+  // Unsigned values past int64 would wrap negative: out of range, reported as sent.
+  const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max());
+  const int64_t x = huge ? 0 : v.get<int64_t>();
+  if (huge || x < lo || x > hi)
     throw invalid(std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                      "], got " + std::to_string(x),
+                      "], got " + v.dump(),
                   key);
   return x;
 }
@@ -50,29 +106,38 @@ bool boolean(const json& body, const char* key, bool fallback) {
   return body[key].get<bool>();
 }
 
-std::vector<int32_t> token_array(const json& a, int vocab, const char* param) {
+}  // namespace
+
+std::vector<int32_t> token_ids(const json& a, int vocab, const char* param) {
+  // nlohmann iterates a scalar as a one-element range: insist on an array first.
+  if (!a.is_array()) throw invalid(std::string("'") + param + "' must be an array of token ids", param);
   std::vector<int32_t> out;
   for (const auto& t : a) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
-      throw invalid(std::string("'") + param + "' holds " + t.dump() + ", not a token id below " + std::to_string(vocab),
+    // Unsigned ids are compared as such: a huge one must not wrap into range.
+    const bool ok = t.is_number_unsigned() ? t.get<uint64_t>() < uint64_t(vocab)
+                                           : t.is_number_integer() && t.get<int64_t>() >= 0 && t.get<int64_t>() < vocab;
+    if (!ok)
+      throw invalid(std::string("'") + param + "' holds " + echo(t) + ", not a token id below " + std::to_string(vocab),
                     param);
     out.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   return out;
 }
 
+namespace {
+
 std::vector<std::vector<int32_t>> completion_prompts(const json& p, const ApiContext& ctx) {
   std::vector<std::vector<int32_t>> out;
   if (p.is_string()) {
     out.push_back(ctx.tok.encode_prompt(p.get<std::string>()));
   } else if (p.is_array() && !p.empty() && p[0].is_number()) {
-    out.push_back(token_array(p, ctx.vocab, "prompt"));
+    out.push_back(token_ids(p, ctx.vocab, "prompt"));
   } else if (p.is_array() && !p.empty()) {
     for (const auto& e : p) {
       if (e.is_string())
         out.push_back(ctx.tok.encode_prompt(e.get<std::string>()));
       else if (e.is_array())
-        out.push_back(token_array(e, ctx.vocab, "prompt"));
+        out.push_back(token_ids(e, ctx.vocab, "prompt"));
       else
         throw invalid("'prompt' must be a string, an array of strings, or token arrays", "prompt");
     }
@@ -89,24 +154,37 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& p, const ApiCon
 std::string render_chat(const json& messages, const ChatTemplate& tmpl) {
   if (!messages.is_array() || messages.empty()) throw invalid("'messages' must be a non-empty array", "messages");
   std::vector<ChatMessage> msgs;
-  for (const auto& m : messages) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-      throw invalid("each message needs a string 'role'", "messages");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& m = messages[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw invalid("'" + at + "' must be an object, got " + echo(m), "messages");
+    if (!m.contains("role") || !m["role"].is_string())
+      throw invalid("'" + at + ".role' must be a string", "messages");
     ChatMessage cm{m["role"].get<std::string>(), ""};
     if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer" &&
         cm.role != "tool")
-      throw invalid("unknown message role '" + cm.role + "'", "messages");
-    const json c = m.value("content", json());
-    if (c.is_string()) {
-      cm.content = c.get<std::string>();
-    } else if (c.is_array()) {  // content parts: only text is understood
-      for (const auto& part : c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-          throw invalid("only text content parts are supported", "messages");
+      throw invalid("unknown message role '" + cm.role.substr(0, 64) + "' in '" + at + ".role'", "messages");
+    const json* c = m.contains("content") ? &m["content"] : nullptr;
+    if (c == nullptr || c->is_null()) {
+      // No text: an assistant turn that only called tools, say.
+    } else if (c->is_string()) {
+      cm.content = c->get<std::string>();
+    } else if (c->is_array()) {  // content parts: only text is understood
+      for (size_t k = 0; k < c->size(); ++k) {
+        const json& part = (*c)[k];
+        const std::string pat = at + ".content[" + std::to_string(k) + "]";
+        if (!part.is_object()) throw invalid("'" + pat + "' must be an object, got " + echo(part), "messages");
+        if (!part.contains("type") || !part["type"].is_string())
+          throw invalid("'" + pat + ".type' must be a string", "messages");
+        if (part["type"].get<std::string>() != "text")
+          throw invalid("'" + pat + ".type' is " + echo(part["type"]) + ": only text content parts are supported",
+                        "messages");
+        if (!part.contains("text") || !part["text"].is_string())
+          throw invalid("'" + pat + ".text' must be a string", "messages");
         cm.content += part["text"].get<std::string>();
       }
-    } else if (!c.is_null()) {
-      throw invalid("message 'content' must be a string or an array of text parts", "messages");
+    } else {
+      throw invalid("'" + at + ".content' must be a string or an array of text parts, got " + echo(*c), "messages");
     }
     msgs.push_back(std::move(cm));
   }
@@ -118,9 +196,10 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
   CompletionJob job;
   job.chat = chat;
   if (body.contains("model") && !body["model"].is_null()) {
-    if (!body["model"].is_string() || body["model"].get<std::string>() != ctx.model_name)
-      throw invalid("the model '" + (body["model"].is_string() ? body["model"].get<std::string>() : body["model"].dump()) +
-                        "' does not exist; this server serves '" + ctx.model_name + "'",
+    const json& model = body["model"];
+    if (!model.is_string()) throw invalid("'model' must be a string, got " + echo(model), "model");
+    if (model.get<std::string>() != ctx.model_name)
+      throw invalid("the model " + echo(model) + " does not exist; this server serves '" + ctx.model_name + "'",
                     "model");
   }
   if (chat) {
@@ -164,6 +243,12 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
     if (s.is_string()) {
       p.stop.push_back(s.get<std::string>());
     } else if (s.is_array()) {
+      // Every generated token is checked against every stop string on the engine thread: a
+      // request must not be able to stall the whole batch with thousands of them.
+      if (s.size() > kMaxStops)
+        throw invalid("'stop' has " + std::to_string(s.size()) + " strings; at most " + std::to_string(kMaxStops) +
+                          " are allowed",
+                      "stop");
       for (const auto& e : s) {
         if (!e.is_string()) throw invalid("'stop' must be a string or an array of strings", "stop");
         p.stop.push_back(e.get<std::string>());
@@ -172,9 +257,18 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
       throw invalid("'stop' must be a string or an array of strings", "stop");
     }
   }
+  for (const auto& stop : p.stop)
+    if (stop.size() > kMaxStopBytes)
+      throw invalid("a 'stop' string has " + std::to_string(stop.size()) + " bytes; at most " +
+                        std::to_string(kMaxStopBytes) + " are allowed",
+                    "stop");
   if (chat && !ctx.chat_template.end_of_turn().empty()) p.stop.push_back(ctx.chat_template.end_of_turn());
   if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null())
-    p.stop_token_ids = token_array(body["stop_token_ids"], ctx.vocab, "stop_token_ids");
+    p.stop_token_ids = token_ids(body["stop_token_ids"], ctx.vocab, "stop_token_ids");
+  if (p.stop_token_ids.size() > kMaxStopTokenIds)
+    throw invalid("'stop_token_ids' has " + std::to_string(p.stop_token_ids.size()) + " ids; at most " +
+                      std::to_string(kMaxStopTokenIds) + " are allowed",
+                  "stop_token_ids");
   if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
     const json& lb = body["logit_bias"];
     if (!lb.is_object()) throw invalid("'logit_bias' must be an object of token id -> bias", "logit_bias");
@@ -187,7 +281,7 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
       } catch (const std::exception&) {
         id = -1;
       }
-      if (id < 0 || id >= ctx.vocab) throw invalid("'logit_bias' key '" + k + "' is not a token id", "logit_bias");
+      if (id < 0 || id >= ctx.vocab) throw invalid("'logit_bias' key '" + k.substr(0, 32) + "' is not a token id", "logit_bias");
       if (!v.is_number() || v.get<double>() < -100 || v.get<double>() > 100)
         throw invalid("'logit_bias' values must be numbers in [-100, 100]", "logit_bias");
       p.logit_bias[static_cast<int32_t>(id)] = v.get<float>();

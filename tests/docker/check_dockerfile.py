@@ -3,7 +3,8 @@ machines): everything it names must exist.
 
 - FROM is an NVIDIA CUDA devel image (build args resolved);
 - it installs the dependencies by running scripts/install-deps.sh, COPYed before that RUN;
-- every package an apt-get/apt install in it names is in install-deps.sh's PACKAGES list;
+- every package an apt-get/apt install in it names is in install-deps.sh's PACKAGES list (the
+  build and run dependencies; the image carries no test-only package);
 - every source path of COPY/ADD exists in the repository (globs must match something);
 - every -DNAME=... given to cmake is an option()/CACHE variable of the project's
   CMakeLists.txt files, or a variable CMake itself documents (cmake --help-variable-list).
@@ -48,9 +49,6 @@ def install_deps_packages(path):
     names = set()
     for line in m.group(1).splitlines():
         names.update(line.split("#", 1)[0].split())
-    # npm is installed by the script when the nodejs build lacks it (see the script).
-    if re.search(r"missing\+=\(npm\)", text):
-        names.add("npm")
     return names
 
 

@@ -28,3 +28,12 @@ timed=$("$LLMRUN" generate "$WORK/wide" --prompt "hi" --max-tokens 12 --temperat
 grep -qE '^timing: prefill 2 tokens [0-9.]+ ms; decode [0-9]+ steps [0-9.]+ ms \([0-9.]+ ms/token, [0-9.]+ tokens/s\)$' \
   "$WORK/timing.err" || fail "generate --timing: $(cat "$WORK/timing.err")"
 echo "cli: generate --timing ok"
+
+# GPT-2 cannot go past its context (64 here): generate stops there and says so on stderr; a
+# run inside the context says nothing.
+"$LLMRUN" generate "$WORK/wide" --prompt "hi" --max-tokens 100 --temperature 0 >/dev/null 2>"$WORK/ctx.err" ||
+  fail "generate past the context"
+grep -qx "note: stopped after 62 of 100 tokens: the model's context length is 64 tokens (prompt 2)" "$WORK/ctx.err" ||
+  fail "generate past the context: stderr '$(cat "$WORK/ctx.err")'"
+! grep -q 'note: stopped' "$WORK/timing.err" || fail "generate inside the context printed a note"
+echo "cli: generate at the context length ok"

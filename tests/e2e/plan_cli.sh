@@ -95,4 +95,9 @@ expect_exit 2 "plan --search needs --nproc" "$LLMRUN" plan r.yaml --search
 expect_exit 2 "parallel.tp: model.heads=4 is not divisible by tp=8" "$LLMRUN" train r.yaml --nproc 8 --set parallel.tp=8
 expect_exit 2 "parallel.zero: ZeRO-2/3" "$LLMRUN" train r.yaml --nproc 2 --set parallel.pp=2 --set parallel.zero=2
 expect_exit 2 "parallel.tp: model.heads=4 is not divisible by tp=8" "$LLMRUN" plan r.yaml --nproc 8 --set parallel.tp=8
+
+# A budget that fits: train runs, and on the CPU says that the budget only checked the prediction.
+for _ in 1 2 3; do echo "a little text to train on" >> text.txt; done  # at least seq_len + 1 tokens
+expect_exit 0 "memory budget .* per rank .*: the plan's predicted peak fits it. Training runs on the CPU" \
+  "$LLMRUN" train r.yaml --gpu-mem $peak --set logging.metrics=fits.jsonl
 echo "plan CLI ok"

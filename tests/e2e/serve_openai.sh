@@ -5,11 +5,15 @@ source "$(dirname "$0")/common.bash"
 source "$(dirname "$0")/serve_common.bash"
 
 # The client is a test-only oracle, installed once under the build tree. No npm, no test.
+# Pinned: 4.x is the line that supports Node 18 (Debian 12's nodejs); 5.x and later ask for
+# Node 20. The client script selects its built-in-fetch mode (see serve_openai_client.cjs).
+OPENAI_VERSION=4.104.0
 NPM_DIR="$BUILD_DIR/tests/npm-openai"
-if [ ! -f "$NPM_DIR/node_modules/openai/package.json" ]; then
+installed=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$NPM_DIR/node_modules/openai/package.json" 2>/dev/null || true)
+if [ "$installed" != "$OPENAI_VERSION" ]; then
   command -v npm >/dev/null || fail "npm is required for this test (apt-get install npm)"
   mkdir -p "$NPM_DIR"
-  npm install --no-audit --no-fund --prefix "$NPM_DIR" openai@4 >"$WORK/npm.log" 2>&1 || { cat "$WORK/npm.log"; fail "npm install openai failed"; }
+  npm install --no-audit --no-fund --prefix "$NPM_DIR" "openai@$OPENAI_VERSION" >"$WORK/npm.log" 2>&1 || { cat "$WORK/npm.log"; fail "npm install openai@$OPENAI_VERSION failed"; }
 fi
 
 LLMRUN_PRINTABLE_ONLY=1 "$MAKE_MODEL" "$WORK/tiny" gpt2 2 64 4 128 256 6 chatml

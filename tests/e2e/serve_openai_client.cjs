@@ -1,4 +1,8 @@
 // Drives llmrun serve with the official openai npm client. argv: PORT API_KEY EXPECTED_JSON.
+// openai 4.x's default HTTP layer on Node is the node-fetch polyfill, whose streamed bodies end
+// in "Premature close" on Node 18 (Debian 12's); its documented web shim makes the client use
+// Node's built-in fetch instead, as openai 5.x and later always do. It must come first.
+require('openai/shims/web');
 const OpenAI = require('openai');
 const fs = require('fs');
 const assert = require('assert/strict');

@@ -25,6 +25,16 @@ _wait_for() {
 
 _pid_from() { [ -s "$1" ] && cat "$1"; }
 
+# The last lines of each given log that exists, on one line: SLURM_UP_ERROR ends up on the
+# test's one-line SKIPPED reason. (`tail -3 A B` is not valid GNU tail: -N takes one file.)
+_log_tail() {
+  local f out=""
+  for f in "$@"; do
+    [ -s "$f" ] && out+="${out:+ | }${f##*/}: $(tail -n 3 "$f" | paste -sd' ' -)"
+  done
+  echo "${out:-(no log output)}"
+}
+
 slurm_up() {
   local d=$1 node cpus
   SLURM_DIR=$d
@@ -34,10 +44,10 @@ slurm_up() {
   cpus=$(nproc); [ "$cpus" -ge 2 ] || cpus=2
   mkdir -p "$d"/{munge,state,spool,log,run/munge,etc,pmix}
   chmod 700 "$d/munge"; chmod 755 "$d/run/munge" "$d/run" "$d"
-  mungekey -c -k "$d/munge/munge.key" 2>"$d/log/mungekey.log" || { SLURM_UP_ERROR="mungekey failed: $(cat "$d/log/mungekey.log")"; return 1; }
+  mungekey -c -k "$d/munge/munge.key" 2>"$d/log/mungekey.log" || { SLURM_UP_ERROR="mungekey failed: $(_log_tail "$d/log/mungekey.log")"; return 1; }
   munged --key-file="$d/munge/munge.key" --socket="$d/run/munge/munge.socket.2" --pid-file="$d/run/munge/munged.pid" \
     --log-file="$d/log/munged.log" --seed-file="$d/munge/munged.seed" 2>>"$d/log/munged.log" ||
-    { SLURM_UP_ERROR="munged did not start: $(tail -3 "$d/log/munged.log")"; return 1; }
+    { SLURM_UP_ERROR="munged did not start: $(_log_tail "$d/log/munged.log")"; return 1; }
   _wait_for 50 _pid_from "$d/run/munge/munged.pid" || { SLURM_UP_ERROR="munged wrote no pid file"; return 1; }
   SLURM_PIDS+=("$(cat "$d/run/munge/munged.pid")")
 
@@ -81,14 +91,14 @@ MinJobAge=600
 NodeName=$node CPUs=$cpus Sockets=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 CONF
-  slurmctld -f "$SLURM_CONF" 2>>"$d/log/slurmctld.stderr" || { SLURM_UP_ERROR="slurmctld did not start: $(tail -3 "$d/log/slurmctld.log" "$d/log/slurmctld.stderr" 2>/dev/null)"; return 1; }
-  _wait_for 50 _pid_from "$d/run/slurmctld.pid" || { SLURM_UP_ERROR="slurmctld wrote no pid file: $(tail -3 "$d/log/slurmctld.log")"; return 1; }
+  slurmctld -f "$SLURM_CONF" 2>>"$d/log/slurmctld.stderr" || { SLURM_UP_ERROR="slurmctld did not start: $(_log_tail "$d/log/slurmctld.log" "$d/log/slurmctld.stderr")"; return 1; }
+  _wait_for 50 _pid_from "$d/run/slurmctld.pid" || { SLURM_UP_ERROR="slurmctld wrote no pid file: $(_log_tail "$d/log/slurmctld.log" "$d/log/slurmctld.stderr")"; return 1; }
   SLURM_PIDS+=("$(cat "$d/run/slurmctld.pid")")
-  slurmd -f "$SLURM_CONF" 2>>"$d/log/slurmd.stderr" || { SLURM_UP_ERROR="slurmd did not start: $(tail -3 "$d/log/slurmd.log" "$d/log/slurmd.stderr" 2>/dev/null)"; return 1; }
-  _wait_for 50 _pid_from "$d/run/slurmd.pid" || { SLURM_UP_ERROR="slurmd wrote no pid file: $(tail -3 "$d/log/slurmd.log")"; return 1; }
+  slurmd -f "$SLURM_CONF" 2>>"$d/log/slurmd.stderr" || { SLURM_UP_ERROR="slurmd did not start: $(_log_tail "$d/log/slurmd.log" "$d/log/slurmd.stderr")"; return 1; }
+  _wait_for 50 _pid_from "$d/run/slurmd.pid" || { SLURM_UP_ERROR="slurmd wrote no pid file: $(_log_tail "$d/log/slurmd.log" "$d/log/slurmd.stderr")"; return 1; }
   SLURM_PIDS+=("$(cat "$d/run/slurmd.pid")")
   _node_idle() { [ "$(sinfo -h -o %T)" = idle ]; }
-  _wait_for 100 _node_idle || { SLURM_UP_ERROR="node never became idle: $(sinfo -h 2>&1; tail -3 "$d/log/slurmd.log")"; return 1; }
+  _wait_for 100 _node_idle || { SLURM_UP_ERROR="node never became idle: $(sinfo -h 2>&1 | tr -s '\n' ' ')| $(_log_tail "$d/log/slurmd.log")"; return 1; }
 }
 
 # True while PID runs (a zombie has finished: it waits only for its parent to reap it).

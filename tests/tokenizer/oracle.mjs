@@ -13,6 +13,7 @@ import { createRequire } from "node:module";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
+import { pathToFileURL } from "node:url";
 
 const [prefix, llmrun, work] = process.argv.slice(2);
 const require = createRequire(path.join(path.resolve(prefix), "node_modules", "x.js"));
@@ -22,10 +23,11 @@ const { Tiktoken } = require("js-tiktoken/lite");
 const cl100kModule = require("js-tiktoken/ranks/cl100k_base");
 const cl100kRanks = cl100kModule.default ?? cl100kModule;
 const { llama3Tokenizer } = require("llama3-tokenizer-js/bundle/commonjs-llama3-tokenizer-with-baked-data.cjs");
-const llama2Module = require("llama-tokenizer-js");
-const llama2Tokenizer = llama2Module.default ?? llama2Module;
-const mistralModule = require("mistral-tokenizer-js");
-const mistralTokenizer = mistralModule.default ?? mistralModule;
+// These two are ES modules: require() loads them only from Node 20.19 on, import() everywhere
+// (Debian 12 ships Node 18). The path comes from the same prefix as the packages above.
+const importFromPrefix = (name) => import(pathToFileURL(require.resolve(name)).href);
+const llama2Tokenizer = (await importFromPrefix("llama-tokenizer-js")).default;
+const mistralTokenizer = (await importFromPrefix("mistral-tokenizer-js")).default;
 
 // ---- GPT-2's bytes_to_unicode, for byte-level vocabulary strings.
 const byteToChar = (() => {

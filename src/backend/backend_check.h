@@ -1,0 +1,38 @@
+// A backend's conformance check: every Backend op run on the backend under test and on a
+// reference backend (the CPU one) with identical random inputs, the outputs compared. Used by
+// `llmrun doctor` on every GPU and by tests/unit/test_backend_conformance.cpp. It goes through
+// the public Backend interface only (Backend::copy moves data between host and device), so it
+// checks any backend. Shapes are deliberately not multiples of tile sizes (37 x 129, ...), and
+// outputs start poisoned with NaN so that an element a kernel forgets to write fails.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace llmrun {
+
+struct OpCheck {
+  std::string op;      // "matmul", "layernorm_bwd", ...
+  std::string shape;   // the case, e.g. "37x129 @ 129x45 trans_b +bias"
+  double max_rel_err;  // largest |test - ref| / max(|ref|, floor) over the outputs
+  double tolerance;
+  bool pass;
+  std::string note;  // why it failed (an exception's message), else empty
+};
+
+// Tolerances: f32 ops agree to 1e-5 relative; GEMMs with bf16 operands to 1e-2; casts and
+// index outputs (argmax) exactly. The relative error's floor is 1% of the output's largest
+// magnitude (and at least 1e-6), so that elements that cancel to ~0 do not count as wrong
+// because of summation order.
+constexpr double kCheckTolF32 = 1e-5;
+constexpr double kCheckTolBf16 = 1e-2;
+// gelu_bwd's 1 - tanh(u)^2 cancels in float near |tanh| = 1 (see backend_check.cpp).
+constexpr double kCheckTolGeluBwd = 1e-3;
+
+// Runs every op on `test` and `ref` (each keeps its own gemm_dtype setting outside the bf16
+// GEMM cases, which set and restore it). Never throws for a failing op: the failure is a row.
+std::vector<OpCheck> check_backend(Backend& test, Backend& ref, uint64_t seed = 1);
+
+}  // namespace llmrun

@@ -1,0 +1,48 @@
+// How a row-major Backend::matmul becomes a column-major cuBLASLt call, and the key its
+// algorithm is cached under. Plain C++ (no CUDA headers): unit-tested without a GPU.
+//
+// Row-major out[M,N] = op(a)[M,K] op(b)[K,N] is, read column-major, out^T[N,M] = op(b)^T op(a)^T:
+// cuBLAS's A is our b and its B is our a, with the same transpose flags, m = N, n = M.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace llmrun::cuda {
+
+// The column-major problem handed to cuBLASLt. Stored (pre-op) shapes of its A and B.
+struct LtProblem {
+  uint64_t m = 0, n = 0, k = 0;  // D is m x n
+  bool trans_a = false, trans_b = false;
+  uint64_t a_rows = 0, a_cols = 0;
+  int64_t lda = 0;
+  uint64_t b_rows = 0, b_cols = 0;
+  int64_t ldb = 0;
+  int64_t ldc = 0;  // C and D
+};
+
+// a is stored [K,M] when trans_a else [M,K]; b stored [N,K] when trans_b else [K,N].
+LtProblem map_row_major(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b);
+
+// Largest power of two dividing the address, capped at 256 (cuBLASLt's largest alignment
+// class); 256 for a null pointer. cuBLASLt's heuristic must be told the real alignment of
+// operands that are views into larger buffers, or it may pick a kernel that needs more.
+uint32_t pointer_alignment(uintptr_t p);
+
+enum class GemmOperands : uint8_t { f32, bf16 };
+
+// Everything the heuristic's choice depends on. Two calls with equal keys can share an algorithm.
+struct GemmKey {
+  LtProblem p;
+  GemmOperands operands = GemmOperands::f32;
+  bool bias = false;
+  uint32_t align_a = 0, align_b = 0, align_c = 0;
+  bool operator==(const GemmKey& o) const;
+  std::string str() const;  // for error messages
+};
+
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& k) const;
+};
+
+}  // namespace llmrun::cuda
