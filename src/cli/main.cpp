@@ -10,6 +10,7 @@
 #include <exception>
 #include <vector>
 
+#include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "util/error.h"
 
@@ -28,7 +29,9 @@ int main(int argc, char** argv) {
     spdlog::set_level(spdlog::level::from_str(name));
   }
   CLI::App app{"llmrun: train and serve GPT-2 and Llama models with one binary"};
-  app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION);
+  std::string backends;
+  for (const std::string& b : llmrun::built_backends()) backends += (backends.empty() ? "" : ", ") + b;
+  app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION + " (backends: " + backends + ")");
   app.require_subcommand(1);
   const std::vector<std::string> args(argv, argv + argc);
   std::vector<llmrun::cli::Command> commands = {

@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "test_backend.h"
 #include "data/tokenizer.h"
 #include "model/transformer.h"
 #include "tiny_model.h"
@@ -65,7 +66,7 @@ struct Case {
 };
 
 void run_case(Arch arch, const Case& c) {
-  auto be = make_cpu_backend(2);
+  auto be = test::make_test_backend(2);
   auto model = make_model(*be, arch);
   ByteLevelTokenizer tok;
   std::mt19937 rng(c.requests * 7 + c.pool_blocks);

@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "test_backend.h"
 #include "model/transformer.h"
 #include "tiny_model.h"
 
@@ -19,7 +20,7 @@ ModelConfig small(Arch arch) { return test_models::tiny_config(arch, 32, 64, 50,
 // the full training forward at every position.
 TEST(Transformer, CachedGenerationMatchesFullForward) {
   for (Arch arch : {Arch::gpt2, Arch::llama}) {
-    auto be = make_cpu_backend(2);
+    auto be = test::make_test_backend(2);
     const ModelConfig cfg = small(arch);
     Transformer model(*be, cfg);
     model.init_weights(5);
