@@ -41,9 +41,11 @@ std::vector<int32_t> reference(Transformer& m, const std::vector<int32_t>& promp
   Tensor logits = buf.as(DType::f32, {vocab});
   TokenSampler sampler(sp);
   std::vector<int32_t> out;
+  std::vector<float> host(static_cast<size_t>(vocab));
   m.forward_cached(prompt.data(), static_cast<int>(prompt.size()), cache, logits);
   for (int i = 0; i < max_tokens; ++i) {
-    out.push_back(sampler.sample(logits.f32(), vocab));
+    be.copy(Tensor(host.data(), DType::f32, {vocab}), logits);
+    out.push_back(sampler.sample(host.data(), vocab));
     if (i + 1 < max_tokens) m.forward_cached(&out.back(), 1, cache, logits);
   }
   return out;
