@@ -125,8 +125,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
                arch_name(r.model.arch), r.model.param_count() / 1e6, data.tokens(), r.tokens_per_step(), world,
                r.grad_accum_steps(), r.train.micro_batch);
   spdlog::info("backend {} with {} threads per rank, {} GEMMs; MFU peak {:.1f} GFLOP/s per rank from {}",
-               describe_backend(*backend), r.precision.compute,
-               backend->threads(), peak.flops / 1e9, peak.source);
+               describe_backend(*backend), backend->threads(), r.precision.compute, peak.flops / 1e9, peak.source);
   if (world > 1) {
     const TrainingMemory m = opt.memory();
     spdlog::info("data parallel {} ranks, ZeRO-{}: per rank {:.1f} MB params, {:.1f} MB grads, {:.1f} MB optimizer",
