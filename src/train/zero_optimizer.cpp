@@ -79,7 +79,7 @@ Tensor ZeroOptimizer::take_slot() {
 }
 
 // Slots come back as bucket-sized views; the pool keeps them at full size.
-void ZeroOptimizer::free_slot(Tensor slot) { free_slots_.push_back(Tensor(slot.data, DType::f32, {slot_numel_})); }
+void ZeroOptimizer::free_slot(Tensor slot) { free_slots_.push_back(Tensor(slot.data, DType::f32, {slot_numel_}, slot.device)); }
 
 // ZeRO-3 with offloaded shards: starts reading bucket b's shard into a staging buffer on
 // another thread. Only the gathers are collectives, and they start at the same hooks on every
@@ -118,7 +118,7 @@ void ZeroOptimizer::gather_params(int b, bool blocking) {
     gathering_[b].reset();
     if (!param_staging_[b].empty()) {  // back to the pool at full size
       const int64_t max_shard = *std::max_element(shard_numel_.begin(), shard_numel_.end());
-      free_shard_buffers_.push_back(Tensor(param_staging_[b].data, DType::f32, {max_shard}));
+      free_shard_buffers_.push_back(Tensor(param_staging_[b].data, DType::f32, {max_shard}, param_staging_[b].device));
       param_staging_[b] = Tensor();
     }
   }
