@@ -10,9 +10,13 @@
 namespace llmrun {
 
 ModelRunner::ModelRunner(Transformer& model, const ModelRunnerLimits& limits, int sample_vocab)
-    : model_(model), be_(model.backend()), lim_(limits), vocab_(model.config().vocab),
+    : model_(model),
+      be_(model.backend()),
+      lim_(limits),
+      vocab_(model.config().vocab),
       sample_vocab_(std::min(sample_vocab, model.config().vocab)),
-      max_blocks_per_seq_(std::max(1, (limits.max_model_len + limits.block_size - 1) / limits.block_size)) {
+      max_blocks_per_seq_(
+          std::max(1, (limits.max_model_len + limits.block_size - 1) / limits.block_size)) {
   const ModelConfig& mc = model_.config();
   const int64_t kv_cols = int64_t(mc.kv_heads) * mc.head_dim();
   const size_t pool_bytes = size_t(lim_.num_blocks) * lim_.block_size * kv_cols * 4;
@@ -42,7 +46,8 @@ void ModelRunner::execute(const BatchInput& in) {
                "ModelRunner: a step of " + std::to_string(T) + " tokens, " + std::to_string(S) +
                    " sequences exceeds its limits");
   LLMRUN_CHECK(in.positions.size() == size_t(T) && in.slots.size() == size_t(T) &&
-                   in.query_starts.size() == size_t(S) + 1 && in.block_tables.size() == size_t(S) * mb,
+                   in.query_starts.size() == size_t(S) + 1 &&
+                   in.block_tables.size() == size_t(S) * mb,
                "ModelRunner: inconsistent batch input");
   for (int32_t p : in.positions)
     LLMRUN_CHECK(p >= 0 && (mc.arch != Arch::gpt2 || p < mc.seq_len),
@@ -54,8 +59,8 @@ void ModelRunner::execute(const BatchInput& in) {
   auto* host = static_cast<int32_t*>(meta_host_.data());
   size_t off = 0;
   std::vector<std::pair<size_t, size_t>> at;  // (offset, count) of each part
-  for (const std::vector<int32_t>* v :
-       {&in.tokens, &in.positions, &in.slots, &in.query_starts, &in.context_lens, &in.logit_rows, &in.block_tables}) {
+  for (const std::vector<int32_t>* v : {&in.tokens, &in.positions, &in.slots, &in.query_starts,
+                                        &in.context_lens, &in.logit_rows, &in.block_tables}) {
     std::memcpy(host + off, v->data(), v->size() * 4);
     at.emplace_back(off, v->size());
     off += v->size();
@@ -63,8 +68,11 @@ void ModelRunner::execute(const BatchInput& in) {
   const auto n = int64_t(off);
   be_.copy(meta_.as(DType::i32, {n}), meta_host_.as(DType::i32, {n}));
   const Tensor meta = meta_.as(DType::i32, {n});
-  auto part = [&](int i) { return meta.flat(int64_t(at[size_t(i)].first), int64_t(at[size_t(i)].second)); };
-  const Tensor ids = part(0), pos = part(1), slots = part(2), starts = part(3), lens = part(4), rows = part(5);
+  auto part = [&](int i) {
+    return meta.flat(int64_t(at[size_t(i)].first), int64_t(at[size_t(i)].second));
+  };
+  const Tensor ids = part(0), pos = part(1), slots = part(2), starts = part(3), lens = part(4),
+               rows = part(5);
   const Tensor tables = part(6).view({S, mb});
 
   const int hd = mc.head_dim(), bs = lim_.block_size;

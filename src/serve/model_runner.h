@@ -18,14 +18,15 @@ struct ModelRunnerLimits {
   int max_num_seqs = 64;         // sequences per step (and logits rows)
   int max_model_len = 0;         // tokens per sequence
   int block_size = 16;
-  int num_blocks = 0;            // KV pool size
+  int num_blocks = 0;  // KV pool size
 };
 
 // One step's batch, flattened: sequence s owns token rows query_starts[s] .. query_starts[s+1]
 // and has context_lens[s] tokens in the cache counting its new ones; block_tables holds
 // max_blocks pool blocks per sequence. logit_rows: the token rows whose logits are wanted.
 struct BatchInput {
-  std::vector<int32_t> tokens, positions, slots, query_starts, context_lens, block_tables, logit_rows;
+  std::vector<int32_t> tokens, positions, slots, query_starts, context_lens, block_tables,
+      logit_rows;
   int max_blocks = 1;
 };
 

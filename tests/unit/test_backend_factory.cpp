@@ -71,8 +71,10 @@ TEST(DeviceMemory, EmulatedDeviceKeepsItsMemoryFromTheHostAndComputesLikeTheCpu)
   std::vector<float> a(size_t(m * k)), b(size_t(k * n)), want(size_t(m * n)), got(size_t(m * n));
   for (size_t i = 0; i < a.size(); ++i) a[i] = 0.1f * float(i) - 1.0f;
   for (size_t i = 0; i < b.size(); ++i) b[i] = 0.3f - 0.05f * float(i);
-  Buffer da = dev->allocate(a.size() * 4), db = dev->allocate(b.size() * 4), dc = dev->allocate(want.size() * 4);
-  const Tensor ta = da.as(DType::f32, {m, k}), tb = db.as(DType::f32, {k, n}), tc = dc.as(DType::f32, {m, n});
+  Buffer da = dev->allocate(a.size() * 4), db = dev->allocate(b.size() * 4),
+         dc = dev->allocate(want.size() * 4);
+  const Tensor ta = da.as(DType::f32, {m, k}), tb = db.as(DType::f32, {k, n}),
+               tc = dc.as(DType::f32, {m, n});
   EXPECT_EQ(ta.device, Device::cuda);
   EXPECT_THROW(ta.f32(), std::logic_error);  // the host may not read device memory
   dev->copy(ta, Tensor(a.data(), DType::f32, {m, k}));
@@ -83,7 +85,8 @@ TEST(DeviceMemory, EmulatedDeviceKeepsItsMemoryFromTheHostAndComputesLikeTheCpu)
               Tensor(b.data(), DType::f32, {k, n}), false, false);
   EXPECT_EQ(got, want);
   // A compute op given host memory is a bug in the caller, as on a real device.
-  EXPECT_THROW(dev->matmul(tc, Tensor(a.data(), DType::f32, {m, k}), tb, false, false), std::logic_error);
+  EXPECT_THROW(dev->matmul(tc, Tensor(a.data(), DType::f32, {m, k}), tb, false, false),
+               std::logic_error);
   // Reductions into device scalars, read back with one copy.
   Buffer ds = dev->allocate(4);
   const Tensor s = ds.as(DType::f32, {1});

@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "test_backend.h"
 #include "tensor/tensor.h"
+#include "test_backend.h"
 
 using namespace llmrun;
 
@@ -48,9 +48,9 @@ struct Gemm {
 
 // out = alpha * op(a) op(b) + beta * out0 + bias, in double over bf16-rounded a and b; also the
 // scale of each element's terms (sum of |products|) for the tolerance.
-void reference(const Gemm& g, const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& out0,
-               const std::vector<float>& bias, float alpha, float beta, std::vector<double>& ref,
-               std::vector<double>& mag) {
+void reference(const Gemm& g, const std::vector<float>& a, const std::vector<float>& b,
+               const std::vector<float>& out0, const std::vector<float>& bias, float alpha,
+               float beta, std::vector<double>& ref, std::vector<double>& mag) {
   ref.assign(size_t(g.m * g.n), 0.0);
   mag.assign(size_t(g.m * g.n), 0.0);
   for (int64_t i = 0; i < g.m; ++i)
@@ -72,15 +72,19 @@ void reference(const Gemm& g, const std::vector<float>& a, const std::vector<flo
 
 TEST(Bf16Gemm, MatmulEqualsProductOfRoundedOperands) {
   auto be = test::make_test_backend(2);
-  const Gemm shapes[] = {{1, 7, 5, false, false},   {3, 65, 33, false, true},  {17, 9, 130, true, false},
-                         {33, 40, 257, true, true}, {64, 48, 96, false, false}};
+  const Gemm shapes[] = {{1, 7, 5, false, false},
+                         {3, 65, 33, false, true},
+                         {17, 9, 130, true, false},
+                         {33, 40, 257, true, true},
+                         {64, 48, 96, false, false}};
   for (const Gemm& g : shapes) {
     const auto a = random_values(size_t(g.m * g.k), 1), b = random_values(size_t(g.k * g.n), 2);
     const auto out0 = random_values(size_t(g.m * g.n), 3), bias = random_values(size_t(g.n), 4);
     const float alpha = 0.75f, beta = 0.5f;
     std::vector<double> ref, mag;
     reference(g, a, b, out0, bias, alpha, beta, ref, mag);
-    const Dev da(*be, a, {g.ta ? g.k : g.m, g.ta ? g.m : g.k}), db(*be, b, {g.tb ? g.n : g.k, g.tb ? g.k : g.n});
+    const Dev da(*be, a, {g.ta ? g.k : g.m, g.ta ? g.m : g.k}),
+        db(*be, b, {g.tb ? g.n : g.k, g.tb ? g.k : g.n});
     const Dev dbias(*be, bias, {g.n});
     std::vector<float> results[2];
     for (DType dt : {DType::f32, DType::bf16}) {
@@ -112,12 +116,14 @@ TEST(Bf16Gemm, LinearRowsEqualsProductOfRoundedOperandsAndStaysBatchInvariant) {
   const Dev dx(*be, x, {m, k}), dw(*be, w, {n, k}), dy(*be, zeros, {m, n});
   be->linear_rows(dy.t, dx.t, dw.t, nullptr, false);
   const std::vector<float> batch = dy.host(*be);
-  for (size_t i = 0; i < ref.size(); ++i) EXPECT_LT(std::abs(batch[i] - ref[i]) / mag[i], 1e-6) << i;
+  for (size_t i = 0; i < ref.size(); ++i)
+    EXPECT_LT(std::abs(batch[i] - ref[i]) / mag[i], 1e-6) << i;
   for (int64_t r = 0; r < m; ++r) {  // each row alone: bitwise the batch's row
     const std::vector<float> xr(x.begin() + r * k, x.begin() + (r + 1) * k), yr(size_t(n), 0.0f);
     const Dev dxr(*be, xr, {1, k}), dyr(*be, yr, {1, n});
     be->linear_rows(dyr.t, dxr.t, dw.t, nullptr, false);
     const std::vector<float> alone = dyr.host(*be);
-    for (int64_t j = 0; j < n; ++j) EXPECT_EQ(alone[size_t(j)], batch[size_t(r * n + j)]) << r << "," << j;
+    for (int64_t j = 0; j < n; ++j)
+      EXPECT_EQ(alone[size_t(j)], batch[size_t(r * n + j)]) << r << "," << j;
   }
 }
