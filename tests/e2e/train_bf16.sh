@@ -11,7 +11,7 @@ for arch in gpt2 llama; do
     cat > "$WORK/$arch-$compute.yaml" <<YAML
 model: {arch: $arch, layers: 2, d_model: 64, heads: 4, seq_len: 32, ffn: 128}
 data: {tokenizer: byte, train: [{path: text.txt}]}
-train: {steps: 20, micro_batch: 4, lr: 3.0e-3, warmup: 5, seed: 3}
+train: {steps: 12, micro_batch: 4, lr: 3.0e-3, warmup: 3, seed: 3}
 precision: {compute: $compute}
 launch: {backend: cpu}
 logging: {every: 1, metrics: $arch-$compute.jsonl}
@@ -23,12 +23,12 @@ YAML
 import json, sys
 a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
 b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
-assert len(a) == len(b) == 20, (len(a), len(b))
+assert len(a) == len(b) == 12, (len(a), len(b))
 worst = max(abs(x - y) / abs(x) for x, y in zip(a[5:], b[5:]))
 print(f"{sys.argv[3]}: fp32 {a[0]:.4f} -> {a[-1]:.4f}, bf16 {b[0]:.4f} -> {b[-1]:.4f}, worst rel diff after step 5 {worst:.2e}")
 assert a != b, "bf16 losses equal fp32 ones bit for bit: the bf16 path did not run"
 assert worst < 0.01, worst
-assert a[-1] < a[0] - 1.0, "fp32 did not learn"
+assert a[-1] < a[0] - 0.5, "fp32 did not learn"
 PY
 done
 
