@@ -161,7 +161,7 @@ std::string describe_recipe(const Recipe& r) {
     << "\n  keep: " << r.checkpoint.keep << "\n  resume: " << str(r.checkpoint.resume)
     << "\n  async: " << (r.checkpoint.async ? "true" : "false") << "\n";
   o << "logging:\n  every: " << r.logging.every << "\n  metrics: " << str(r.logging.metrics)
-    << "\n";
+    << "\n  tensorboard: " << str(r.logging.tensorboard) << "\n";
   o << "parallel:\n  tp: " << r.parallel.tp << "\n  pp: " << r.parallel.pp << "\n  dp: " << r.parallel.dp
     << "\n  zero: " << r.parallel.zero << "\n  sequence_parallel: " << (r.parallel.sequence_parallel ? "true" : "false")
     << "\n  pp_schedule: " << r.parallel.pp_schedule << "\n  virtual_stages: " << r.parallel.virtual_stages << "\n";

@@ -9,6 +9,7 @@
 
 #include "backend/backend_factory.h"
 #include "ckpt/convert.h"
+#include "ckpt/hf_weight_files.h"
 #include "ckpt/hf_weights.h"
 #include "ckpt/model_dir.h"
 #include "comm/device_staging.h"
@@ -21,7 +22,9 @@
 #include "train/peak_flops.h"
 #include "train/progress.h"
 #include "train/run_checkpoints.h"
+#include "train/tensorboard_writer.h"
 #include "train/train_step.h"
+#include "util/allocation_phase.h"
 #include "util/stop_signal.h"
 #include "train/validation.h"
 
@@ -61,7 +64,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
   std::optional<MpiRuntime> mpi;
   Topology topo = Topology::single();
   if (env.under_launcher) {
-    mpi.emplace(nullptr, nullptr);
+    mpi.emplace(nullptr, nullptr, r.launch.timeout_s);
     topo = Topology::build(make_mpi_world(r.launch.timeout_s), {r.parallel.tp, r.parallel.pp, r.parallel.dp});
   }
   if (!topo.is_logger()) spdlog::set_level(spdlog::level::warn);
@@ -76,6 +79,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
   if (tokenizer->vocab_size() > r.model.vocab)
     throw UserError(r.source + ": model.vocab=" + std::to_string(r.model.vocab) + " is smaller than the tokenizer's " +
                     std::to_string(tokenizer->vocab_size()) + " tokens");
+  set_allocation_phase("the training data");  // each big allocation names itself for an out-of-memory error
   TrainingData data(r, *tokenizer);
   RankBatches batches(data, r, topo.dp().rank());
   // Every rank evaluates the same validation batches (under ZeRO-3 the forward is collective);
@@ -83,15 +87,20 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
   std::unique_ptr<Validator> validator;
   if (!r.data.valid.empty()) validator = std::make_unique<Validator>(r, *tokenizer);
 
+  set_allocation_phase("the model's parameters and gradients (" + std::to_string(r.model.param_count()) +
+                       " parameters)");
   TimedCommunicator tp_timed(topo.tp());
   const ModelParallel parallel{model_shard(r, topo.tp().rank(), topo.pp().rank()), &tp_timed, &topo.pp()};
   Transformer model(*backend, r.model, ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp), parallel);
   model.set_recompute(parse_recompute(r.memory.recompute));
   model.init_weights(r.train.seed);
   if (!r.model_from.empty()) {
-    import_hf_tensors(*backend, model.params(), HfWeightFiles(r.model_from));
+    const HfWeightFiles weights(r.model_from);
+    check_weights_explained(weights, r.model);
+    import_hf_tensors(*backend, model.params(), weights);
     spdlog::info("initialised from {}", r.model_from);
   }
+  set_allocation_phase("the optimizer state (AdamW moments)");
   ZeroOptimizer opt(model, topo.dp(), r.parallel.zero,
                     {float(r.train.beta1), float(r.train.beta2), float(r.train.eps), float(r.train.weight_decay)},
                     {r.memory.offload_optimizer, r.memory.nvme_path, r.memory.offload_buffer_mb << 20},
@@ -108,6 +117,11 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
   const int64_t first_step = checkpoints.resume() + 1;
   std::optional<MetricsWriter> metrics;
   if (topo.is_logger()) metrics.emplace(r.logging.metrics, first_step - 1);
+  std::optional<TensorBoardWriter> tensorboard;
+  if (topo.is_logger() && !r.logging.tensorboard.empty()) {
+    tensorboard.emplace(r.logging.tensorboard, first_step - 1, describe_recipe(r));
+    metrics->also_to([&tensorboard](const nlohmann::json& record) { tensorboard->write(record); });
+  }
   LrSchedule lr{r.train.lr, r.train.min_lr, r.train.warmup, r.train.steps, r.train.schedule};
   StepShape shape{r.train.micro_batch, r.model.seq_len, r.grad_accum_steps(), float(r.train.clip)};
   std::unique_ptr<PipelineRunner> pipeline;
@@ -118,7 +132,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
   TrainStep step(model, opt, topo.dp(), lr, shape, pipeline.get(), &topo.pp());
   step.time_tensor_parallel(&tp_timed);
 
-  const PeakFlops peak = measured_peak_flops(*backend);
+  PeakFlops peak = measured_peak_flops(*backend);
   const double flops_per_token = r.model.train_flops_per_token(r.model.seq_len);
   const int world = topo.world().size();
   spdlog::info("model {} with {:.2f}M parameters; {} training tokens; {} tokens per step ({} ranks x {} x {} micro-batches)",
@@ -132,6 +146,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
                  r.parallel.dp, r.parallel.zero, m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6);
   }
 
+  set_allocation_phase("the activations and buffers of a training step");
   ProgressPrinter progress;
   StopSignals stop;
   const auto t_start = std::chrono::steady_clock::now();
@@ -146,7 +161,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
     rep.total_steps = r.train.steps;
     rep.step_seconds = std::chrono::duration<double>(t1 - t0).count();
     rep.tokens_per_s = double(r.tokens_per_step()) / rep.step_seconds;
-    rep.mfu = flops_per_token * rep.tokens_per_s / (peak.flops * world);
+    rep.mfu = peak.mfu(flops_per_token * rep.tokens_per_s / world);  // never above 1
     rep.comm_share = rep.stats.comm_wait_s / rep.step_seconds;
     rep.pipeline_idle = rep.stats.pipeline_idle_s / rep.step_seconds;
     rep.memory = opt.memory();
@@ -203,6 +218,7 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
     spdlog::info("the checkpoint is at step {}, train.steps is {}: nothing to train", first_step - 1, r.train.steps);
 
   if (!r.checkpoint.dir.empty()) {
+    set_allocation_phase("the exported model");
     // The model goes to its own subdirectory: checkpoint.dir also holds what else a run keeps
     // (metrics, and training checkpoints step-N/ once resume exists).
     const std::string model_dir = (std::filesystem::path(r.checkpoint.dir) / "model").string();
