@@ -8,6 +8,7 @@
 
 #include "bench/serve_bench.h"
 #include "ckpt/model_dir.h"
+#include "cli/backend_option.h"
 #include "cli/commands.h"
 #include "serve/http_server.h"
 #include "util/error.h"
@@ -18,13 +19,14 @@ namespace {
 struct BenchServeArgs {
   std::string url, model_dir, json_out, rate = "inf";
   ServeBenchOptions opts;
-  int threads = 0, max_num_seqs = 64, max_batched_tokens = 512;
+  BackendOptions backend;
+  int max_num_seqs = 64, max_batched_tokens = 512;
 };
 
 // Serves model_dir in this process on a free loopback port for the duration of `body`.
 template <class F>
 void with_local_server(BenchServeArgs& a, F body) {
-  auto backend = make_cpu_backend(a.threads);
+  auto backend = make_cli_backend(a.backend);
   LoadedModel m = load_model_dir(a.model_dir, *backend);
   const ModelConfig& cfg = m.model->config();
   EngineConfig ec;
@@ -106,7 +108,7 @@ Command add_bench_command(CLI::App& root, const std::vector<std::string>& argv) 
   app->add_option("--max-concurrency", a->opts.max_concurrency, "Requests in flight at most (0: unlimited)")->check(CLI::NonNegativeNumber);
   app->add_option("--seed", a->opts.seed, "Seed for prompts and arrivals");
   app->add_option("--json", a->json_out, "Write the results as JSON here");
-  app->add_option("--threads", a->threads, "With --model-dir: CPU threads for the model")->check(CLI::NonNegativeNumber);
+  add_backend_options(app, a->backend, /*with_dtype=*/true);
   app->add_option("--max-num-seqs", a->max_num_seqs, "With --model-dir: running batch limit")->check(CLI::Range(1, 4096));
   app->add_option("--max-batched-tokens", a->max_batched_tokens, "With --model-dir: tokens per step")->check(CLI::Range(1, 1 << 20));
   const std::vector<Command> others = {add_bench_train_command(*bench, argv), add_bench_kernels_command(*bench)};

@@ -7,9 +7,10 @@
 #include <fstream>
 #include <memory>
 
-#include "backend/backend.h"
+#include "backend/backend_factory.h"
 #include "bench/kernel_bench.h"
 #include "bench/train_bench.h"
+#include "cli/backend_option.h"
 #include "cli/commands.h"
 #include "util/error.h"
 
@@ -43,7 +44,8 @@ struct BenchTrainArgs {
 struct BenchKernelsArgs {
   std::string recipe, json_out;
   std::vector<std::string> overrides;
-  int repeat = 5, threads = 0;
+  int repeat = 5;
+  BackendOptions backend;
 };
 
 }  // namespace
@@ -88,11 +90,11 @@ Command add_bench_kernels_command(CLI::App& bench) {
   app->add_option("--repeat", a->repeat, "Timed calls per kernel (median reported)")->check(CLI::Range(1, 1000))->capture_default_str();
   app->add_option("--json", a->json_out, "Write the results as JSON here");
   app->add_option("--set", a->overrides, "Override a recipe value, e.g. --set model.seq_len=512 (repeatable)");
-  app->add_option("--threads", a->threads, "CPU threads (0: every core)")->check(CLI::NonNegativeNumber);
+  add_backend_options(app, a->backend, /*with_dtype=*/true);
   return {app, [a]() {
             check_json_path(a->json_out);
             const Recipe r = load_recipe(a->recipe, a->overrides);
-            auto backend = make_cpu_backend(a->threads);
+            auto backend = make_cli_backend(a->backend);
             KernelBenchOptions o;
             o.micro_batch = r.train.micro_batch;
             o.repeat = a->repeat;

@@ -29,8 +29,7 @@ Command add_plot_command(CLI::App& root);
 Command add_dashboard_command(CLI::App& root);
 Command add_doctor_command(CLI::App& root);
 
-// The backends this binary was built with ({"cpu"} or {"cpu", "cuda"}), and as "cpu, cuda".
-std::vector<std::string> built_backend_names();
+// The backends this binary was built with, as "cpu, cuda".
 std::string built_backends_text();
 
 }  // namespace llmrun::cli

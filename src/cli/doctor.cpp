@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend_check.h"
+#include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "util/atomic_dir.h"
 #include "util/error.h"
@@ -21,17 +22,9 @@
 
 namespace llmrun::cli {
 
-std::vector<std::string> built_backend_names() {
-#if LLMRUN_HAVE_CUDA
-  return {"cpu", "cuda"};
-#else
-  return {"cpu"};
-#endif
-}
-
 std::string built_backends_text() {
   std::string s;
-  for (const std::string& b : built_backend_names()) s += (s.empty() ? "" : ", ") + b;
+  for (const std::string& b : built_backends()) s += (s.empty() ? "" : ", ") + b;
   return s;
 }
 
@@ -108,12 +101,12 @@ int run_doctor(const DoctorArgs& a) {
       throw UserError("--json " + a.json_path + ": directory " + parent.string() +
                       " does not exist");
   }
-  nlohmann::json report = {{"version", LLMRUN_VERSION}, {"built_backends", built_backend_names()}};
+  nlohmann::json report = {{"version", LLMRUN_VERSION}, {"built_backends", built_backends()}};
   std::printf("llmrun %s\nbuilt backends: %s\n", LLMRUN_VERSION, built_backends_text().c_str());
   std::vector<CheckedBackend> checked;
   // The all-core CPU backend first: it reads the thread count before the reference pins one.
-  std::unique_ptr<Backend> cpu_all = a.check_cpu ? make_cpu_backend(0) : nullptr;
-  auto cpu_ref = make_cpu_backend(1);
+  std::unique_ptr<Backend> cpu_all = a.check_cpu ? make_backend(BackendKind::cpu, 0) : nullptr;
+  auto cpu_ref = make_backend(BackendKind::cpu, 1);
 
   nlohmann::json devices = nlohmann::json::array();
 #if LLMRUN_HAVE_CUDA

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ckpt/model_dir.h"
+#include "cli/backend_option.h"
 #include "cli/commands.h"
 #include "util/error.h"
 #include "util/file_io.h"
@@ -16,14 +17,14 @@ namespace {
 struct EvalArgs {
   std::string model_dir, text;
   bool json = false;
-  int threads = 0;
+  BackendOptions backend;
 };
 
 // Mean next-token cross-entropy of a text under the model: the text is cut into windows of
 // seq_len + 1 tokens overlapping by one (so every token after the first is predicted exactly
 // once, from the start of its window), each run through the training forward pass.
 int evaluate(const EvalArgs& a) {
-  auto backend = make_cpu_backend(a.threads);
+  auto backend = make_cli_backend(a.backend);
   LoadedModel m = load_model_dir(a.model_dir, *backend);
   const ModelConfig& cfg = m.model->config();
   const std::vector<int32_t> ids = m.tokenizer->encode(read_file(a.text));
@@ -67,7 +68,7 @@ Command add_eval_command(CLI::App& root) {
   app->add_option("model_dir", args->model_dir, "Hugging Face model directory")->required();
   app->add_option("--text", args->text, "Text file to score")->required();
   app->add_flag("--json", args->json, "Print {tokens, predicted, loss, perplexity} as JSON");
-  app->add_option("--threads", args->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  add_backend_options(app, args->backend, /*with_dtype=*/true);
   return {app, [args]() { return evaluate(*args); }};
 }
 

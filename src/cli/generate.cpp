@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ckpt/model_dir.h"
+#include "cli/backend_option.h"
 #include "cli/commands.h"
 #include "serve/sampler.h"
 
@@ -16,7 +17,7 @@ struct GenerateArgs {
   std::string prompt;
   int max_tokens = 64;
   SamplingParams sampling{0.0f, 0, 1.0f, 0};
-  int threads = 0;
+  BackendOptions backend;
   bool timing = false;
 };
 
@@ -26,7 +27,7 @@ double ms_since(Clock::time_point t) {
 }
 
 int generate(const GenerateArgs& a) {
-  auto backend = make_cpu_backend(a.threads);
+  auto backend = make_cli_backend(a.backend);
   LoadedModel m = load_model_dir(a.model_dir, *backend);
   const ModelConfig& cfg = m.model->config();
   std::vector<int32_t> prompt = m.tokenizer->encode_prompt(a.prompt);
@@ -47,6 +48,26 @@ int generate(const GenerateArgs& a) {
   Tensor logits = logits_buf.as(DType::f32, {cfg.vocab});
   std::vector<float> host(cfg.vocab);
   TokenSampler sampler(a.sampling);
+  // Ids past the tokenizer's vocabulary (an embedding table padded for speed) cannot be
+  // decoded: sample among the tokenizer's ids only, as `llmrun serve` does.
+  const int sample_vocab = std::min(cfg.vocab, m.tokenizer->vocab_size());
+  // Greedy decoding picks on the backend and reads back one id, not the logits row.
+  const bool greedy = a.sampling.temperature <= 0.0f;
+  Buffer argmax_buf = backend->allocate(size_t(sample_vocab) * 4 + 64);
+  const Tensor argmax_in = sample_vocab < cfg.vocab ? argmax_buf.as(DType::f32, {1, sample_vocab})
+                                                    : logits.view({1, cfg.vocab});
+  const Tensor argmax_id = argmax_buf.as(DType::i32, {1}, size_t(sample_vocab) * 4);
+  auto next_token = [&]() -> int32_t {
+    if (!greedy) {
+      backend->copy(Tensor(host.data(), DType::f32, {cfg.vocab}), logits);
+      return sampler.sample(host.data(), sample_vocab);
+    }
+    if (sample_vocab < cfg.vocab) backend->copy_cols(argmax_in, logits.view({1, cfg.vocab}), 0);
+    backend->argmax_rows(argmax_id, argmax_in);
+    int32_t id = 0;
+    backend->copy(Tensor(&id, DType::i32, {1}), argmax_id);
+    return id;
+  };
 
   std::fputs(a.prompt.c_str(), stdout);
   const auto t_prefill = Clock::now();
@@ -58,10 +79,7 @@ int generate(const GenerateArgs& a) {
   int decode_steps = 0;
   bool ended_by_eos = false;
   for (int i = 0; i < new_tokens; ++i) {
-    backend->copy(Tensor(host.data(), DType::f32, {cfg.vocab}), logits);
-    // Ids past the tokenizer's vocabulary (an embedding table padded for speed) cannot be
-    // decoded: sample among the tokenizer's ids only, as `llmrun serve` does.
-    int32_t next = sampler.sample(host.data(), std::min(cfg.vocab, m.tokenizer->vocab_size()));
+    int32_t next = next_token();
     if (next == m.tokenizer->eos_id() ||
         std::find(m.eos_token_ids.begin(), m.eos_token_ids.end(), next) != m.eos_token_ids.end()) {
       ended_by_eos = true;
@@ -106,7 +124,7 @@ Command add_generate_command(CLI::App& root) {
   app->add_option("--top-k", args->sampling.top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
   app->add_option("--top-p", args->sampling.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
   app->add_option("--seed", args->sampling.seed, "Sampling seed");
-  app->add_option("--threads", args->threads, "CPU threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  add_backend_options(app, args->backend, /*with_dtype=*/true);
   app->add_flag("--timing", args->timing, "Print prefill and per-token decode time to stderr");
   return {app, [args]() { return generate(*args); }};
 }

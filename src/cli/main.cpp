@@ -11,6 +11,7 @@
 #include <new>
 #include <vector>
 
+#include "backend/backend_factory.h"
 #include "ckpt/hf_weight_files.h"
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"

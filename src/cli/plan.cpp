@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
+#include "backend/backend_factory.h"
 #include "ckpt/convert.h"
 #include "cli/commands.h"
 #include "comm/launcher.h"
@@ -40,7 +40,7 @@ PerfAssumptions assumptions(const PlanArgs& a, int ranks) {
     p.peak_source = "--peak-flops";
     return p;
   }
-  auto backend = make_cpu_backend(threads_per_rank(ranks));
+  auto backend = make_backend(BackendKind::cpu, threads_per_rank(ranks));
   const PeakFlops peak = measured_peak_flops(*backend);
   p.peak_flops = peak.flops;
   p.peak_source = "this machine's CPU with " + std::to_string(backend->threads()) + " threads per rank (" +

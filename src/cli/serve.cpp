@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ckpt/model_dir.h"
+#include "cli/backend_option.h"
 #include "cli/commands.h"
 #include "serve/http_server.h"
 #include "util/error.h"
@@ -17,12 +18,12 @@ struct ServeArgs {
   EngineConfig engine;
   int64_t kv_cache_bytes = 0;
   int kv_blocks = 0;
-  int threads = 0;
+  BackendOptions backend;
   bool no_prefix_caching = false;
 };
 
 int serve(ServeArgs& a) {
-  auto backend = make_cpu_backend(a.threads);
+  auto backend = make_cli_backend(a.backend);
   LoadedModel m = load_model_dir(a.model_dir, *backend);
   const ModelConfig& cfg = m.model->config();
   if (m.tokenizer->vocab_size() > cfg.vocab)
@@ -90,7 +91,7 @@ Command add_serve_command(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--max-model-len", a->engine.max_model_len, "Prompt + generated tokens per sequence (default: the model's context)")
       ->check(CLI::Range(2, 1 << 24));
-  app->add_option("--threads", a->threads, "CPU threads for the model (0: all cores)")->check(CLI::NonNegativeNumber);
+  add_backend_options(app, a->backend, /*with_dtype=*/true);
   app->add_flag("--no-prefix-caching", a->no_prefix_caching, "Do not reuse KV blocks of common prompt prefixes");
   return {app, [a]() { return serve(*a); }};
 }

@@ -32,6 +32,7 @@ LaunchEnvironment detect_launch_environment() {
     e.launcher = "mpirun";
     e.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1);
     e.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", e.world_size);
+    e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
   } else if (std::getenv("PMIX_RANK") || (std::getenv("SLURM_PROCID") && std::getenv("SLURM_STEP_ID"))) {
     // srun --mpi=pmix starts each rank directly. The step's own counts come first: a step
     // may use fewer tasks than its job (SLURM_NTASKS in a batch script is the job's).
@@ -41,6 +42,7 @@ LaunchEnvironment detect_launch_environment() {
     const char* per_node = std::getenv("SLURM_STEP_TASKS_PER_NODE");
     const int here = per_node ? slurm_tasks_on_node(per_node, env_int("SLURM_NODEID", 0)) : 0;
     e.local_size = here > 0 ? here : env_int("SLURM_NTASKS_PER_NODE", e.world_size);
+    e.local_rank = env_int("SLURM_LOCALID", 0);
   }
   return e;
 }

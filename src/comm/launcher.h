@@ -11,6 +11,7 @@ struct LaunchEnvironment {
   bool under_launcher = false;  // started by mpirun/srun with a rank of its own
   int world_size = 1;
   int local_size = 1;           // ranks on this node (for threads per rank)
+  int local_rank = 0;           // this rank among them (picks its GPU)
   std::string launcher;         // "mpirun", "srun" or ""
 };
 

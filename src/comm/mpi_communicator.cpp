@@ -6,8 +6,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <thread>
+#include <vector>
 
+#include "comm/device_staging.h"
 #include "comm/rank_watchdog.h"
 #include "util/error.h"
 
@@ -89,21 +92,40 @@ int mpi_count(const Tensor& t) {
   return int(n);
 }
 
+// A device tensor's bytes in a pinned host buffer for the length of one operation: MPI
+// reads and writes host memory only. `out` marks a buffer MPI writes into, copied back to
+// the device tensor when the operation completes.
+struct Staged {
+  Tensor device;  // the caller's tensor
+  Buffer host;
+  bool out = false;
+  Tensor host_view() const {
+    Tensor t = device;
+    t.data = host.data();
+    t.device = Device::cpu;
+    return t;
+  }
+};
+
 class MpiRequest final : public CommRequest {
  public:
-  MpiRequest(MPI_Request req, std::string what, double timeout_s)
-      : req_(req), what_(std::move(what)), timeout_s_(timeout_s) {}
+  MpiRequest(MPI_Request req, std::string what, double timeout_s, std::vector<Staged> staged,
+             std::shared_ptr<PinnedPool> pool)
+      : req_(req), what_(std::move(what)), timeout_s_(timeout_s), staged_(std::move(staged)), pool_(std::move(pool)) {}
   ~MpiRequest() override {
     // While an error unwinds, waiting would only time out (the peers may wait on this
     // rank) and replace the error with a timeout; the job is about to be aborted anyway.
-    if (req_ != MPI_REQUEST_NULL && std::uncaught_exceptions() == 0) wait();
+    if ((req_ != MPI_REQUEST_NULL || !staged_.empty()) && std::uncaught_exceptions() == 0) wait();
   }
 
   bool test() override {
-    if (req_ == MPI_REQUEST_NULL) return true;
-    int done = 0;
-    if (MPI_Test(&req_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) fail("failed (a peer rank died?)");
-    return done != 0;
+    if (req_ != MPI_REQUEST_NULL) {
+      int done = 0;
+      if (MPI_Test(&req_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) fail("failed (a peer rank died?)");
+      if (!done) return false;
+    }
+    unstage();
+    return true;
   }
 
   void wait() override {
@@ -124,9 +146,20 @@ class MpiRequest final : public CommRequest {
     MpiRuntime::abort_all("rank " + std::to_string(rank) + ": " + what_ + " " + how);
     std::abort();
   }
+  // The operation is complete: results go back to the device, staging buffers to the pool.
+  void unstage() {
+    if (staged_.empty()) return;
+    Backend& be = *comm_backend();
+    for (Staged& st : staged_)
+      if (st.out) be.copy(st.device, st.host_view());
+    for (Staged& st : staged_) pool_->release(std::move(st.host));
+    staged_.clear();
+  }
   MPI_Request req_;
   std::string what_;
   double timeout_s_;
+  std::vector<Staged> staged_;
+  std::shared_ptr<PinnedPool> pool_;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -147,13 +180,23 @@ class MpiCommunicator final : public Communicator {
   double timeout_s() const { return timeout_s_; }
 
   std::unique_ptr<CommRequest> iall_reduce(Tensor buf, ReduceOp op) override {
+    std::vector<Staged> st;
+    const Tensor h = stage(st, buf, true, true);
     MPI_Request r;
-    check(MPI_Iallreduce(MPI_IN_PLACE, buf.data, mpi_count(buf), mpi_type(buf.dtype), mpi_op(op), comm_, &r),
-          "all_reduce");
-    return request(r, "all_reduce");
+    check(MPI_Iallreduce(MPI_IN_PLACE, h.data, mpi_count(h), mpi_type(h.dtype), mpi_op(op), comm_, &r), "all_reduce");
+    return request(r, "all_reduce", std::move(st));
   }
   std::unique_ptr<CommRequest> ireduce_scatter(const Tensor& in, Tensor out) override {
     LLMRUN_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: input must be size x output");
+    std::vector<Staged> st;
+    if (on_device(in) || on_device(out)) {
+      // Separate host buffers: the staged form is never in place.
+      const Tensor hi = stage(st, in, true, false), ho = stage(st, out, false, true);
+      MPI_Request r;
+      check(MPI_Ireduce_scatter_block(hi.data, ho.data, mpi_count(ho), mpi_type(ho.dtype), MPI_SUM, comm_, &r),
+            "reduce_scatter");
+      return request(r, "reduce_scatter", std::move(st));
+    }
     MPI_Request r;
     const void* send = in.data == out.data ? MPI_IN_PLACE : in.data;
     check(MPI_Ireduce_scatter_block(send, out.data, mpi_count(out), mpi_type(out.dtype), MPI_SUM, comm_, &r),
@@ -162,6 +205,15 @@ class MpiCommunicator final : public Communicator {
   }
   std::unique_ptr<CommRequest> iall_gather(const Tensor& in, Tensor out) override {
     LLMRUN_CHECK(out.bytes() == in.bytes() * size_t(size_), "all_gather: output must be size x input");
+    std::vector<Staged> st;
+    if (on_device(in) || on_device(out)) {
+      const Tensor hi = stage(st, in, true, false), ho = stage(st, out, false, true);
+      MPI_Request r;
+      check(MPI_Iallgather(hi.data, mpi_count(hi), mpi_type(hi.dtype), ho.data, mpi_count(hi), mpi_type(hi.dtype),
+                           comm_, &r),
+            "all_gather");
+      return request(r, "all_gather", std::move(st));
+    }
     const bool in_place = static_cast<const char*>(in.data) == static_cast<char*>(out.data) + in.bytes() * rank_;
     MPI_Request r;
     check(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, mpi_count(in), mpi_type(in.dtype), out.data,
@@ -170,19 +222,25 @@ class MpiCommunicator final : public Communicator {
     return request(r, "all_gather");
   }
   std::unique_ptr<CommRequest> ibroadcast(Tensor buf, int root) override {
+    std::vector<Staged> st;
+    const Tensor h = stage(st, buf, rank_ == root, true);
     MPI_Request r;
-    check(MPI_Ibcast(buf.data, mpi_count(buf), mpi_type(buf.dtype), root, comm_, &r), "broadcast");
-    return request(r, "broadcast");
+    check(MPI_Ibcast(h.data, mpi_count(h), mpi_type(h.dtype), root, comm_, &r), "broadcast");
+    return request(r, "broadcast", std::move(st));
   }
   std::unique_ptr<CommRequest> isend(const Tensor& buf, int peer, int tag) override {
+    std::vector<Staged> st;
+    const Tensor h = stage(st, buf, true, false);
     MPI_Request r;
-    check(MPI_Isend(buf.data, mpi_count(buf), mpi_type(buf.dtype), peer, tag, comm_, &r), "send");
-    return request(r, "send to rank " + std::to_string(peer));
+    check(MPI_Isend(h.data, mpi_count(h), mpi_type(h.dtype), peer, tag, comm_, &r), "send");
+    return request(r, "send to rank " + std::to_string(peer), std::move(st));
   }
   std::unique_ptr<CommRequest> irecv(Tensor buf, int peer, int tag) override {
+    std::vector<Staged> st;
+    const Tensor h = stage(st, buf, false, true);
     MPI_Request r;
-    check(MPI_Irecv(buf.data, mpi_count(buf), mpi_type(buf.dtype), peer, tag, comm_, &r), "recv");
-    return request(r, "recv from rank " + std::to_string(peer));
+    check(MPI_Irecv(h.data, mpi_count(h), mpi_type(h.dtype), peer, tag, comm_, &r), "recv");
+    return request(r, "recv from rank " + std::to_string(peer), std::move(st));
   }
   void barrier() override {
     MPI_Request r;
@@ -198,8 +256,24 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  std::unique_ptr<CommRequest> request(MPI_Request r, const std::string& op) {
-    return std::make_unique<MpiRequest>(r, op + " on the " + name_ + " group", timeout_s_);
+  std::unique_ptr<CommRequest> request(MPI_Request r, const std::string& op, std::vector<Staged> staged = {}) {
+    return std::make_unique<MpiRequest>(r, op + " on the " + name_ + " group", timeout_s_, std::move(staged), pool_);
+  }
+  static bool on_device(const Tensor& t) { return t.device != Device::cpu && t.numel() > 0; }
+  // The host tensor MPI works on: `t` itself when it is host memory, else a pinned copy
+  // (filled from the device when `in`; copied back on completion when `out`).
+  Tensor stage(std::vector<Staged>& st, const Tensor& t, bool in, bool out) {
+    if (!on_device(t)) return t;
+    Backend* be = comm_backend();
+    LLMRUN_CHECK(be != nullptr, "a device tensor reached the " + name_ + " group with no staging backend registered");
+    Staged s{t, pool_->acquire(*be, t.bytes()), out};
+    const Tensor h = s.host_view();
+    if (in) {
+      be->copy(h, t);
+      be->synchronize();  // the bytes must be on the host before MPI reads them
+    }
+    st.push_back(std::move(s));
+    return h;
   }
   void check(int rc, const char* op) const {
     if (rc != MPI_SUCCESS) {
@@ -216,6 +290,7 @@ class MpiCommunicator final : public Communicator {
   double timeout_s_;
   bool owned_;
   int rank_ = 0, size_ = 1;
+  std::shared_ptr<PinnedPool> pool_ = std::make_shared<PinnedPool>();
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #pragma once
-// Communicators over MPI (Open MPI) for host buffers.
+// Communicators over MPI (Open MPI). Device tensors are staged through pinned host buffers
+// (comm/device_staging.h).
 #include <memory>
 #include <string>
 

@@ -1,6 +1,7 @@
 #include <cstring>
 
 #include "comm/communicator.h"
+#include "comm/device_staging.h"
 #include "util/error.h"
 
 namespace llmrun {
@@ -33,7 +34,14 @@ class SelfCommunicator final : public Communicator {
   static std::unique_ptr<CommRequest> done() { return std::make_unique<DoneRequest>(); }
   static std::unique_ptr<CommRequest> copy(const Tensor& in, Tensor out) {
     LLMRUN_CHECK(in.bytes() == out.bytes(), "self collective: sizes differ");
-    if (in.data != out.data) std::memmove(out.data, in.data, in.bytes());
+    if (in.data == out.data) return done();
+    if (in.device == Device::cpu && out.device == Device::cpu) {
+      std::memmove(out.data, in.data, in.bytes());
+    } else {
+      Backend* be = comm_backend();
+      LLMRUN_CHECK(be != nullptr, "a device tensor reached a single-rank group with no staging backend registered");
+      be->copy(out, in);
+    }
     return done();
   }
   [[noreturn]] void no_peer() const {

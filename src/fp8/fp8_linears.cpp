@@ -56,10 +56,6 @@ Fp8Linears::Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend
       compute_(recipe.amax_compute == "most_recent" ? AmaxCompute::most_recent : AmaxCompute::max),
       layers_(cfg.layers),
       be_(be) {
-  if (be.device() != Device::cpu)
-    throw UserError(
-        "precision.fp8: the " + be.name() +
-        " backend has no FP8 GEMMs in this build; the FP8 emulation runs on the cpu backend");
   for (const std::string& name : recipe.skip)
     for (int k = 0; k < kLinearKinds; ++k)
       if (name == linear_kind_name(LinearKind(k))) skip_[k] = true;
@@ -97,12 +93,26 @@ int Fp8Linears::first_tensor(LinearSite site) const {
 }
 
 Tensor Fp8Linears::cast(const Tensor& x, TensorState& t, int slot, bool record) {
-  LLMRUN_CHECK(x.dtype == DType::f32 && x.device == Device::cpu,
-               "FP8 emulation casts host f32 tensors");
+  LLMRUN_CHECK(x.dtype == DType::f32, "FP8 emulation casts f32 tensors");
   if (scratch_[slot].bytes() < x.bytes()) scratch_[slot] = be_.allocate(x.bytes());
   Tensor q = x;
   q.data = scratch_[slot].data();
-  const Fp8CastStats st = fp8_round_trip(x.f32(), q.f32(), x.numel(), t.scaling.scale(), t.format);
+  q.device = scratch_[slot].device();
+  Fp8CastStats st;
+  if (x.device == Device::cpu && q.device == Device::cpu) {
+    st = fp8_round_trip(x.f32(), q.f32(), x.numel(), t.scaling.scale(), t.format);
+  } else {
+    // Device memory: the emulation runs on host copies (correct, not fast; FP8 GEMMs on a
+    // device are their own work).
+    std::vector<float>& in = host_in_[slot];
+    std::vector<float>& out = host_out_[slot];
+    in.resize(size_t(x.numel()));
+    out.resize(size_t(x.numel()));
+    const Tensor hin(in.data(), DType::f32, {x.numel()}), hout(out.data(), DType::f32, {x.numel()});
+    be_.copy(hin, x.view({x.numel()}));
+    st = fp8_round_trip(in.data(), out.data(), x.numel(), t.scaling.scale(), t.format);
+    be_.copy(q.view({q.numel()}), hout);
+  }
   if (record) {
     t.scaling.record(st.amax);
     t.counts.overflows += st.overflows;

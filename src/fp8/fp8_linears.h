@@ -102,6 +102,7 @@ class Fp8Linears final : public LinearRunner {
   bool recording_ = false;
   Backend& be_;
   Buffer scratch_[3];
+  std::vector<float> host_in_[3], host_out_[3];  // staging when the tensors are in device memory
 };
 
 }  // namespace llmrun

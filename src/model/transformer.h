@@ -92,15 +92,16 @@ class Transformer {
   void forward_cached(const int32_t* tokens, int n, KvCache& cache, Tensor last_logits);
 
   // Serving: one step over a flattened batch of n tokens from many sequences (chunked
-  // prefills and decodes mixed), each with its own position. attention(layer, qkv, attn) is
-  // the attention core of every layer: the caller owns the KV cache (a paged pool). Only the
-  // rows logit_rows[0 .. n_logits) go through the final norm and head, into logits
-  // [n_logits, vocab]. The same block_forward as training runs; the buffers are one inference
+  // prefills and decodes mixed), each with its own position: ids and positions i32 [n] on the
+  // backend (the caller checked the positions). attention(layer, qkv, attn) is the attention
+  // core of every layer: the caller owns the KV cache (a paged pool). Only the rows
+  // logit_rows (i32 [n_logits] on the backend) go through the final norm and head, into
+  // logits [n_logits, vocab]. The same block_forward as training runs; the buffers are one inference
   // set (no backward state) sized by reserve_batch and shared by all layers.
   using LayerAttention = std::function<void(int layer, const Tensor& qkv, Tensor attn)>;
   void reserve_batch(int max_tokens, int max_logit_rows);
-  void forward_batch(const int32_t* tokens, const int32_t* positions, int n, const LayerAttention& attention,
-                     const int32_t* logit_rows, int n_logits, Tensor logits);
+  void forward_batch(const Tensor& ids, const Tensor& positions, const LayerAttention& attention,
+                     const Tensor& logit_rows, Tensor logits);
 
   // Pipeline parallelism: one micro-batch through blocks [begin, end) of this rank (a model
   // chunk) as a unit of the schedule. Each unit in flight has its own activation buffers (a
@@ -198,7 +199,7 @@ class Transformer {
     std::vector<Buffer> arena;
     Tensor resid[2];  // ping-pong residual stream [max_tokens, d]
     BlockActivations layer;  // intermediates shared by every layer
-    Tensor ids, positions, logit_rows, gathered, norm, mean, rstd;
+    Tensor gathered, norm, mean, rstd;
   } batch_plan_;
 };
 

@@ -18,9 +18,6 @@ void Transformer::reserve_batch(int max_tokens, int max_logit_rows) {
   p.resid[0] = alloc(DType::f32, {n, d});
   p.resid[1] = alloc(DType::f32, {n, d});
   p.layer = allocate_block_activations(cfg_, n, alloc);
-  p.ids = alloc(DType::i32, {n});
-  p.positions = alloc(DType::i32, {n});
-  p.logit_rows = alloc(DType::i32, {max_logit_rows});
   p.gathered = alloc(DType::f32, {max_logit_rows, d});
   p.norm = alloc(DType::f32, {max_logit_rows, d});
   p.mean = alloc(DType::f32, {max_logit_rows});
@@ -29,21 +26,17 @@ void Transformer::reserve_batch(int max_tokens, int max_logit_rows) {
   p.max_logit_rows = max_logit_rows;
 }
 
-void Transformer::forward_batch(const int32_t* tokens, const int32_t* positions, int n,
-                                const LayerAttention& attention, const int32_t* logit_rows, int n_logits,
-                                Tensor logits) {
+void Transformer::forward_batch(const Tensor& ids, const Tensor& pos, const LayerAttention& attention,
+                                const Tensor& logit_rows, Tensor logits) {
   BatchPlan& p = batch_plan_;
+  const int n = static_cast<int>(ids.numel()), n_logits = static_cast<int>(logit_rows.numel());
+  LLMRUN_CHECK(ids.dtype == DType::i32 && pos.dtype == DType::i32 && pos.numel() == n &&
+                   logit_rows.dtype == DType::i32,
+               "forward_batch: ids, positions and logit_rows are i32, positions one per id");
   LLMRUN_CHECK(n > 0 && n <= p.max_tokens && n_logits >= 0 && n_logits <= p.max_logit_rows,
                "forward_batch: " + std::to_string(n) + " tokens / " + std::to_string(n_logits) +
                    " logit rows exceed reserve_batch");
   LLMRUN_CHECK(logits.rows() == n_logits && logits.cols() == cfg_.vocab, "forward_batch: logits " + logits.shape_str());
-  for (int i = 0; i < n; ++i)
-    LLMRUN_CHECK(positions[i] >= 0 && (cfg_.arch != Arch::gpt2 || positions[i] < cfg_.seq_len),
-                 "forward_batch: position " + std::to_string(positions[i]) + " outside the model's context");
-  Tensor ids = p.ids.slice(0, n), pos = p.positions.slice(0, n);
-  upload_ids(ids, tokens, n);
-  upload_ids(pos, positions, n);
-
   embed(p.resid[0].slice(0, n), ids, pos);
 
   BlockActivations a = first_rows(p.layer, n);
@@ -55,10 +48,8 @@ void Transformer::forward_batch(const int32_t* tokens, const int32_t* positions,
   }
   if (n_logits == 0) return;
   // Gather the rows that need logits (an embedding lookup over the residual stream).
-  Tensor rows = p.logit_rows.slice(0, n_logits);
-  upload_ids(rows, logit_rows, n_logits);
   Tensor gathered = p.gathered.slice(0, n_logits), norm = p.norm.slice(0, n_logits);
-  be_.embedding_fwd(gathered, rows, p.resid[cfg_.layers % 2].slice(0, n), false);
+  be_.embedding_fwd(gathered, logit_rows, p.resid[cfg_.layers % 2].slice(0, n), false);
   head_forward(gathered, norm, p.mean.slice(0, n_logits), p.rstd.slice(0, n_logits), logits);
 }
 

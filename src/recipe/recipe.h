@@ -55,7 +55,7 @@ struct Fp8Section {
 };
 
 struct PrecisionSection {
-  std::string compute = "fp32";
+  std::string compute = "fp32";  // fp32 | bf16 (GEMM operands rounded to bf16, fp32 accumulation)
   Fp8Section fp8;
 };
 
@@ -100,6 +100,7 @@ struct LaunchSection {
   int nproc = 1;  // ranks; under mpirun/srun, the world size it was given
   std::vector<std::string> mpirun_args;
   double timeout_s = 300;  // a collective waiting longer aborts every rank
+  std::string backend = "auto";  // auto (CUDA when built and a device is visible) | cpu | cuda
 };
 
 struct Recipe {

@@ -176,7 +176,8 @@ std::string describe_recipe(const Recipe& r) {
     << "\n";
   if (!r.memory.nvme_path.empty()) o << "    nvme_path: " << str(r.memory.nvme_path) << "\n";
   o << "    buffer_mb: " << r.memory.offload_buffer_mb << "\n";
-  o << "launch:\n  nproc: " << r.launch.nproc << "\n  timeout_s: " << num(r.launch.timeout_s)
+  o << "launch:\n  nproc: " << r.launch.nproc << "\n  backend: " << r.launch.backend
+    << "\n  timeout_s: " << num(r.launch.timeout_s)
     << "\n  mpirun_args: [";
   for (size_t i = 0; i < r.launch.mpirun_args.size(); ++i) o << (i ? ", " : "") << str(r.launch.mpirun_args[i]);
   o << "]\n";

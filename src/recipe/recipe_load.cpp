@@ -280,10 +280,8 @@ void read_rest(const MapReader& top, Locator& loc, const fs::path& base, Recipe&
   const MapReader p(top.node("precision"), "precision", loc, {"compute", "fp8"});
   r.precision.compute = p.string("compute").value_or("fp32");
   recipe_detail::read_fp8(p, loc, r.precision.fp8);
-  if (r.precision.compute != "fp32") {
-    loc.fail("precision.compute",
-             "'" + r.precision.compute + "' is not supported: the CPU backend computes in fp32");
-  }
+  if (r.precision.compute != "fp32" && r.precision.compute != "bf16")
+    loc.fail("precision.compute", "'" + r.precision.compute + "' is not one of fp32, bf16");
   const MapReader c(top.node("checkpoint"), "checkpoint", loc, {"dir", "every", "keep", "resume", "async"});
   r.checkpoint.dir = resolve(c.string("dir", true).value_or(""), "checkpoint.dir", base, loc);
   r.checkpoint.every = c.integer("every", 0, INT64_MAX).value_or(r.checkpoint.every);

@@ -51,10 +51,13 @@ void read_memory(const MapReader& top, Locator& loc, const std::filesystem::path
 
 void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::path& base, Recipe& r) {
   read_memory(top, loc, base, r);
-  const MapReader l(top.node("launch"), "launch", loc, {"nproc", "mpirun_args", "timeout_s"});
+  const MapReader l(top.node("launch"), "launch", loc, {"nproc", "mpirun_args", "timeout_s", "backend"});
   r.launch.nproc = int(l.integer("nproc", 1, 1 << 20).value_or(1));
   r.launch.timeout_s = l.number("timeout_s").value_or(r.launch.timeout_s);
   if (r.launch.timeout_s <= 0) loc.fail("launch.timeout_s", "must be positive (seconds)");
+  r.launch.backend = l.string("backend").value_or(r.launch.backend);
+  if (r.launch.backend != "auto" && r.launch.backend != "cpu" && r.launch.backend != "cuda")
+    loc.fail("launch.backend", "'" + r.launch.backend + "' is not one of auto, cpu, cuda");
   if (l.has("mpirun_args")) {
     const YAML::Node args = l.node("mpirun_args");
     if (!args.IsSequence()) loc.fail("launch.mpirun_args", "expected a list of strings, got " + show(args));

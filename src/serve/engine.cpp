@@ -25,22 +25,15 @@ int kv_blocks_for_bytes(const ModelConfig& cfg, int block_size, int64_t bytes) {
 Engine::Engine(Transformer& model, const Tokenizer& tok, const EngineConfig& cfg)
     : model_(model), tok_(tok), cfg_(cfg), kv_(cfg.num_blocks, cfg.block_size, cfg.prefix_caching),
       scheduler_(kv_, {cfg.max_num_seqs, cfg.max_batched_tokens}) {
-  const ModelConfig& mc = model_.config();
   // One sequence alone must always fit, or preemption could never make room for it.
   if (int64_t(cfg_.num_blocks) * cfg_.block_size < cfg_.max_model_len)
     throw UserError("the KV cache holds " + std::to_string(int64_t(cfg_.num_blocks) * cfg_.block_size) +
                     " tokens, less than --max-model-len " + std::to_string(cfg_.max_model_len) +
                     ": raise --kv-blocks/--kv-cache-bytes or lower --max-model-len");
-  Backend& be = model_.backend();
-  const int64_t kv_cols = int64_t(mc.kv_heads) * mc.head_dim();
-  const size_t pool_bytes = size_t(cfg_.num_blocks) * cfg_.block_size * kv_cols * 4;
-  for (int l = 0; l < mc.layers; ++l) {
-    k_pool_.push_back(be.allocate(pool_bytes));
-    v_pool_.push_back(be.allocate(pool_bytes));
-  }
-  q_buf_ = be.allocate(size_t(cfg_.max_batched_tokens) * mc.heads * mc.head_dim() * 4);
-  logits_buf_ = be.allocate(size_t(cfg_.max_num_seqs) * mc.vocab * 4);
-  model_.reserve_batch(cfg_.max_batched_tokens, cfg_.max_num_seqs);
+  runner_ = std::make_unique<ModelRunner>(
+      model_, ModelRunnerLimits{cfg_.max_batched_tokens, cfg_.max_num_seqs, cfg_.max_model_len, cfg_.block_size,
+                                cfg_.num_blocks},
+      tok_.vocab_size());
   stats_.kv_blocks = cfg_.num_blocks;
   thread_ = std::thread([this] { loop(); });
 }
@@ -166,71 +159,66 @@ void Engine::loop() {
   inbox_.clear();
 }
 
+namespace {
+// Whether sampling this sequence's next token needs its whole logits row on the host; the
+// rest are greedy and take the backend's argmax.
+bool needs_distribution(const GenerationParams& p) {
+  return p.sampling.temperature > 0.0f || p.logprobs >= 0 || p.presence_penalty != 0 || p.frequency_penalty != 0 ||
+         p.repetition_penalty != 1 || !p.logit_bias.empty();
+}
+}  // namespace
+
 void Engine::step(const std::vector<ScheduledChunk>& chunks) {
-  const ModelConfig& mc = model_.config();
-  Backend& be = model_.backend();
+  const int V = model_.config().vocab;
   const int S = static_cast<int>(chunks.size()), bs = cfg_.block_size;
-  int max_blocks = 1;
-  for (const auto& c : chunks) max_blocks = std::max(max_blocks, static_cast<int>(c.seq->kv.blocks.size()));
-  std::vector<int32_t> tokens, positions, slots, starts(S + 1, 0), lens(S), tables(size_t(S) * max_blocks, 0), rows;
+  BatchInput in;
+  for (const auto& c : chunks) in.max_blocks = std::max(in.max_blocks, static_cast<int>(c.seq->kv.blocks.size()));
+  in.query_starts.assign(size_t(S) + 1, 0);
+  in.context_lens.resize(size_t(S));
+  in.block_tables.assign(size_t(S) * in.max_blocks, 0);
   std::vector<Sequence*> samplers;
   for (int s = 0; s < S; ++s) {
     const ScheduledChunk& c = chunks[s];
     for (int p = c.start; p < c.start + c.n; ++p) {
-      tokens.push_back(c.seq->tokens[p]);
-      positions.push_back(p);
-      slots.push_back(c.seq->kv.blocks[p / bs] * bs + p % bs);
+      in.tokens.push_back(c.seq->tokens[p]);
+      in.positions.push_back(p);
+      in.slots.push_back(c.seq->kv.blocks[p / bs] * bs + p % bs);
     }
-    starts[s + 1] = starts[s] + c.n;
-    lens[s] = c.start + c.n;
-    std::copy(c.seq->kv.blocks.begin(), c.seq->kv.blocks.end(), tables.begin() + size_t(s) * max_blocks);
+    in.query_starts[s + 1] = in.query_starts[s] + c.n;
+    in.context_lens[s] = c.start + c.n;
+    std::copy(c.seq->kv.blocks.begin(), c.seq->kv.blocks.end(), in.block_tables.begin() + size_t(s) * in.max_blocks);
     if (c.samples) {
-      rows.push_back(starts[s + 1] - 1);
+      in.logit_rows.push_back(in.query_starts[s + 1] - 1);
       samplers.push_back(c.seq);
     }
   }
-  const int T = starts[S];
-  // The step's metadata, on the backend (host memory for the CPU backend).
-  Buffer meta = be.allocate((size_t(T) + S + 1 + S + tables.size()) * 4);
-  size_t off = 0;
-  auto upload = [&](const std::vector<int32_t>& v, std::initializer_list<int64_t> dims) {
-    Tensor t = meta.as(DType::i32, dims, off * 4);
-    be.copy(t, Tensor(const_cast<int32_t*>(v.data()), DType::i32, {int64_t(v.size())}).view(dims));
-    off += v.size();
-    return t;
-  };
-  const Tensor slots_t = upload(slots, {T}), starts_t = upload(starts, {S + 1}), lens_t = upload(lens, {S}),
-               tables_t = upload(tables, {S, max_blocks});
-
-  const int hd = mc.head_dim();
-  const int64_t kv_cols = int64_t(mc.kv_heads) * hd, q_cols = int64_t(mc.heads) * hd;
-  const int64_t pool_rows = int64_t(cfg_.num_blocks) * bs;
-  Tensor q = q_buf_.as(DType::f32, {T, q_cols});
-  auto attention = [&](int layer, const Tensor& qkv, Tensor attn) {
-    Tensor kp = k_pool_[layer].as(DType::f32, {pool_rows, kv_cols});
-    Tensor vp = v_pool_[layer].as(DType::f32, {pool_rows, kv_cols});
-    be.scatter_rows(kp, qkv, slots_t, q_cols);
-    be.scatter_rows(vp, qkv, slots_t, q_cols + kv_cols);
-    be.copy_cols(q, qkv, 0);
-    be.paged_attention(attn, q, kp, vp, tables_t, starts_t, lens_t, bs, mc.heads, mc.kv_heads, hd);
-  };
-  const int R = static_cast<int>(rows.size());
-  Tensor logits = logits_buf_.as(DType::f32, {std::max(R, 1), mc.vocab}).slice(0, R);
-  model_.forward_batch(tokens.data(), positions.data(), T, attention, rows.data(), R, logits);
-  std::vector<float> host(size_t(R) * mc.vocab);
-  if (R > 0) be.copy(Tensor(host.data(), DType::f32, {R, mc.vocab}), logits);
+  runner_->execute(in);
   ++steps_;
 
   for (const auto& c : chunks) {
     c.seq->computed = c.start + c.n;
     kv_.publish(c.seq->kv, c.seq->tokens, c.seq->computed);
   }
-  for (int r = 0; r < R; ++r) sample_and_report(*samplers[r], host.data() + size_t(r) * mc.vocab);
+  const int R = static_cast<int>(samplers.size());
+  bool any_greedy = false;
+  for (const Sequence* s : samplers) any_greedy = any_greedy || !needs_distribution(s->params);
+  const std::vector<int32_t> greedy = any_greedy ? runner_->argmax_rows() : std::vector<int32_t>(size_t(R), -1);
+  std::vector<float> row;
+  for (int r = 0; r < R; ++r) {
+    if (!needs_distribution(samplers[r]->params)) {
+      sample_and_report(*samplers[r], nullptr, greedy[size_t(r)]);
+      continue;
+    }
+    row.resize(size_t(V));
+    runner_->copy_row(r, row.data());
+    sample_and_report(*samplers[r], row.data(), -1);
+  }
 }
 
-void Engine::sample_and_report(Sequence& s, const float* logits) {
+void Engine::sample_and_report(Sequence& s, const float* logits, int32_t greedy) {
   const int V = model_.config().vocab;
   const GenerationParams& p = s.params;
+  if (!logits) return report_token(s, greedy, nullptr);
   // Rows past the tokenizer's vocabulary (a padded embedding table) can never be emitted.
   std::vector<float> masked;
   const float* raw = logits;
@@ -259,11 +247,16 @@ void Engine::sample_and_report(Sequence& s, const float* logits) {
       if (t >= 0 && t < V) work[t] += b;
     use = work.data();
   }
-  const int32_t token = s.sampler->sample(use, V);
+  report_token(s, s.sampler->sample(use, V), raw);
+}
 
+void Engine::report_token(Sequence& s, int32_t token, const float* raw) {
+  const int V = model_.config().vocab;
+  const GenerationParams& p = s.params;
   SequenceEvent ev;
   ev.token_ids = {token};
   if (p.logprobs >= 0) {
+    LLMRUN_CHECK(raw != nullptr, "logprobs need the logits row");
     double mx = -INFINITY, sum = 0;
     for (int v = 0; v < V; ++v) mx = std::max(mx, double(raw[v]));
     for (int v = 0; v < V; ++v) sum += std::exp(double(raw[v]) - mx);

@@ -1,8 +1,9 @@
 #pragma once
-// The serving engine: one loop thread runs model steps over a flattened batch of every
-// scheduled sequence (paged KV cache in one shared pool), samples each finished row with its
-// own seeded sampler and reports text to the request's sink. Other threads only submit and
-// abort; both are queued and picked up between steps.
+// The serving engine: one loop thread schedules steps over a flattened batch of every
+// scheduled sequence, has the ModelRunner (serve/model_runner.h: device buffers, paged KV
+// pool, forward, logits) run them, samples each finished row with its own seeded sampler and
+// reports text to the request's sink. Other threads only submit and abort; both are queued
+// and picked up between steps.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include "model/transformer.h"
 #include "serve/kv_block_manager.h"
 #include "serve/metrics.h"
+#include "serve/model_runner.h"
 #include "serve/scheduler.h"
 
 namespace llmrun {
@@ -62,7 +64,12 @@ class Engine {
   void loop();
   void take_inbox();
   void step(const std::vector<ScheduledChunk>& chunks);
-  void sample_and_report(Sequence& s, const float* logits);
+  // logits: the row's full distribution (host), or null for a greedy row whose token the
+  // backend's argmax already picked (`greedy`).
+  void sample_and_report(Sequence& s, const float* logits, int32_t greedy);
+  // Appends the token, reports it (with logprobs from `raw`, the row's unpenalised logits)
+  // and finishes the sequence on a stop or its length.
+  void report_token(Sequence& s, int32_t token, const float* raw);
   void finish(Sequence& s, SequenceEvent& ev, const std::string& reason);
   void erase_finished();
   void publish_stats();
@@ -72,8 +79,7 @@ class Engine {
   EngineConfig cfg_;
   KvBlockManager kv_;
   Scheduler scheduler_;
-  std::vector<Buffer> k_pool_, v_pool_;  // per layer [num_blocks * block_size, kv_cols]
-  Buffer q_buf_, logits_buf_;
+  std::unique_ptr<ModelRunner> runner_;
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // engine thread only
   ServingMetrics metrics_;
   std::vector<uint64_t> finished_;  // erased from seqs_ once no step holds pointers to them

@@ -42,6 +42,12 @@ void pwrite_all(int fd, const void* src, size_t bytes, off_t at, const std::stri
 ShardStore::ShardStore(Backend& be, std::string name, const std::vector<int64_t>& shard_numel, int arrays,
                        const ShardOffload& where, int rank)
     : be_(be), name_(std::move(name)), shard_(shard_numel), arrays_(arrays), where_(where) {
+  const int64_t largest = shard_.empty() ? 1 : std::max<int64_t>(1, *std::max_element(shard_.begin(), shard_.end()));
+  if (be.device() != Device::cpu && where_.kind != "none") {
+    // The backend computes on its own memory only: chunks of host-held arrays visit it.
+    device_chunk_ = std::min(largest, std::max<int64_t>(1024, where_.buffer_bytes / (2 * arrays_ * 4)));
+    for (int a = 0; a < arrays_; ++a) device_slot_.push_back(be.allocate(size_t(device_chunk_) * 4));
+  }
   if (in_memory()) {
     for (int64_t n : shard_) {
       auto& bucket = mem_.emplace_back();
@@ -86,7 +92,7 @@ Tensor ShardStore::array(int b, int a) const { return mem_[b][a].as(DType::f32, 
 int64_t ShardStore::max_chunk() const {
   int64_t n = 0;
   for (int64_t s : shard_) n = std::max(n, in_memory() ? s : std::min(s, chunk_));
-  return n;
+  return device_chunk_ > 0 ? std::min(n, device_chunk_) : n;
 }
 
 size_t ShardStore::resident_bytes() const {
@@ -128,13 +134,28 @@ void ShardStore::write_chunk(int b, int64_t offset, int64_t len, const std::vect
     pwrite_all(fds_[b], slot[a].data(), size_t(len) * 4, off_t(a * shard_[b] + offset) * 4, file(b));
 }
 
+void ShardStore::run_chunk(int64_t offset, const std::vector<Tensor>& host_chunk, const ChunkFn& fn) {
+  if (device_chunk_ == 0 || host_chunk.empty() || host_chunk[0].device != Device::cpu) return fn(offset, host_chunk);
+  const int64_t n = host_chunk[0].numel();
+  std::vector<Tensor> dev(host_chunk.size());
+  for (int64_t at = 0; at < n; at += device_chunk_) {
+    const int64_t len = std::min(device_chunk_, n - at);
+    for (size_t a = 0; a < host_chunk.size(); ++a) {
+      dev[a] = device_slot_[a].as(DType::f32, {len});
+      be_.copy(dev[a], host_chunk[a].flat(at, len));
+    }
+    fn(offset + at, dev);
+    for (size_t a = 0; a < host_chunk.size(); ++a) be_.copy(host_chunk[a].flat(at, len), dev[a]);
+  }
+}
+
 void ShardStore::for_each_chunk(int b, int64_t begin, int64_t end, const ChunkFn& fn) {
   LLMRUN_CHECK(0 <= begin && begin <= end && end <= shard_[b], "chunk range outside the shard");
   if (begin == end) return;
   std::vector<Tensor> chunk(static_cast<size_t>(arrays_));
   if (in_memory()) {
     for (int a = 0; a < arrays_; ++a) chunk[a] = array(b, a).flat(begin, end - begin);
-    fn(begin, chunk);
+    run_chunk(begin, chunk, fn);
     return;
   }
   std::future<void> reading, writing;
@@ -152,7 +173,7 @@ void ShardStore::for_each_chunk(int b, int64_t begin, int64_t end, const ChunkFn
     }
     const int64_t len = len_at(off);
     for (int a = 0; a < arrays_; ++a) chunk[a] = slots_[cur][a].as(DType::f32, {len});
-    fn(off, chunk);
+    run_chunk(off, chunk, fn);
     if (writing.valid()) writing.get();
     writing = std::async(std::launch::async, [this, b, off, len, cur] { write_chunk(b, off, len, slots_[cur]); });
   }

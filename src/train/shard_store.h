@@ -31,7 +31,9 @@ class ShardStore {
   // fn(offset, chunk) over consecutive chunks of elements [begin, end) of bucket b's shard;
   // chunk[a] is array a from `offset` on. One chunk when in memory. nvme reads the next chunk
   // ahead and writes each chunk back after fn, on other threads. Every rank with equal shards
-  // sees the same chunk boundaries, so fn may run collectives.
+  // sees the same chunk boundaries, so fn may run collectives. With a device backend and
+  // host-side arrays (cpu, nvme), each chunk reaches fn in device staging buffers (copied in
+  // before, back after), at most buffer_bytes / arrays of elements at a time.
   using ChunkFn = std::function<void(int64_t offset, const std::vector<Tensor>& chunk)>;
   void for_each_chunk(int b, int64_t begin, int64_t end, const ChunkFn& fn);
   void for_each_chunk(int b, const ChunkFn& fn) { for_each_chunk(b, 0, shard_[b], fn); }
@@ -65,6 +67,9 @@ class ShardStore {
   std::vector<int> fds_;                  // nvme: one file per bucket
   int64_t chunk_ = 0;
   std::vector<Buffer> slots_[2];          // nvme: two staging slots of one buffer per array
+  int64_t device_chunk_ = 0;              // > 0: host chunks are staged through device_slot_
+  std::vector<Buffer> device_slot_;       // one device buffer per array
+  void run_chunk(int64_t offset, const std::vector<Tensor>& host_chunk, const ChunkFn& fn);
 };
 
 }  // namespace llmrun

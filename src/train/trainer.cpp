@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <optional>
 
+#include "backend/backend_factory.h"
 #include "ckpt/convert.h"
 #include "ckpt/hf_weight_files.h"
 #include "ckpt/hf_weights.h"
 #include "ckpt/model_dir.h"
+#include "comm/device_staging.h"
 #include "comm/mpi_communicator.h"
 #include "comm/topology.h"
 #include "data/tokenizer.h"
@@ -66,7 +68,11 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
     topo = Topology::build(make_mpi_world(r.launch.timeout_s), {r.parallel.tp, r.parallel.pp, r.parallel.dp});
   }
   if (!topo.is_logger()) spdlog::set_level(spdlog::level::warn);
-  auto backend = make_cpu_backend(env.under_launcher ? threads_per_rank(env.local_size) : 0);
+  auto backend = make_backend(parse_backend_kind(r.launch.backend),
+                              env.under_launcher ? threads_per_rank(env.local_size) : 0,
+                              env.under_launcher ? env.local_rank : 0);
+  if (r.precision.compute == "bf16") backend->set_gemm_dtype(DType::bf16);
+  const CommBackendScope comm_staging(*backend);  // collectives on device tensors stage through it
 
   std::unique_ptr<Tokenizer> tokenizer =
       r.data.tokenizer == "byte" ? std::make_unique<ByteLevelTokenizer>() : load_tokenizer(r.data.tokenizer);
@@ -132,8 +138,8 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
   spdlog::info("model {} with {:.2f}M parameters; {} training tokens; {} tokens per step ({} ranks x {} x {} micro-batches)",
                arch_name(r.model.arch), r.model.param_count() / 1e6, data.tokens(), r.tokens_per_step(), world,
                r.grad_accum_steps(), r.train.micro_batch);
-  spdlog::info("backend {} with {} threads per rank; MFU peak {:.1f} GFLOP/s per rank from {}", backend->name(),
-               backend->threads(), peak.flops / 1e9, peak.source);
+  spdlog::info("backend {} with {} threads per rank, {} GEMMs; MFU peak {:.1f} GFLOP/s per rank from {}",
+               describe_backend(*backend), backend->threads(), r.precision.compute, peak.flops / 1e9, peak.source);
   if (world > 1) {
     const TrainingMemory m = opt.memory();
     spdlog::info("data parallel {} ranks, ZeRO-{}: per rank {:.1f} MB params, {:.1f} MB grads, {:.1f} MB optimizer",

@@ -79,7 +79,7 @@ Tensor ZeroOptimizer::take_slot() {
 }
 
 // Slots come back as bucket-sized views; the pool keeps them at full size.
-void ZeroOptimizer::free_slot(Tensor slot) { free_slots_.push_back(Tensor(slot.data, DType::f32, {slot_numel_})); }
+void ZeroOptimizer::free_slot(Tensor slot) { free_slots_.push_back(Tensor(slot.data, DType::f32, {slot_numel_}, slot.device)); }
 
 // ZeRO-3 with offloaded shards: starts reading bucket b's shard into a staging buffer on
 // another thread. Only the gathers are collectives, and they start at the same hooks on every
@@ -118,7 +118,7 @@ void ZeroOptimizer::gather_params(int b, bool blocking) {
     gathering_[b].reset();
     if (!param_staging_[b].empty()) {  // back to the pool at full size
       const int64_t max_shard = *std::max_element(shard_numel_.begin(), shard_numel_.end());
-      free_shard_buffers_.push_back(Tensor(param_staging_[b].data, DType::f32, {max_shard}));
+      free_shard_buffers_.push_back(Tensor(param_staging_[b].data, DType::f32, {max_shard}, param_staging_[b].device));
       param_staging_[b] = Tensor();
     }
   }
@@ -228,16 +228,34 @@ double ZeroOptimizer::finish_gradients() {
       wait(stage_ == 0 ? *dp_.iall_reduce(full, ReduceOp::sum) : *dp_.ireduce_scatter(full, full.flat(0, shard_numel_[b])));
     }
   }
-  double sq = 0;
+  // Every owned piece of a tensor gets its own f32 slot (sum_squares_into), so the host adds
+  // the pieces in double as before, after a single copy back.
+  std::vector<std::pair<Tensor, int>> pieces;  // gradient piece, replicas of its tensor
   for (int b = 0; b < model_.params().num_buckets(); ++b) {
     const Tensor g = owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b);
     const int64_t lo = stage_ == 0 ? 0 : shard_numel_[b] * dp_.rank(), hi = lo + g.numel();
-    // A tensor that several model-parallel ranks hold counts once in the global norm.
     for (const ParamSpec& spec : model_.layout()[b].params) {
       const int64_t begin = std::max(lo, spec.offset), end = std::min(hi, spec.offset + spec.numel());
       if (begin >= end || spec.tied_copy) continue;
-      sq += be_.sum_squares(g.flat(begin - lo, end - begin)) / spec.shard.replicas;
+      pieces.emplace_back(g.flat(begin - lo, end - begin), spec.shard.replicas);
     }
+  }
+  const auto count = int64_t(pieces.size());
+  if (count > norm_slots_) {
+    norm_slots_ = count;
+    norm_parts_ = be_.allocate(size_t(count) * 4);
+    norm_parts_host_ = be_.allocate_host_pinned(size_t(count) * 4);
+  }
+  double sq = 0;
+  if (count > 0) {
+    const Tensor parts = norm_parts_.as(DType::f32, {count});
+    be_.fill(parts, 0.0f);
+    for (int64_t i = 0; i < count; ++i) be_.sum_squares_into(parts.flat(i, 1), pieces[size_t(i)].first);
+    const Tensor host = norm_parts_host_.as(DType::f32, {count});
+    be_.copy(host, parts);
+    be_.synchronize();  // a copy into pinned memory may still be in flight
+    // A tensor that several model-parallel ranks hold counts once in the global norm.
+    for (int64_t i = 0; i < count; ++i) sq += double(host.f32()[i]) / pieces[size_t(i)].second;
   }
   const auto t0 = std::chrono::steady_clock::now();
   if (stage_ > 0) sq = dp_.all_reduce_scalar(sq, ReduceOp::sum);

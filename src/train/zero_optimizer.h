@@ -102,6 +102,10 @@ class ZeroOptimizer final : public BucketHooks {
   int micro_batches_ = 1;
   std::vector<int> released_;  // backward releases of each bucket in this step
   std::vector<Communicator*> norm_groups_;
+  // The grad norm's per-tensor sums of squares, one slot each, land here on the device and
+  // come back to the host in one copy per step (no sync per tensor).
+  Buffer norm_parts_, norm_parts_host_;
+  int64_t norm_slots_ = 0;
   double comm_wait_s_ = 0;
 
   std::vector<int64_t> shard_numel_;

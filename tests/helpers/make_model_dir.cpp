@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "backend/backend_factory.h"
 #include "ckpt/model_dir.h"
 
 using namespace llmrun;
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
   c.vocab = std::stoi(argv[7]);
   c.tie_embeddings = c.arch == Arch::gpt2;
   const float scale = std::stof(argv[8]);
-  auto be = make_cpu_backend(0);
+  auto be = make_backend(BackendKind::cpu);
   Transformer model(*be, c);
   model.init_weights(1234);
   if (scale != 1.0f)

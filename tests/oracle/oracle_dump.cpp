@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "backend/backend_factory.h"
 #include "ckpt/hf_weights.h"
 #include "ckpt/model_dir.h"
 #include "ckpt/safetensors.h"
@@ -74,7 +75,7 @@ int main(int argc, char** argv) {
   const std::filesystem::path out = argv[2];
   std::filesystem::create_directories(out);
 
-  auto be = make_cpu_backend(2);
+  auto be = make_backend(BackendKind::cpu, 2);
   const ModelConfig cfg = tiny_config(arch);
   Transformer model(*be, cfg);
   model.init_weights(1234);

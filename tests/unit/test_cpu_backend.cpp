@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "test_backend.h"
 #include "backend/backend.h"
 
 using namespace llmrun;
@@ -18,7 +19,7 @@ namespace {
 
 class CpuBackendTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Backend> be = make_cpu_backend(2);
+  std::unique_ptr<Backend> be = test::make_test_backend(2);
   std::vector<Buffer> bufs;
   std::mt19937 rng{1234};
 

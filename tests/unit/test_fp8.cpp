@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "test_backend.h"
 #include "comm/communicator.h"
 #include "fp8/delayed_scaling.h"
 #include "fp8/fp8_cast.h"
@@ -207,7 +208,7 @@ struct Dot {
 }  // namespace
 
 TEST(Fp8Linears, ForwardAndBackwardAreGemmsOnFp8Values) {
-  auto be = make_cpu_backend(2);
+  auto be = test::make_test_backend(2);
   auto dp = make_self_communicator("dp");
   Fp8Linears lin(fp8_recipe(), two_layers(), *be);
   const int N = 6, K = 40, M = 24;
@@ -280,7 +281,7 @@ TEST(Fp8Linears, ForwardAndBackwardAreGemmsOnFp8Values) {
 }
 
 TEST(Fp8Linears, SkippedLayersRunPlainFp32AndNothingRecordsOutsideSteps) {
-  auto be = make_cpu_backend(2);
+  auto be = test::make_test_backend(2);
   auto dp = make_self_communicator("dp");
   Fp8Section r = fp8_recipe();
   r.skip = {"embedding", "lm_head", "down"};
@@ -308,7 +309,7 @@ TEST(Fp8Linears, SkippedLayersRunPlainFp32AndNothingRecordsOutsideSteps) {
 }
 
 TEST(Fp8Linears, StateRoundTripsExactly) {
-  auto be = make_cpu_backend(2);
+  auto be = test::make_test_backend(2);
   auto dp = make_self_communicator("dp");
   Fp8Linears a(fp8_recipe(), two_layers(), *be);
   const int N = 4, K = 8, M = 8;
@@ -365,7 +366,7 @@ TEST(Fp8Linears, StateRoundTripsExactly) {
 // counts summed over ranks are one rank's. Shards (weights, the other activations) count
 // everywhere.
 TEST(Fp8Linears, TensorsWholeOnEveryTpRankAreCountedOnce) {
-  auto be = make_cpu_backend(2);
+  auto be = test::make_test_backend(2);
   auto ranks = make_self_communicator("world");
   const int N = 2, K = 4, M = 4;
   // At scale 1 every value above 448 saturates: 8 in x, 16 in W, 8 in dy.

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "test_backend.h"
 #include "backend/backend.h"
 
 using namespace llmrun;
@@ -51,7 +52,7 @@ std::vector<float> run(Backend& be, const Problem& p, int64_t r0, int64_t rows, 
 // Shapes with every kind of remainder: k not a multiple of the 16 lanes, n and m not
 // multiples of the 4 x 4 tile, one row (decode), and enough rows for several x blocks.
 TEST(LinearRows, MatchesDoubleReference) {
-  auto be = make_cpu_backend(2);
+  auto be = test::make_test_backend(2);
   const int64_t shapes[][3] = {{1, 7, 5},     {1, 301, 768}, {3, 65, 33},
                                {5, 130, 100}, {9, 17, 16},   {300, 37, 260}};
   for (const auto& s : shapes) {
@@ -77,8 +78,8 @@ TEST(LinearRows, MatchesDoubleReference) {
 // any thread count: what lets continuous batching reproduce single-sequence generation.
 TEST(LinearRows, RowsAreBitwiseIndependentOfTheBatch) {
   const Problem p = make_problem(70, 203, 777, 3);
-  auto be2 = make_cpu_backend(2);
-  auto be1 = make_cpu_backend(1);
+  auto be2 = test::make_test_backend(2);
+  auto be1 = test::make_test_backend(1);
   const std::vector<float> all = run(*be2, p, 0, p.m, true, true);
   const int64_t slices[][2] = {{0, 1}, {5, 1}, {69, 1}, {3, 2}, {60, 3}, {20, 4}, {10, 7}, {1, 33}, {40, 30}};
   for (const auto& s : slices) {
@@ -91,7 +92,7 @@ TEST(LinearRows, RowsAreBitwiseIndependentOfTheBatch) {
 }
 
 TEST(LinearRows, RejectsMismatchedShapes) {
-  auto be = make_cpu_backend(1);
+  auto be = test::make_test_backend(1);
   std::vector<float> x(6), w(12), y(8);
   EXPECT_ANY_THROW(be->linear_rows(Tensor(y.data(), DType::f32, {2, 4}),
                                    Tensor(x.data(), DType::f32, {2, 3}),

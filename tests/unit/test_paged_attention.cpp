@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "test_backend.h"
 #include "backend/backend.h"
 
 using namespace llmrun;
@@ -22,7 +23,7 @@ struct SeqCase {
 // Runs paged attention for `cases` with blocks placed at shuffled pool positions and compares
 // every output with softmax(q k^T / sqrt(d)) v computed in double over the sequence's own keys.
 void check_paged(const std::vector<SeqCase>& cases, int heads, int kv_heads, int d, int block_size) {
-  auto be = make_cpu_backend(2);
+  auto be = test::make_test_backend(2);
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int kvd = kv_heads * d, hd = heads * d, S = static_cast<int>(cases.size());
@@ -132,7 +133,7 @@ TEST(PagedAttention, BlockSizeOneAndLargeBlocks) {
 }
 
 TEST(PagedAttention, RejectsBadTables) {
-  auto be = make_cpu_backend(1);
+  auto be = test::make_test_backend(1);
   std::vector<float> q(8), out(8), pool(4 * 8);
   std::vector<int32_t> table{5}, starts{0, 1}, lens{1};  // block 5 is outside a 2-block pool
   Tensor p(pool.data(), DType::f32, {4, 8});

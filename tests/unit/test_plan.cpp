@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "test_backend.h"
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "model/param_layout.h"
@@ -65,7 +66,7 @@ TEST(PlanMemory, ParametersMatchTheModelLayoutPaddedPerBucket) {
 
 // One rank: the plan's bytes are exactly what training allocates.
 TEST(PlanMemory, OneRankMatchesWhatTrainingAllocates) {
-  auto backend = make_cpu_backend(1);
+  auto backend = test::make_test_backend(1);
   for (Arch arch : {Arch::gpt2, Arch::llama})
     for (bool tied : {true, false}) {
       const ModelConfig c = config(arch, tied, 2);

@@ -83,6 +83,7 @@ TEST_F(RecipeTest, MinimalGpt2LoadsWithDefaults) {
   EXPECT_DOUBLE_EQ(r.train.min_lr, r.train.lr / 10);
   EXPECT_EQ(r.train.schedule, "cosine");
   EXPECT_EQ(r.precision.compute, "fp32");
+  EXPECT_EQ(r.launch.backend, "auto");
   EXPECT_EQ(r.checkpoint.dir, "");
   EXPECT_EQ(r.logging.every, 1);
   EXPECT_EQ(r.grad_accum_steps(), 1);
@@ -348,9 +349,12 @@ TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
   EXPECT_EQ(error_of(kGpt2 + "memory: {offload: {params: cpu}}\nparallel: {zero: 3}\n"), "");
   EXPECT_HAS(error_of(kGpt2 + "parallel: {sequence_parallel: true}\n"),
              "parallel.sequence_parallel: needs parallel.tp > 1");
-  EXPECT_HAS(
-      error_of(kGpt2 + "precision:\n  compute: bf16\n"),
-      at(10, 12) + "precision.compute: 'bf16' is not supported: the CPU backend computes in fp32");
+  EXPECT_HAS(error_of(kGpt2 + "precision:\n  compute: fp16\n"),
+             at(10, 12) + "precision.compute: 'fp16' is not one of fp32, bf16");
+  EXPECT_EQ(error_of(kGpt2 + "precision:\n  compute: bf16\n"), "");
+  EXPECT_HAS(error_of(kGpt2 + "launch:\n  backend: gpu\n"),
+             at(10, 12) + "launch.backend: 'gpu' is not one of auto, cpu, cuda");
+  EXPECT_EQ(error_of(kGpt2 + "launch:\n  backend: cpu\n"), "");
   EXPECT_HAS(error_of("model: {from: hf/gpt2}\ndata: {train: data.txt}\n"),
              "model.from: " + (dir / "hf/gpt2").string() + " is not a directory");
   EXPECT_HAS(error_of("model: {arch: gpt2, layers: 1, d_model: 8, heads: 2, seq_len: 8}\n"
@@ -430,8 +434,10 @@ TEST_F(RecipeTest, SetOverridesApplyWithTheSameChecks) {
              "--set model.d_model=90: model.heads: 4 does not divide model.d_model=90");
   EXPECT_HAS(error_of(kGpt2, {"train.warmup=1000"}),
              "--set train.warmup=1000: train.warmup: 1000 is more than train.steps=100");
-  EXPECT_HAS(error_of(kGpt2, {"precision.compute=bf16"}),
-             "--set precision.compute=bf16: precision.compute: 'bf16' is not supported");
+  EXPECT_HAS(error_of(kGpt2, {"precision.compute=fp16"}),
+             "--set precision.compute=fp16: precision.compute: 'fp16' is not one of fp32, bf16");
+  EXPECT_HAS(error_of(kGpt2, {"launch.backend=tpu"}),
+             "--set launch.backend=tpu: launch.backend: 'tpu' is not one of auto, cpu, cuda");
   EXPECT_HAS(error_of(kGpt2, {"checkpoint.dir=/proc/llmrun-x"}),
              "--set checkpoint.dir=/proc/llmrun-x: checkpoint.dir: /proc/llmrun-x is not writable");
 }

@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "test_backend.h"
 #include "data/tokenizer.h"
 #include "model/transformer.h"
 #include "tiny_model.h"
@@ -40,9 +41,11 @@ std::vector<int32_t> reference(Transformer& m, const std::vector<int32_t>& promp
   Tensor logits = buf.as(DType::f32, {vocab});
   TokenSampler sampler(sp);
   std::vector<int32_t> out;
+  std::vector<float> host(static_cast<size_t>(vocab));
   m.forward_cached(prompt.data(), static_cast<int>(prompt.size()), cache, logits);
   for (int i = 0; i < max_tokens; ++i) {
-    out.push_back(sampler.sample(logits.f32(), vocab));
+    be.copy(Tensor(host.data(), DType::f32, {vocab}), logits);
+    out.push_back(sampler.sample(host.data(), vocab));
     if (i + 1 < max_tokens) m.forward_cached(&out.back(), 1, cache, logits);
   }
   return out;
@@ -65,7 +68,7 @@ struct Case {
 };
 
 void run_case(Arch arch, const Case& c) {
-  auto be = make_cpu_backend(2);
+  auto be = test::make_test_backend(2);
   auto model = make_model(*be, arch);
   ByteLevelTokenizer tok;
   std::mt19937 rng(c.requests * 7 + c.pool_blocks);

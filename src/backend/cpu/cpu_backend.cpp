@@ -101,6 +101,17 @@ void CpuBackend::cast(Tensor dst, const Tensor& src, float scale) {
   }
 }
 
+const float* cpu::gemm_operand(const Tensor& x, DType dt, std::vector<float>& scratch, int threads) {
+  const float* p = x.f32();
+  if (dt == DType::f32) return p;
+  const int64_t n = x.numel();
+  scratch.resize(size_t(n));
+  float* d = scratch.data();
+#pragma omp parallel for simd num_threads(threads) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(f32_to_bf16(p[i]));
+  return d;
+}
+
 void CpuBackend::matmul(Tensor out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                         float alpha, float beta, const Tensor* bias) {
   check_f32(out, "matmul out");
@@ -122,6 +133,9 @@ void CpuBackend::matmul(Tensor out, const Tensor& a, const Tensor& b, bool trans
   }
   if (m == 0 || n == 0) return;
   float* o = out.f32();
+  thread_local std::vector<float> a_scratch, b_scratch;
+  const float* a_p = k == 0 ? a.f32() : cpu::gemm_operand(a, gemm_dtype(), a_scratch, threads_);
+  const float* b_p = k == 0 ? b.f32() : cpu::gemm_operand(b, gemm_dtype(), b_scratch, threads_);
   // With beta == 0 the bias rides along as the GEMM's C input; otherwise C already holds a
   // value to keep and the bias is added afterwards.
   const bool prefill = bias_p && beta == 0.0f;
@@ -131,8 +145,8 @@ void CpuBackend::matmul(Tensor out, const Tensor& a, const Tensor& b, bool trans
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a.f32(),
-              static_cast<blasint>(a.cols()), b.f32(), static_cast<blasint>(b.cols()),
+              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a_p,
+              static_cast<blasint>(a.cols()), b_p, static_cast<blasint>(b.cols()),
               prefill ? 1.0f : beta, o, static_cast<blasint>(n));
   if (bias_p && !prefill) {
 #pragma omp parallel for num_threads(threads_) if (m * n > kParallelMin)

@@ -116,7 +116,11 @@ void CpuBackend::linear_rows(Tensor y, const Tensor& x, const Tensor& W, const T
                  "linear_rows: bias " + bias->shape_str() + " for W " + W.shape_str());
   }
   if (m == 0 || n == 0) return;
-  const Operands o{x.f32(), W.f32(), bias ? bias->f32() : nullptr, y.f32(), n, k, accumulate};
+  // bf16 operands are rounded element by element, so rows stay independent of the batch.
+  thread_local std::vector<float> x_scratch, w_scratch;
+  const float* xp = cpu::gemm_operand(x, gemm_dtype(), x_scratch, threads_);
+  const float* wp = cpu::gemm_operand(W, gemm_dtype(), w_scratch, threads_);
+  const Operands o{xp, wp, bias ? bias->f32() : nullptr, y.f32(), n, k, accumulate};
   // Rows of x per pass, sized so a pass's x block stays in L2 while W streams past it once:
   // decode (a few rows) reads W exactly once; a long prefill reads it once per block.
   const int64_t block = std::max<int64_t>(

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -46,6 +47,12 @@ inline float fast_tanh(float x) { return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0
 // Below this many elements an elementwise loop runs on one thread: waking the pool costs
 // more than the work.
 constexpr int64_t kParallelMin = 1 << 14;
+
+// `precision.compute: bf16` on the CPU: the GEMM operand x rounded to bf16 (round to nearest
+// even, as f32_to_bf16) and widened back to f32 in `scratch`, so that an sgemm over the
+// rounded operands is a bf16-input, fp32-accumulate GEMM up to summation order. Returns x's
+// own memory when dt is f32.
+const float* gemm_operand(const Tensor& x, DType dt, std::vector<float>& scratch, int threads);
 
 inline void check_f32(const Tensor& t, const char* what) {
   LLMRUN_CHECK(t.data != nullptr && t.dtype == DType::f32 && t.device == Device::cpu,
