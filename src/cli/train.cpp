@@ -63,7 +63,7 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
               overrides.push_back("memory.budget_bytes=" + std::to_string(parse_byte_size(args->gpu_mem, "--gpu-mem")));
             Recipe r = load_recipe(args->recipe, overrides);
             if (args->dry_run) {
-              std::fputs(describe_recipe(r).c_str(), stdout);
+              std::fputs((describe_recipe(r) + describe_memory_per_rank(r)).c_str(), stdout);
               return 0;
             }
             if (args->fp8_check > 0) return run_fp8_check(r, env, args->fp8_check, args->fp8_check_tol, args->fp8_check_window);

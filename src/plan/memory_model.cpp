@@ -103,10 +103,10 @@ std::vector<StageMemory> plan_memory(const TrainingShape& s, const TrainingLayou
     const double params = param_bytes * double(l.zero >= 3 ? st.shard_elements : st.param_elements);
     // Offloaded ZeRO-3 shards leave device memory; a bucket is brought in only while it is
     // gathered, which the ZeRO buffers below already count.
-    (s.offload_params == "none" ? st.params : st.params_offloaded) = params;
+    (s.offload_params == Offload::none ? st.params : st.params_offloaded) = params;
     st.grads = 4.0 * double(l.zero >= 2 ? st.shard_elements : st.param_elements);
     const double optimizer = (8 + master_bytes) * owned;
-    (s.offload_optimizer == "none" ? st.optimizer : st.optimizer_offloaded) = optimizer;
+    (s.offload_optimizer == Offload::none ? st.optimizer : st.optimizer_offloaded) = optimizer;
     // ZeRO-2/3: each bucket's full gradient lives in a slot until its reduce-scatter is done
     // (one per bucket at most), ZeRO-3 adds the gathered parameters in use and the prefetched
     // ones (and a tied token table held from the embedding to the head); plus one shard-sized
