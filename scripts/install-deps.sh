@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev googletest
   python3-torch python3-numpy
   librsvg2-bin      # rsvg-convert: `llmrun plot -o curves.png`
+  chromium chromium-driver  # the browser tests (tests/browser) drive headless chromium
   slurm-wlm munge   # the Slurm integration test (tests/slurm) starts a private cluster
 )
 

@@ -15,6 +15,7 @@
 #include "util/atomic_dir.h"
 #include "util/error.h"
 #include "util/file_io.h"
+#include "util/terminal_progress.h"
 
 namespace llmrun {
 
@@ -73,6 +74,7 @@ void checkpoint_to_hf(const fs::path& checkpoint, const fs::path& out, DType dty
   tokenizer->save(dir.path(), cfg.seq_len);
 
   std::vector<float> llmrun_layout, hf_layout;  // one tensor at a time
+  TerminalProgress progress("writing " + out.filename().string(), double(total) / 1e6, "MB");
   json weight_map = json::object();
   const size_t n = shards.size();
   for (size_t s = 0; s < n; ++s) {
@@ -85,6 +87,7 @@ void checkpoint_to_hf(const fs::path& checkpoint, const fs::path& out, DType dty
       w.add_produced(spec.hf_name, dtype, hf_shape(spec), DType::f32, [&, spec_ptr = &spec]() -> const void* {
         llmrun_layout.resize(size_t(spec_ptr->numel()));
         ckpt.read_tensor(kParamsGroup, *spec_ptr, llmrun_layout.data());
+        progress.advance(double(spec_ptr->numel() * dtype_size(dtype)) / 1e6);
         return to_hf_layout(*spec_ptr, llmrun_layout.data(), hf_layout);
       });
       weight_map[spec.hf_name] = file;
@@ -92,6 +95,7 @@ void checkpoint_to_hf(const fs::path& checkpoint, const fs::path& out, DType dty
     w.set_metadata({{"format", "pt"}});
     w.write(dir.path() / file);
   }
+  progress.finish();
   if (n > 1) write_json(dir.path() / "model.safetensors.index.json", {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
   dir.commit();
   spdlog::info("wrote {} ({} tensors, {:.1f} MB as {}, {} file{}) from {}", out.string(), weight_map.size(),
@@ -124,6 +128,10 @@ void hf_to_checkpoint(const fs::path& model_dir, const fs::path& out) {
   }
 
   std::vector<float> hf, mine;
+  double total_mb = 0;
+  for (const BucketLayout& bucket : layout)
+    for (const ParamSpec& spec : bucket.params) total_mb += double(spec.numel()) * 4 / 1e6;
+  TerminalProgress progress("reading " + model_dir.filename().string(), total_mb, "MB");
   CheckpointShard tensors;
   tensors.layout = &layout;
   tensors.ranges = whole_tensor_ranges(layout);
@@ -132,6 +140,7 @@ void hf_to_checkpoint(const fs::path& model_dir, const fs::path& out) {
     const SafetensorsFile* f = weights.find(spec.hf_name);
     hf.resize(size_t(spec.numel()));
     f->read_f32(spec.hf_name, hf.data(), spec.numel());
+    if (first == 0) progress.advance(double(spec.numel()) * 4 / 1e6);
     if (!spec.hf_transposed) return hf.data() + first;
     // Hugging Face [in, out] -> llmrun [out, in]: transposing the HF shape back.
     ParamSpec hf_spec = spec;
@@ -145,6 +154,7 @@ void hf_to_checkpoint(const fs::path& model_dir, const fs::path& out) {
   st.seed = 0;
   const std::unique_ptr<Communicator> self = make_self_communicator("world");
   const fs::path step = save_training_checkpoint(out, 0, st, tensors, *tokenizer, cfg, *self);
+  progress.finish();
   spdlog::info("wrote {} from {} (step 0, fresh optimizer state)", step.string(), model_dir.string());
 }
 

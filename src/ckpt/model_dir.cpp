@@ -2,10 +2,12 @@
 
 #include <fstream>
 
+#include "ckpt/hf_weight_files.h"
 #include "ckpt/hf_weights.h"
 #include "ckpt/safetensors.h"
 #include "model/hf_config.h"
 #include "util/atomic_dir.h"
+#include "util/allocation_phase.h"
 #include "util/error.h"
 #include "util/json_file.h"
 
@@ -40,11 +42,18 @@ LoadedModel load_model_dir(const std::string& dir, Backend& backend) {
   const std::filesystem::path root(dir);
   if (!std::filesystem::is_directory(root)) throw UserError(dir + ": not a model directory");
   ModelConfig cfg = load_model_config(root);
+  set_allocation_phase("the model in " + dir);  // named in an out-of-memory error
   const HfWeightFiles weights(root);
+  check_weights_explained(weights, cfg);  // a config with fewer layers than the weights is refused
   LoadedModel m;
   m.model = std::make_unique<Transformer>(backend, cfg);
   import_hf_tensors(backend, m.model->params(), weights);
   m.tokenizer = load_tokenizer(root);
+  // An id past the embedding table would index outside it at the first such token.
+  if (m.tokenizer->vocab_size() > cfg.vocab)
+    throw UserError(dir + ": the tokenizer has ids up to " + std::to_string(m.tokenizer->vocab_size() - 1) +
+                    ", but config.json's vocab_size is " + std::to_string(cfg.vocab) +
+                    " (the model has no embedding row for the rest)");
   const auto gen_path = root / "generation_config.json";
   if (std::filesystem::is_regular_file(gen_path)) {
     const nlohmann::json gen = read_json_file(gen_path);

@@ -59,7 +59,7 @@ Command add_bench_train_command(CLI::App& bench, const std::vector<std::string>&
       ->capture_default_str();
   app->add_option("--json", a->json_out, "Write the results as JSON here");
   app->add_option("--set", a->overrides, "Override a recipe value, e.g. --set train.micro_batch=8 (repeatable)");
-  app->add_option("--nproc", a->nproc, "Ranks to start (same as --set launch.nproc=N)")->check(CLI::PositiveNumber);
+  app->add_option("--nproc", a->nproc, "Ranks to start (same as --set launch.nproc=N)")->check(CLI::Range(1, 1 << 20));
   return {app, [a, argv]() {
             check_json_path(a->json_out);
             const LaunchEnvironment env = detect_launch_environment();

@@ -26,5 +26,6 @@ Command add_bench_kernels_command(CLI::App& bench);
 Command add_data_command(CLI::App& root);
 Command add_plan_command(CLI::App& root);
 Command add_plot_command(CLI::App& root);
+Command add_dashboard_command(CLI::App& root);
 
 }  // namespace llmrun::cli

@@ -69,13 +69,18 @@ int inspect(const std::string& prefix, const std::string& tokenizer_flag, int64_
   std::printf("dtype:     %s\n", dtype_name(ds.dtype()));
   std::printf("documents: %lld\n", static_cast<long long>(ds.documents()));
   std::printf("tokens:    %lld\n", static_cast<long long>(ds.tokens()));
+  std::printf("max id:    %lld\n", static_cast<long long>(ds.max_token()));
   std::unique_ptr<Tokenizer> tok;
   if (!tokenizer_flag.empty()) {
     tok = tokenizer_from_flag(tokenizer_flag);
+    std::fflush(stdout);
+    ds.check_tokens_below(tok->vocab_size(), "");
   } else if (std::filesystem::exists(prefix + ".json")) {
     const DatasetMeta m = ds.meta();
     std::printf("tokenizer: %s (vocab %lld, fingerprint %s)\n", m.tokenizer.c_str(),
                 static_cast<long long>(m.vocab_size), m.fingerprint.c_str());
+    std::fflush(stdout);
+    ds.check_tokens_below(m.vocab_size, "");  // the check training makes, reported here first
     if (m.tokenizer == "byte" || std::filesystem::exists(m.tokenizer)) {
       tok = tokenizer_from_flag(m.tokenizer);
       if (tokenizer_fingerprint(*tok) != m.fingerprint) {

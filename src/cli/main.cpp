@@ -8,10 +8,28 @@
 #include <cstdlib>
 #include <string>
 #include <exception>
+#include <new>
 #include <vector>
 
+#include "ckpt/hf_weight_files.h"
 #include "cli/commands.h"
+#include "comm/mpi_communicator.h"
+#include "util/allocation_phase.h"
 #include "util/error.h"
+#include "util/printable.h"
+
+namespace {
+// One "error:" line. Inside a multi-rank job it is tagged "rank N:" and ends every rank
+// (MPI_Abort) so that the cause reaches the user at once even when the other ranks are
+// blocked in a collective this rank will never join.
+int report_error(const std::string& raw, int exit_code) {
+  // Messages quote input (keys, file contents): never let its control bytes reach the terminal.
+  const std::string message = llmrun::printable(raw, true);
+  llmrun::abort_job_on_error(message, exit_code);
+  std::fprintf(stderr, "\nerror: %s\n", message.c_str());
+  return exit_code;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   // Logs and progress go to stderr; stdout carries only what a command outputs (generated
@@ -30,6 +48,13 @@ int main(int argc, char** argv) {
   CLI::App app{"llmrun: train and serve GPT-2 and Llama models with one binary"};
   app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION);
   app.require_subcommand(1);
+  // Options of the whole program, accepted before or after the subcommand (fallthrough: a
+  // subcommand passes options it does not know to this level).
+  app.fallthrough();
+  app.add_flag_callback(
+      "--ignore-extra-weights", [] { llmrun::set_ignore_extra_weights(true); },
+      "Load a model directory whose weights hold tensors its config.json does not explain (e.g. more "
+      "layers), using only what the config describes (default: refuse)");
   const std::vector<std::string> args(argv, argv + argc);
   std::vector<llmrun::cli::Command> commands = {
       llmrun::cli::add_train_command(app, args), llmrun::cli::add_generate_command(app),
@@ -37,7 +62,8 @@ int main(int argc, char** argv) {
       llmrun::cli::add_eval_command(app),        llmrun::cli::add_serve_command(app),
       llmrun::cli::add_bench_command(app, args),
       llmrun::cli::add_plan_command(app),
-      llmrun::cli::add_plot_command(app)};
+      llmrun::cli::add_plot_command(app),
+      llmrun::cli::add_dashboard_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -49,11 +75,13 @@ int main(int argc, char** argv) {
     for (auto& c : commands)
       if (c.app->parsed()) return c.run();
   } catch (const llmrun::UserError& e) {
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
-    return 2;
+    return report_error(e.what(), 2);
+  } catch (const std::bad_alloc&) {
+    // Out of memory is the machine's or the recipe's limit, not a bug: say what was being
+    // allocated (the phase each big allocation announces) and exit as for a user error.
+    return report_error(llmrun::out_of_memory_message(), 2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "\nerror: internal failure: %s\n", e.what());
-    return 1;
+    return report_error(std::string("internal failure: ") + e.what(), 1);
   }
   return 1;
 }

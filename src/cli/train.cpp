@@ -7,10 +7,13 @@
 #include "cli/commands.h"
 #include "comm/launcher.h"
 #include "plan/from_recipe.h"
+#include "plan/memory_budget.h"
+#include "plan/memory_model.h"
 #include "recipe/recipe.h"
 #include "train/fp8_check.h"
 #include "train/trainer.h"
 #include "util/error.h"
+#include "util/physical_memory.h"
 
 namespace llmrun::cli {
 
@@ -26,6 +29,26 @@ struct TrainArgs {
   int64_t fp8_check_window = 10;
 };
 
+// The plan's per-rank peak against this machine's memory, before anything is allocated: a
+// run that cannot fit is refused with the numbers instead of dying in std::bad_alloc (or the
+// OOM killer) partway through. The ranks counted are those on this machine: all of
+// launch.nproc when llmrun starts them itself without mpirun_args (which may spread them
+// over hosts; each rank then checks its own node's count), else the launcher's local count.
+void check_physical_memory(const Recipe& r, const LaunchEnvironment& env) {
+  int ranks = 0;
+  if (env.under_launcher)
+    ranks = env.local_size;
+  else if (r.launch.nproc == 1 || r.launch.mpirun_args.empty())
+    ranks = r.launch.nproc;
+  if (ranks < 1) return;
+  const PhysicalMemory mem = physical_memory();
+  const TrainingLayout l = training_layout(r);
+  const bool to_host = r.memory.offload_optimizer == Offload::cpu || r.memory.offload_params == Offload::cpu;
+  const std::string problem =
+      physical_memory_problem(plan_memory(training_shape(r), l), ranks, to_host, mem.bytes, mem.source);
+  if (!problem.empty()) throw UserError(r.source + ": " + problem);
+}
+
 }  // namespace
 
 Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) {
@@ -34,7 +57,8 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
   app->add_option("recipe", args->recipe, "Recipe file (YAML)")->required();
   app->add_option("--set", args->overrides, "Override a recipe value, e.g. --set train.lr=1e-3 (repeatable)");
   app->add_flag("--dry-run", args->dry_run, "Print the resolved recipe with derived values and exit");
-  app->add_option("--nproc", args->nproc, "Ranks to start (same as --set launch.nproc=N)")->check(CLI::PositiveNumber);
+  app->add_option("--nproc", args->nproc, "Ranks to start (same as --set launch.nproc=N)")
+      ->check(CLI::Range(1, 1 << 20));
   app->add_option("--gpu-mem", args->gpu_mem,
                   "Per-rank memory budget, e.g. 80GB (same as --set memory.budget_bytes=...): refuse to start when "
                   "llmrun plan predicts a rank will not fit");
@@ -42,14 +66,14 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
       app->add_option("--fp8-check", args->fp8_check,
                       "Train N steps with precision.fp8 enabled and N in fp32 from the same start, compare the "
                       "loss curves and exit 3 when they differ by more than --fp8-check-tol (writes nothing)")
-          ->check(CLI::PositiveNumber);
+          ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   app->add_option("--fp8-check-tol", args->fp8_check_tol,
                   "Largest relative difference of the two loss curves --fp8-check accepts (default 0.05)")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1e-12, 1e12))
       ->needs(check);
   app->add_option("--fp8-check-window", args->fp8_check_window,
                   "--fp8-check compares trailing means over this many steps (default 10; 1: single steps)")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40))
       ->needs(check);
   return {app, [args, argv]() {
             const LaunchEnvironment env = detect_launch_environment();
@@ -68,6 +92,7 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
             }
             if (args->fp8_check > 0) return run_fp8_check(r, env, args->fp8_check, args->fp8_check_tol, args->fp8_check_window);
             check_recipe_memory_budget(r);  // the same prediction and message as llmrun plan
+            check_physical_memory(r, env);
             if (!env.under_launcher && r.launch.nproc > 1)
               return run_under_mpirun(r.launch.nproc, r.launch.mpirun_args, argv);
             run_training(r, env);

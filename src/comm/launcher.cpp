@@ -1,6 +1,7 @@
 #include "comm/launcher.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "comm/rank_watchdog.h"
 #include "util/error.h"
 
 namespace llmrun {
@@ -98,12 +100,21 @@ int run_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args, con
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGINT, &sa, &old_int);
+  // The ranks watch this pid (RankWatchdog) and exit when it is gone: a kill -9 of this
+  // process must not leave a job training on unobserved.
+  const pid_t self_pid = getpid();
+  setenv(kLauncherPidEnv, std::to_string(self_pid).c_str(), 1);
   int exec_error[2];
   if (pipe2(exec_error, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   const pid_t pid = fork();
   if (pid == 0) {
     // mpirun gets its own process group, so a terminal's Ctrl-C reaches it only through us.
     setpgid(0, 0);
+    // ... and dies with us: SIGTERM when this process ends in any way (kill -9 included), on
+    // which mpirun ends its ranks and cleans up. The check closes the race with a parent
+    // that died before the prctl.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != self_pid) _exit(1);
     sigaction(SIGTERM, &old_term, nullptr);
     sigaction(SIGINT, &old_int, nullptr);
     execvp("mpirun", c_argv.data());

@@ -24,6 +24,8 @@ int slurm_tasks_on_node(const std::string& tasks_per_node, int node_id);
 // Running as root adds Open MPI's explicit permission; more ranks than cores adds
 // --oversubscribe. SIGTERM/SIGINT to this process reach the ranks as SIGUSR1, which mpirun
 // forwards (on SIGTERM it would kill them): they checkpoint and exit cleanly, and so does this.
+// If this process dies (even by SIGKILL), mpirun gets SIGTERM and the ranks exit too (they
+// watch this pid, passed as LLMRUN_LAUNCHER_PID).
 int run_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args, const std::vector<std::string>& args);
 
 // CPU threads each rank should use so that all local ranks together fill the cores once.

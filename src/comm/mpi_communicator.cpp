@@ -4,22 +4,66 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <thread>
 
+#include "comm/rank_watchdog.h"
 #include "util/error.h"
 
 namespace llmrun {
 
-MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+namespace {
+// The running runtime's watchdog, for the blocking MPI calls outside MpiRuntime (group splits).
+RankWatchdog* g_watchdog = nullptr;
+}  // namespace
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv, double timeout_s)
+    : watchdog_(std::make_unique<RankWatchdog>(rank_from_environment(), timeout_s)) {
+  // MPI_Init waits for every rank of the job and has no timeout of its own.
+  watchdog_->begin_phase("startup (MPI_Init)");
   int provided = 0;
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  watchdog_->end_phase();
   // Failures become return codes so a timeout or a dead peer gets our message, not a crash.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  watchdog_->set_rank(rank_);
+  g_watchdog = watchdog_.get();
 }
 
-MpiRuntime::~MpiRuntime() { MPI_Finalize(); }
+MpiRuntime::~MpiRuntime() {
+  g_watchdog = nullptr;
+  // Unwinding with an error: MPI_Finalize would wait for ranks that are themselves waiting
+  // for this one in a collective, and the error would never be printed. MPI stays up so
+  // that main() can print it tagged with this rank and abort the job (abort_job_on_error).
+  if (std::uncaught_exceptions() > 0) return;
+  watchdog_->begin_phase("shutdown (MPI_Finalize)");
+  MPI_Finalize();
+  watchdog_->end_phase();
+}
+
+void abort_job_on_error(const std::string& message, int exit_code) {
+  int initialized = 0, finalized = 0, size = 1, rank = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // Errors gathered from another rank (a checkpoint write) already name theirs.
+  const bool tagged = message.rfind("rank ", 0) == 0 && message.find(": ") != std::string::npos &&
+                      message.find_first_not_of("0123456789", 5) == message.find(": ");
+  if (size > 1 && !tagged)
+    std::fprintf(stderr, "\nerror: rank %d: %s\n", rank, message.c_str());
+  else
+    std::fprintf(stderr, "\nerror: %s\n", message.c_str());
+  std::fflush(stderr);
+  // The other ranks may be blocked in a collective that this rank will never join: end
+  // them now rather than after launch.timeout_s.
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
 
 void MpiRuntime::abort_all(const std::string& why) {
   std::fprintf(stderr, "error: %s\n", why.c_str());
@@ -50,7 +94,9 @@ class MpiRequest final : public CommRequest {
   MpiRequest(MPI_Request req, std::string what, double timeout_s)
       : req_(req), what_(std::move(what)), timeout_s_(timeout_s) {}
   ~MpiRequest() override {
-    if (req_ != MPI_REQUEST_NULL) wait();
+    // While an error unwinds, waiting would only time out (the peers may wait on this
+    // rank) and replace the error with a timeout; the job is about to be aborted anyway.
+    if (req_ != MPI_REQUEST_NULL && std::uncaught_exceptions() == 0) wait();
   }
 
   bool test() override {
@@ -181,7 +227,10 @@ std::unique_ptr<Communicator> make_mpi_world(double timeout_s) {
 std::unique_ptr<Communicator> split_mpi(const Communicator& parent, int color, int key, std::string name) {
   const auto& p = dynamic_cast<const MpiCommunicator&>(parent);
   MPI_Comm sub;
+  // Blocking and without a timeout: a rank that never gets here would hang the others.
+  if (g_watchdog) g_watchdog->begin_phase("startup (MPI_Comm_split creating the " + name + " group)");
   MPI_Comm_split(p.comm(), color, key, &sub);
+  if (g_watchdog) g_watchdog->end_phase();
   return std::make_unique<MpiCommunicator>(sub, std::move(name), p.timeout_s(), true);
 }
 

@@ -7,10 +7,14 @@
 
 namespace llmrun {
 
-// Owns MPI's lifetime in this process (MPI_Init_thread ... MPI_Finalize).
+class RankWatchdog;
+
+// Owns MPI's lifetime in this process (MPI_Init_thread ... MPI_Finalize), with a watchdog
+// that bounds startup and shutdown by timeout_s (launch.timeout_s) and ends the rank when its
+// launcher dies. Destroyed by an exception, it leaves MPI running for abort_job_on_error.
 class MpiRuntime {
  public:
-  MpiRuntime(int* argc, char*** argv);
+  MpiRuntime(int* argc, char*** argv, double timeout_s);
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;
@@ -21,8 +25,15 @@ class MpiRuntime {
   static void abort_all(const std::string& why);
 
  private:
+  std::unique_ptr<RankWatchdog> watchdog_;
   int rank_ = 0, size_ = 1;
 };
+
+// For an error that ends the command (main's last catch): inside a running multi-rank MPI
+// job, prints "error: rank N: MESSAGE" and aborts every rank with exit_code, so the cause
+// reaches the user within seconds even while peers wait in a collective. Returns only when
+// no MPI job is running in this process.
+void abort_job_on_error(const std::string& message, int exit_code);
 
 // The world, or a subgroup of it: ranks that pass the same `color` form one communicator,
 // ordered by `key`. timeout_s bounds every wait.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 #include <queue>
+#include <unordered_set>
 
 #include "data/utf8.h"
 #include "util/error.h"
@@ -72,6 +73,7 @@ BpeTokenizer::BpeTokenizer(const std::string& text, const std::string& where, co
       throw UserError(where + ": its decoder is ByteLevel but its pre_tokenizer has no ByteLevel step");
     if (!byte_level && pre_->byte_level())
       throw UserError(where + ": its pre_tokenizer is ByteLevel but its decoder is " + decoder.dump().substr(0, 200));
+    check_token_ids(doc, where);
     load_model(doc["model"], where);
     load_added_tokens(doc.value("added_tokens", json::array()), where);
     load_bos(doc.value("post_processor", json()), where);
@@ -94,6 +96,35 @@ BpeTokenizer::BpeTokenizer(const std::string& text, const std::string& where, co
 }
 
 BpeTokenizer::~BpeTokenizer() = default;
+
+// Ids index the embedding rows, so the vocabulary is 0..(largest id): one id far past the
+// tokens the file defines would size every id table (and a model's embedding) by it, and an
+// id of a billion costs gigabytes before anything else fails. Checked before any table is
+// sized. A few unused ids are real (reserved slots), so gaps are allowed up to as many ids as
+// the file defines.
+void BpeTokenizer::check_token_ids(const json& doc, const std::string& where) {
+  const json vocab = doc.at("model").value("vocab", json::object());
+  const json added = doc.value("added_tokens", json::array());
+  if (!vocab.is_object() || !added.is_array()) return;  // load_model / load_added_tokens say what is wrong
+  std::unordered_set<int64_t> ids;
+  int64_t max_id = -1;
+  std::string max_text;
+  auto note = [&](const json& id, const std::string& text) {
+    if (!id.is_number_integer()) return;
+    const int64_t v = id.get<int64_t>();
+    if (v < 0) throw UserError(where + ": token " + json(text).dump() + " has the negative id " + std::to_string(v));
+    ids.insert(v);
+    if (v > max_id) max_id = v, max_text = text;
+  };
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) note(it.value(), it.key());
+  for (const json& t : added)
+    if (t.is_object() && t.contains("id")) note(t["id"], t.value("content", std::string()));
+  const int64_t defined = int64_t(ids.size());
+  if (max_id >= 2 * defined)
+    throw UserError(where + ": token " + json(max_text).dump() + " has id " + std::to_string(max_id) +
+                    ", outside the vocabulary: the file defines " + std::to_string(defined) +
+                    " tokens, so ids should run from 0 to about " + std::to_string(defined - 1));
+}
 
 void BpeTokenizer::load_model(const json& model, const std::string& where) {
   if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0.0)

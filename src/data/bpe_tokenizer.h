@@ -56,6 +56,7 @@ class BpeTokenizer final : public Tokenizer {
     int32_t id;
     bool lstrip = false, rstrip = false;  // also take in the white space before / after it
   };
+  void check_token_ids(const nlohmann::json& doc, const std::string& where);
   void load_model(const nlohmann::json& model, const std::string& where);
   void load_text_symbols(const nlohmann::json& model, const std::string& where);
   void load_added_tokens(const nlohmann::json& added, const std::string& where);

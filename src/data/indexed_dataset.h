@@ -54,6 +54,7 @@ class IndexedDatasetWriter {
   std::vector<int32_t> lengths_;
   std::vector<char> buf_;
   int64_t tokens_ = 0;
+  int64_t max_token_ = -1, bin_bytes_ = 0;
   bool finished_ = false;
 };
 
@@ -71,6 +72,13 @@ class IndexedDataset {
   // PREFIX.json; UserError if it is missing (datasets from other tools: rerun data prepare).
   DatasetMeta meta() const;
   const std::string& prefix() const { return prefix_; }
+  // The largest token id in the .bin (-1 when empty; a negative int32 counts as huge):
+  // from PREFIX.json when it still describes this .bin, else by a scan of the mapped file.
+  int64_t max_token() const;
+  // UserError naming the file and the first token id >= vocab (document, position, byte), if
+  // any: checked once when a dataset is opened for training, so a damaged or foreign .bin
+  // fails at once instead of mid-run in the embedding. `what` prefixes the message.
+  void check_tokens_below(int64_t vocab, const std::string& what) const;
 
  private:
   std::string prefix_;

@@ -49,6 +49,7 @@ TrainingData::TrainingData(const std::vector<DataSource>& sources, const std::st
     if (is_indexed_dataset(src.path)) {
       auto ds = std::make_shared<const IndexedDataset>(src.path);
       check_dataset_tokenizer(*ds, tok, name);
+      ds->check_tokens_below(tok.vocab_size(), name + ": ");  // else the embedding fails mid-run
       sources_.push_back(std::make_unique<PackedWindowSampler>(ds, window_, seed0 + 7919 * i, dp_rank, dp_size));
     } else {
       sources_.push_back(std::make_unique<TextWindowSource>(load_token_corpus({src.path}, tok, window_, name),

@@ -50,4 +50,22 @@ std::string memory_budget_problem(const std::vector<StageMemory>& stages, const 
   return msg;
 }
 
+std::string physical_memory_problem(const std::vector<StageMemory>& stages, int ranks, bool offload_to_host,
+                                    double physical_bytes, const std::string& physical_source) {
+  if (!(physical_bytes > 0) || ranks < 1) return "";
+  const StageMemory& s = peak_stage(stages);
+  const double host = offload_to_host ? s.optimizer_offloaded + s.params_offloaded : 0.0;
+  const double per_rank = s.peak + host;
+  const double total = per_rank * ranks;
+  if (total <= physical_bytes) return "";
+  return "the plan needs " + format_bytes(per_rank) + " per rank" +
+         (ranks > 1 ? " x " + std::to_string(ranks) + " ranks on this machine = " + format_bytes(total) : "") +
+         " (parameters " + format_bytes(s.params) + ", gradients " + format_bytes(s.grads) + ", optimizer " +
+         format_bytes(s.optimizer) + ", activations " + format_bytes(s.activations) +
+         (host > 0 ? ", offloaded to host memory " + format_bytes(host) : "") + "), more than the " +
+         format_bytes(physical_bytes) + " of memory here (" + physical_source +
+         "); `llmrun plan` shows the estimate. Shrink the model, train.micro_batch or train.seq_len, use "
+         "memory.recompute: full, or spread the ranks over more machines";
+}
+
 }  // namespace llmrun

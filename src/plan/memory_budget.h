@@ -20,4 +20,10 @@ const StageMemory& peak_stage(const std::vector<StageMemory>& stages);
 std::string memory_budget_problem(const std::vector<StageMemory>& stages, const TrainingLayout& l,
                                   int64_t budget_bytes);
 
+// Empty when `ranks` ranks of the planned peak (plus what they offload to host memory when
+// the offload targets are host memory) fit `physical_bytes`; else the refusal message with
+// the numbers. `physical_source` says where the limit came from.
+std::string physical_memory_problem(const std::vector<StageMemory>& stages, int ranks, bool offload_to_host,
+                                    double physical_bytes, const std::string& physical_source);
+
 }  // namespace llmrun

@@ -37,6 +37,7 @@ struct CheckpointSection {
 struct LoggingSection {
   int every = 1;
   std::string metrics;  // JSONL path, empty: none
+  std::string tensorboard;  // event file directory (`true`: checkpoint.dir/tb), empty: none
 };
 
 struct LaunchSection {

@@ -151,7 +151,7 @@ void describe_outputs(std::ostream& o, const Recipe& r) {
     << "\n  keep: " << r.checkpoint.keep << "\n  resume: " << str(r.checkpoint.resume)
     << "\n  async: " << (r.checkpoint.async ? "true" : "false") << "\n";
   o << "logging:\n  every: " << r.logging.every << "\n  metrics: " << str(r.logging.metrics)
-    << "\n";
+    << "\n  tensorboard: " << str(r.logging.tensorboard) << "\n";
 }
 
 // parallel, memory and launch.

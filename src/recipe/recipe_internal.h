@@ -76,6 +76,10 @@ double read_number(const YAML::Node& n, const std::string& key, const Locator& l
 std::string read_string(const YAML::Node& n, const std::string& key, const Locator& loc);
 // How a value looks in an error message: 'abc', a mapping, a list or nothing.
 std::string show(const YAML::Node& n);
+// "WHERE:LINE:COL: what yaml-cpp found", as one printable line; nesting past yaml-cpp's depth
+// limit (which it reports as "bad file") says so.
+std::string yaml_error(const std::string& where, const YAML::ParserException& e);
+std::string yaml_error_text(const YAML::ParserException& e);  // the same without the place
 
 // The parallel, launch and memory sections (recipe_parallel.cpp); needs train read first.
 void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::path& base, Recipe& r);

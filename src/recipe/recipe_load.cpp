@@ -33,8 +33,7 @@ YAML::Node parse_file(const std::string& path) {
     }
     return docs.empty() ? YAML::Node() : docs[0];
   } catch (const YAML::ParserException& e) {
-    throw UserError(path + ":" + std::to_string(e.mark.line + 1) + ":" +
-                    std::to_string(e.mark.column + 1) + ": " + e.msg);
+    throw UserError(recipe_detail::yaml_error(path, e));
   }
 }
 
@@ -61,7 +60,7 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
     try {
       value = YAML::Load(o.substr(eq + 1));
     } catch (const YAML::ParserException& e) {
-      throw UserError(flag + ": cannot parse the value: " + e.msg);
+      throw UserError(flag + ": cannot parse the value: " + recipe_detail::yaml_error_text(e));
     }
     if (!root.IsMap()) throw UserError(flag + ": the recipe is not a mapping");
     YAML::Node cur;
@@ -301,9 +300,20 @@ void read_rest(const MapReader& top, Locator& loc, const fs::path& base, Recipe&
     if (c.has(key) && r.checkpoint.dir.empty() && (std::string(key) != "resume" || r.checkpoint.resume == "auto"))
       loc.fail(std::string("checkpoint.") + key, "needs checkpoint.dir (where checkpoints are written)");
   }
-  const MapReader l(top.node("logging"), "logging", loc, {"every", "metrics"});
+  const MapReader l(top.node("logging"), "logging", loc, {"every", "metrics", "tensorboard"});
   r.logging.every = to_int(l.integer("every", 1, INT_MAX), r.logging.every);
   r.logging.metrics = resolve(l.string("metrics", true).value_or(""), "logging.metrics", base, loc);
+  // logging.tensorboard: a directory, or true for checkpoint.dir/tb.
+  bool tb_on = false;
+  const bool tb_bool = l.has("tensorboard") && l.node("tensorboard").IsScalar() &&
+                       YAML::convert<bool>::decode(l.node("tensorboard"), tb_on);
+  if (tb_bool) {
+    if (tb_on && r.checkpoint.dir.empty())
+      loc.fail("logging.tensorboard", "true needs checkpoint.dir (events go to checkpoint.dir/tb)");
+    r.logging.tensorboard = tb_on ? r.checkpoint.dir + "/tb" : "";
+  } else {
+    r.logging.tensorboard = resolve(l.string("tensorboard", true).value_or(""), "logging.tensorboard", base, loc);
+  }
 }
 
 }  // namespace

@@ -5,8 +5,11 @@
 #include <cstdlib>
 #include <set>
 
+#include <yaml-cpp/depthguard.h>
+
 #include "recipe/recipe_internal.h"
 #include "util/error.h"
+#include "util/printable.h"
 
 namespace llmrun::recipe_detail {
 
@@ -40,14 +43,37 @@ void Locator::fail(const std::string& key, const std::string& msg,
                    const std::string& related) const {
   std::string at = where(key);
   if (!override_for(key) && !related.empty() && override_for(related)) at = where(related);
-  throw UserError(at + ": " + (key.empty() ? "" : key + ": ") + msg);
+  throw UserError(at + ": " + (key.empty() ? "" : printable(key) + ": ") + msg);
 }
 
 std::string show(const YAML::Node& n) {
   if (!n.IsDefined() || n.IsNull()) return "nothing";
   if (n.IsSequence()) return "a list";
   if (n.IsMap()) return "a mapping";
-  return "'" + n.Scalar() + "'";
+  // Scalars are the user's bytes: control characters would reach the terminal.
+  std::string quoted = "'";  // built in steps: GCC 12 misreads "'" + f() + "'" (-Wrestrict)
+  quoted += printable(n.Scalar());
+  quoted += '\'';
+  return quoted;
+}
+
+std::string yaml_error_text(const YAML::ParserException& e) {
+  if (const auto* deep = dynamic_cast<const YAML::DeepRecursion*>(&e))
+    return "nested more than " + std::to_string(deep->depth()) +
+           " levels deep, past the YAML reader's limit; a recipe nests a few levels (section: {key: value})";
+  return printable(e.msg);
+}
+
+std::string yaml_error(const std::string& where, const YAML::ParserException& e) {
+  // Past the depth limit the reader's position is wherever it gave up: the line is enough.
+  std::string at = where + ":" + std::to_string(e.mark.line + 1);
+  if (!dynamic_cast<const YAML::DeepRecursion*>(&e)) {
+    at += ':';
+    at += std::to_string(e.mark.column + 1);
+  }
+  at += ": ";
+  at += yaml_error_text(e);
+  return at;
 }
 
 int64_t read_integer(const YAML::Node& n, const std::string& key, const Locator& loc, int64_t lo,

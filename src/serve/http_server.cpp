@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "serve/openai_api.h"
+#include "web/web_assets.h"
 
 namespace llmrun {
 
@@ -298,6 +299,11 @@ struct HttpServer::Impl {
         out = {{"prompt", tok.decode(ids)}};
       }
       co_await write_text(stream, req, http::status::ok, dump(out), "application/json", keep);
+      co_return keep;
+    }
+    // The chat playground (web/playground), static and public: its API calls carry the key.
+    if (const WebAsset* page = get ? find_web_asset("playground", target) : nullptr) {
+      co_await write_text(stream, req, http::status::ok, std::string(page->body), page->content_type.data(), keep);
       co_return keep;
     }
     const bool known = target == "/health" || target == "/metrics" || target == "/v1/models" ||

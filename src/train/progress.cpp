@@ -1,11 +1,17 @@
 #include "train/progress.h"
 
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "util/atomic_dir.h"
 #include "util/error.h"
 
 namespace llmrun {
@@ -58,7 +64,14 @@ void ProgressPrinter::finish() {
   open_line_ = false;
 }
 
-MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_step) {
+// A metrics line that cannot be written (disk full, quota, I/O error) does not stop training:
+// losing a line of a days-long run is better than losing the run, and the checkpoints and the
+// exported model, which do stop it, are what the run is for. The failure is loud instead: a
+// warning with the cause at the first lost line, again at 10, 100, 1000... lost lines, when
+// writing works again, and a count at the end. A failed write is cut back to the last
+// complete line, so the file never holds half a line. Resuming, which rewrites the kept lines,
+// does fail the start: nothing is trained yet, and the old file is left as it was.
+MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_step) : path_(path) {
   if (path.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -70,9 +83,55 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_step) {
       if (!j.is_discarded() && j.is_object() && j.value("step", int64_t(0)) <= resumed_step) kept += line + "\n";
     }
   }
-  out_.open(path, std::ios::out | std::ios::trunc);
-  out_ << kept;
-  if (!out_) throw UserError("logging.metrics: cannot write " + path);
+  if (!kept.empty()) {
+    try {
+      write_file_atomic(path, kept);
+    } catch (const UserError& e) {
+      throw UserError(std::string("logging.metrics: ") + e.what());
+    }
+  }
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (kept.empty() ? O_TRUNC : O_APPEND), 0644);
+  if (fd_ < 0) throw UserError("logging.metrics: cannot write " + path + ": " + std::strerror(errno));
+  good_size_ = int64_t(kept.size());
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  if (lost_ > 0)
+    spdlog::warn("logging.metrics: {} of {} lines could not be written to {}; the file is missing those steps",
+                 lost_, lines_, path_);
+}
+
+void MetricsWriter::append(const std::string& line) {
+  if (fd_ < 0) return;
+  ++lines_;
+  size_t done = 0;
+  int err = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    done += size_t(n);
+  }
+  if (err == 0) {
+    good_size_ += int64_t(line.size());
+    if (lost_ > 0 && lines_ - 1 == last_lost_line_)
+      spdlog::warn("logging.metrics: writing {} works again ({} lines lost so far)", path_, lost_);
+    return;
+  }
+  // No half line: cut a partial write back (O_APPEND writes at the end, so this is exact).
+  if (done > 0) (void)!::ftruncate(fd_, good_size_);
+  ++lost_;
+  last_lost_line_ = lines_;
+  if (lost_ == 1 || lost_ == next_warning_) {
+    spdlog::warn("logging.metrics: cannot write {}: {}; {} line{} lost so far; training goes on", path_,
+                 std::strerror(err), lost_, lost_ == 1 ? "" : "s");
+    if (lost_ >= next_warning_) next_warning_ *= 10;
+  }
 }
 
 void gather_stage_reports(StepReport& rep, Communicator& pp) {
@@ -92,7 +151,7 @@ void gather_stage_reports(StepReport& rep, Communicator& pp) {
 }
 
 void MetricsWriter::write(const StepReport& r) {
-  if (!out_.is_open()) return;
+  if (fd_ < 0 && !sink_) return;
   nlohmann::json j{{"step", r.stats.step},           {"loss", r.stats.loss},
                    {"lr", r.stats.lr},               {"grad_norm", r.stats.grad_norm},
                    {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
@@ -115,15 +174,15 @@ void MetricsWriter::write(const StepReport& r) {
                            {"mem_buffers", s.memory.buffers},
                            {"mem_activations", s.activation_bytes}});
   }
-  out_ << j.dump() << "\n";
-  out_.flush();
+  if (sink_) sink_(j);
+  if (fd_ >= 0) append(j.dump() + "\n");
 }
 
 void MetricsWriter::write_validation(int64_t step, double val_loss) {
-  if (!out_.is_open()) return;
+  if (fd_ < 0 && !sink_) return;
   nlohmann::json j{{"step", step}, {"val_loss", val_loss}, {"val_ppl", std::exp(val_loss)}};
-  out_ << j.dump() << "\n";
-  out_.flush();
+  if (sink_) sink_(j);
+  if (fd_ >= 0) append(j.dump() + "\n");
 }
 
 }  // namespace llmrun

@@ -3,6 +3,8 @@
 // in place on a terminal, one line per logged step otherwise) and the metrics JSONL.
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -64,11 +66,23 @@ class MetricsWriter {
   // to resumed_step and drops later ones (written after that checkpoint by the run that
   // stopped), so the file reads as one uninterrupted run.
   explicit MetricsWriter(const std::string& path, int64_t resumed_step = 0);
+  ~MetricsWriter();  // says how many lines were lost, if any
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
   void write(const StepReport& r);
   void write_validation(int64_t step, double val_loss);  // {"step", "val_loss", "val_ppl"}
+  // Also hands every record to `sink` (the TensorBoard writer), with or without a JSONL path.
+  void also_to(std::function<void(const nlohmann::json&)> sink) { sink_ = std::move(sink); }
+  int64_t lost_lines() const { return lost_; }
 
  private:
-  std::ofstream out_;
+  void append(const std::string& line);
+  std::function<void(const nlohmann::json&)> sink_;
+  std::string path_;
+  int fd_ = -1;
+  int64_t good_size_ = 0;  // the file's length after the last complete line
+  int64_t lines_ = 0, lost_ = 0;
+  int64_t last_lost_line_ = 0, next_warning_ = 10;
 };
 
 }  // namespace llmrun

@@ -5,6 +5,7 @@
 #include "ckpt/hf_weights.h"
 #include "parallel/model_partition.h"
 #include "train/training_run.h"
+#include "util/allocation_phase.h"
 
 namespace llmrun {
 
@@ -20,7 +21,7 @@ TrainingRun::TrainingRun(const Recipe& r, const LaunchEnvironment& env) : recipe
 // Ranks and their tp/pp/dp groups (under a launcher), and this rank's backend.
 void TrainingRun::build_world(const LaunchEnvironment& env) {
   if (env.under_launcher) {
-    mpi.emplace(nullptr, nullptr);
+    mpi.emplace(nullptr, nullptr, recipe.launch.timeout_s);
     topo = Topology::build(make_mpi_world(recipe.launch.timeout_s),
                            {recipe.parallel.tp, recipe.parallel.pp, recipe.parallel.dp});
   }
@@ -36,6 +37,7 @@ void TrainingRun::build_data() {
     throw UserError(r.source + ": model.vocab=" + std::to_string(r.model.vocab) +
                     " is smaller than the tokenizer's " + std::to_string(tokenizer->vocab_size()) +
                     " tokens");
+  set_allocation_phase("the training data");  // each big allocation names itself for an out-of-memory error
   data = std::make_unique<TrainingData>(r.data, WindowSampling{r.model.seq_len, r.train.seed},
                                         *tokenizer);
   batches = std::make_unique<RankBatches>(*data, r.model.seq_len, r.train.global_batch,
@@ -48,6 +50,8 @@ void TrainingRun::build_data() {
 // This rank's shard of the model, initialised (or loaded from model.from).
 void TrainingRun::build_model() {
   const Recipe& r = recipe;
+  set_allocation_phase("the model's parameters and gradients (" + std::to_string(r.model.param_count()) +
+                       " parameters)");
   tp_timed = std::make_unique<TimedCommunicator>(topo.tp());
   const ModelParallel parallel{
       model_shard(r.parallel, r.model.layers, topo.tp().rank(), topo.pp().rank()), tp_timed.get(),
@@ -57,15 +61,18 @@ void TrainingRun::build_model() {
   model->set_recompute(r.memory.recompute);
   model->init_weights(r.train.seed);
   if (!r.model_from.empty()) {
-    import_hf_tensors(*backend, model->params(), HfWeightFiles(r.model_from));
+    const HfWeightFiles weights(r.model_from);
+    check_weights_explained(weights, r.model);
+    import_hf_tensors(*backend, model->params(), weights);
     spdlog::info("initialised from {}", r.model_from);
   }
 }
 
-// The optimizer with its offload, checkpoints (and resume), FP8 scaling and the metrics file.
+// The optimizer with its offload, checkpoints (and resume), FP8 scaling, metrics and TensorBoard.
 void TrainingRun::build_optimizer() {
   const Recipe& r = recipe;
   const MemorySection& m = r.memory;
+  set_allocation_phase("the optimizer state (AdamW moments)");
   opt = std::make_unique<ZeroOptimizer>(
       *model, topo.dp(), r.parallel.zero,
       AdamWConfig{float(r.train.beta1), float(r.train.beta2), float(r.train.eps),
@@ -82,6 +89,10 @@ void TrainingRun::build_optimizer() {
   }
   first_step = checkpoints->resume() + 1;
   if (topo.is_logger()) metrics.emplace(r.logging.metrics, first_step - 1);
+  if (topo.is_logger() && !r.logging.tensorboard.empty()) {
+    tensorboard.emplace(r.logging.tensorboard, first_step - 1, describe_recipe(r));
+    metrics->also_to([this](const nlohmann::json& record) { tensorboard->write(record); });
+  }
 }
 
 // One optimizer step: schedule, micro-batches, clipping, and the pipeline when pp > 1.

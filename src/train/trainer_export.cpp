@@ -6,12 +6,14 @@
 #include "ckpt/convert.h"
 #include "ckpt/model_dir.h"
 #include "train/training_run.h"
+#include "util/allocation_phase.h"
 
 namespace llmrun {
 
 void export_trained_model(TrainingRun& run) {
   const Recipe& r = run.recipe;
   if (r.checkpoint.dir.empty()) return;
+  set_allocation_phase("the exported model");
   // The model goes to its own subdirectory: checkpoint.dir also holds what else a run keeps
   // (metrics, and training checkpoints step-N/).
   const std::string model_dir = (std::filesystem::path(r.checkpoint.dir) / "model").string();

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "train/training_run.h"
+#include "util/allocation_phase.h"
 #include "util/stop_signal.h"
 
 namespace llmrun {
@@ -29,8 +30,8 @@ StepReport run_one_step(TrainingRun& run, int64_t s, Clock::time_point t_start) 
   rep.total_steps = r.train.steps;
   rep.step_seconds = std::chrono::duration<double>(t1 - t0).count();
   rep.tokens_per_s = double(r.tokens_per_step()) / rep.step_seconds;
-  rep.mfu =
-      r.model.train_flops_per_token(r.model.seq_len) * rep.tokens_per_s / (run.peak.flops * world);
+  // Never above 1: a step faster than the probed peak raises the peak.
+  rep.mfu = run.peak.mfu(r.model.train_flops_per_token(r.model.seq_len) * rep.tokens_per_s / world);
   rep.comm_share = rep.stats.comm_wait_s / rep.step_seconds;
   rep.pipeline_idle = rep.stats.pipeline_idle_s / rep.step_seconds;
   rep.memory = run.opt->memory();
@@ -82,6 +83,7 @@ void stop_after(TrainingRun& run, int64_t s, const StopSignals& stop, ProgressPr
 
 bool run_training_loop(TrainingRun& run, const TrainingObserver& observer) {
   const Recipe& r = run.recipe;
+  set_allocation_phase("the activations and buffers of a training step");
   ProgressPrinter progress;
   StopSignals stop;
   const auto t_start = Clock::now();

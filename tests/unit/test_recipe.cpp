@@ -495,14 +495,14 @@ TEST_F(RecipeTest, DescribeOutputLoadsBackAsTheSameRecipe) {
 }
 
 TEST_F(RecipeTest, Gpt2SmallReadsAs124M) {
-  const fs::path repo = fs::path(__FILE__).parent_path().parent_path().parent_path();
+  const fs::path repo = LLMRUN_SOURCE_DIR;
   const Recipe r = load_recipe((repo / "recipes/gpt2-124m.yaml").string(), {"model.seq_len=1024"});
   EXPECT_EQ(r.model.param_count(), 124439808);  // Hugging Face's gpt2 checkpoint
   EXPECT_HAS(describe_recipe(r), "# 124.4M\n");
 }
 
 TEST(RepoRecipes, AllLoad) {
-  const fs::path repo = fs::path(__FILE__).parent_path().parent_path().parent_path();
+  const fs::path repo = LLMRUN_SOURCE_DIR;
   int n = 0;
   for (const auto& e : fs::directory_iterator(repo / "recipes")) {
     if (e.path().extension() != ".yaml") continue;
