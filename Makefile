@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 # parallel part).
 .NOTPARALLEL:
 
-.PHONY: deps test-deps configure llmrun build test test-full test-slurm demo format clean
+.PHONY: deps test-deps configure llmrun build test test-full test-slurm demo format format-check deps-check clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -44,7 +44,15 @@ demo: llmrun
 	@bash scripts/demo.sh $(BUILD)/llmrun
 
 format:
-	@clang-format -i $$(git ls-files '*.cpp' '*.h')
+	@clang-format -i $$(git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
+
+# Lists the files `make format` would change; fails when there are any.
+format-check:
+	@bash scripts/check-format.sh
+
+# The folder dependency rule of docs/ARCHITECTURE.md (also CTest structure.deps).
+deps-check:
+	@bash scripts/check-deps.sh
 
 clean:
 	@rm -rf $(BUILD)

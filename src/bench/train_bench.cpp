@@ -123,7 +123,7 @@ nlohmann::json run_train_bench(Recipe r, const LaunchEnvironment& env, const Tra
 
     std::vector<double> tps;
     for (const StepReport& rep : measured) tps.push_back(rep.tokens_per_s);
-    const Recompute recompute = parse_recompute(r.memory.recompute);
+    const Recompute recompute = r.memory.recompute;
     const TrainFlops flops = train_flops(r.model, r.model.seq_len, recompute);
     const double tps_median = median(tps);
     const double mfu = flops.model_per_token * tps_median / (info.peak_flops * world);

@@ -7,11 +7,9 @@
 #include <string>
 
 #include "tensor/tensor.h"
+#include "util/byte_size.h"  // --max-shard-size
 
 namespace llmrun {
-
-// "2GB" (10^9), "500MiB" (2^20), "123" (bytes); UserError naming `flag` otherwise.
-uint64_t parse_byte_size(const std::string& text, const std::string& flag);
 
 // A step dir (or a checkpoint dir's latest) -> a Hugging Face model dir: config.json,
 // generation_config.json, weights as `dtype` (f32/bf16/f16) in model.safetensors or, past

@@ -45,7 +45,7 @@ void check_physical_memory(const Recipe& r, const LaunchEnvironment& env) {
   if (ranks < 1) return;
   const PhysicalMemory mem = physical_memory();
   const TrainingLayout l = training_layout(r);
-  const bool to_host = r.memory.offload_optimizer == "cpu" || r.memory.offload_params == "cpu";
+  const bool to_host = r.memory.offload_optimizer == Offload::cpu || r.memory.offload_params == Offload::cpu;
   const std::string problem =
       physical_memory_problem(plan_memory(training_shape(r), l), ranks, to_host, mem.bytes, mem.source);
   if (!problem.empty()) throw UserError(r.source + ": " + problem);
@@ -89,7 +89,7 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
               overrides.push_back("memory.budget_bytes=" + std::to_string(parse_byte_size(args->gpu_mem, "--gpu-mem")));
             Recipe r = load_recipe(args->recipe, overrides);
             if (args->dry_run) {
-              std::fputs(describe_recipe(r).c_str(), stdout);
+              std::fputs((describe_recipe(r) + describe_memory_per_rank(r)).c_str(), stdout);
               return 0;
             }
             if (args->fp8_check > 0) return run_fp8_check(r, env, args->fp8_check, args->fp8_check_tol, args->fp8_check_window);

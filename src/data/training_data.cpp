@@ -33,22 +33,24 @@ void check_dataset_tokenizer(const IndexedDataset& ds, const Tokenizer& tok, con
                     "); point data.tokenizer at that tokenizer or re-run `llmrun data prepare`");
 }
 
-TrainingData::TrainingData(const Recipe& r, const Tokenizer& tok, int dp_rank, int dp_size)
-    : TrainingData(r.data.train, "data.train", r, tok, dp_rank, dp_size) {}
+TrainingData::TrainingData(const DataSection& data, const WindowSampling& sampling, const Tokenizer& tok)
+    : TrainingData(data.train, "data.train", sampling, tok) {}
 
-TrainingData::TrainingData(const std::vector<DataSource>& sources, const std::string& what, const Recipe& r,
-                           const Tokenizer& tok, int dp_rank, int dp_size)
-    : window_(r.model.seq_len + 1) {
+TrainingData::TrainingData(const std::vector<DataSource>& sources, const std::string& what,
+                           const WindowSampling& sampling, const Tokenizer& tok)
+    : window_(sampling.seq_len + 1) {
+  const uint64_t seed0 = sampling.seed;
+  const int dp_rank = sampling.dp_rank, dp_size = sampling.dp_size;
   double total = 0;
   for (size_t i = 0; i < sources.size(); ++i) {
     const DataSource& src = sources[i];
     const std::string name = what + "." + std::to_string(i) + ".path";
-    const uint64_t seed = r.train.seed + 7919 * i + 104729 * uint64_t(dp_rank);
+    const uint64_t seed = seed0 + 7919 * i + 104729 * uint64_t(dp_rank);
     if (is_indexed_dataset(src.path)) {
       auto ds = std::make_shared<const IndexedDataset>(src.path);
       check_dataset_tokenizer(*ds, tok, name);
       ds->check_tokens_below(tok.vocab_size(), name + ": ");  // else the embedding fails mid-run
-      sources_.push_back(std::make_unique<PackedWindowSampler>(ds, window_, r.train.seed + 7919 * i, dp_rank, dp_size));
+      sources_.push_back(std::make_unique<PackedWindowSampler>(ds, window_, seed0 + 7919 * i, dp_rank, dp_size));
     } else {
       sources_.push_back(std::make_unique<TextWindowSource>(load_token_corpus({src.path}, tok, window_, name),
                                                             window_, seed));

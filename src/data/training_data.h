@@ -5,6 +5,7 @@
 // window comes from the dataset furthest below its share so far, so proportions are exact to
 // within one window at every point. Its state() is everything a resumed run needs to continue
 // with exactly the next windows.
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -12,17 +13,25 @@
 
 #include "data/packed_sampler.h"
 #include "data/text_corpus.h"
-#include "recipe/recipe.h"
+#include "data/data_config.h"
 
 namespace llmrun {
 
+// How windows are drawn: seq_len + 1 tokens each, from samplers seeded by `seed` (train.seed);
+// an indexed dataset gives this data-parallel rank its share.
+struct WindowSampling {
+  int seq_len = 0;
+  uint64_t seed = 0;
+  int dp_rank = 0, dp_size = 1;
+};
+
 class TrainingData {
  public:
-  // The recipe's data.train.
-  TrainingData(const Recipe& r, const Tokenizer& tok, int dp_rank = 0, int dp_size = 1);
+  // The data section's train sources.
+  TrainingData(const DataSection& data, const WindowSampling& sampling, const Tokenizer& tok);
   // Any list of sources; `what` names them in messages ("data.valid").
-  TrainingData(const std::vector<DataSource>& sources, const std::string& what, const Recipe& r,
-               const Tokenizer& tok, int dp_rank = 0, int dp_size = 1);
+  TrainingData(const std::vector<DataSource>& sources, const std::string& what, const WindowSampling& sampling,
+               const Tokenizer& tok);
 
   // Fills `windows` windows of seq_len + 1 tokens each.
   void fill(int32_t* dst, int windows);

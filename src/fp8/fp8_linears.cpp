@@ -53,13 +53,13 @@ std::string short_float(float v) {
 
 Fp8Linears::Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend& be)
     : recipe_(recipe),
-      compute_(recipe.amax_compute == "most_recent" ? AmaxCompute::most_recent : AmaxCompute::max),
+      compute_(recipe.amax_compute),
       layers_(cfg.layers),
       be_(be) {
   for (const std::string& name : recipe.skip)
     for (int k = 0; k < kLinearKinds; ++k)
       if (name == linear_kind_name(LinearKind(k))) skip_[k] = true;
-  const Fp8Format grad_format = recipe.format == "hybrid" ? Fp8Format::e5m2 : Fp8Format::e4m3;
+  const Fp8Format grad_format = recipe.format == Fp8Scheme::hybrid ? Fp8Format::e5m2 : Fp8Format::e4m3;
   site_first_.assign(size_t(layers_) * kBlockKinds + 1, -1);
   auto add_site = [&](size_t site, LinearKind kind, const std::string& prefix) {
     if (skip_[int(kind)]) return;
@@ -208,7 +208,7 @@ json Fp8Linears::state() const {
     for (float a : t.scaling.amax_history()) hist.push_back(float_to_json(a));
     tensors[t.name] = {{"scale", float_to_json(t.scaling.scale())}, {"amax_history", hist}};
   }
-  return {{"format", recipe_.format}, {"amax_history", recipe_.amax_history}, {"tensors", tensors}};
+  return {{"format", fp8_scheme_name(recipe_.format)}, {"amax_history", recipe_.amax_history}, {"tensors", tensors}};
 }
 
 void Fp8Linears::restore(const json& j, const std::string& where) {
@@ -224,11 +224,11 @@ void Fp8Linears::restore(const json& j, const std::string& where) {
     bad("expected {format, amax_history, tensors}");
   const std::string format = j["format"].get<std::string>();
   const int64_t length = j["amax_history"].get<int64_t>();
-  if (format != recipe_.format || length != recipe_.amax_history) {
+  if (format != fp8_scheme_name(recipe_.format) || length != recipe_.amax_history) {
     spdlog::info(
         "{} has FP8 scales for format {} with {} amax history entries; the recipe has {} with {}: "
         "FP8 scales and amax histories start afresh",
-        where, format, length, recipe_.format, recipe_.amax_history);
+        where, format, length, fp8_scheme_name(recipe_.format), recipe_.amax_history);
     return;
   }
   const json& saved = j["tensors"];

@@ -1,14 +1,11 @@
 #include "model/recompute.h"
 
-#include "util/error.h"
-
 namespace llmrun {
 
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::none;
-  if (name == "selective") return Recompute::selective;
-  if (name == "full") return Recompute::full;
-  throw UserError("memory.recompute: '" + name + "' is not one of none, selective, full");
+std::optional<Recompute> recompute_from_name(std::string_view name) {
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+    if (name == recompute_name(r)) return r;
+  return std::nullopt;
 }
 
 const char* recompute_name(Recompute r) {

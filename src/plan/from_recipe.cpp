@@ -1,41 +1,57 @@
 #include "plan/from_recipe.h"
 
+#include <algorithm>
+#include <sstream>
+
 #include "plan/memory_budget.h"
 #include "util/error.h"
 
 namespace llmrun {
 
-TrainingShape training_shape(const Recipe& r) {
-  TrainingShape s;
-  s.model = r.model;
-  s.micro_batch = r.train.micro_batch;
-  s.global_batch = r.train.global_batch;
-  s.compute = r.precision.compute;
-  s.offload_optimizer = r.memory.offload_optimizer;
-  s.offload_params = r.memory.offload_params;
-  s.offload_buffer_bytes = r.memory.offload_buffer_mb << 20;
-  return s;
+namespace {
+
+// memory.offload.params: cpu moves the ZeRO-3 parameter shards to host memory; nvme keeps only
+// staging memory (buffer_mb, halved when the optimizer streams too), the shards live in files
+// under nvme_path.
+std::string params_line(const Recipe& r, const StageMemory& s) {
+  std::ostringstream o;
+  if (r.memory.offload_params == Offload::none) {
+    o << "    params: " << describe_number(s.params) << "  # " << describe_bytes(s.params) << "\n";
+  } else if (r.memory.offload_params == Offload::cpu) {
+    o << "    params: 0  # " << describe_bytes(s.params_offloaded) << " of shards in host memory\n";
+  } else {
+    const double staging =
+        double(r.memory.offload_buffer_mb << 20) / (r.memory.offload_optimizer == Offload::nvme ? 2 : 1);
+    const double held = std::min(staging, s.params_offloaded);
+    o << "    params: " << describe_number(held) << "  # " << describe_bytes(held) << " of staging; "
+      << describe_bytes(s.params_offloaded) << " in files under nvme_path\n";
+  }
+  return o.str();
 }
 
-TrainingLayout training_layout(const Recipe& r) {
-  TrainingLayout l;
-  l.tp = r.parallel.tp;
-  l.pp = r.parallel.pp;
-  l.dp = r.parallel.dp;
-  l.zero = r.parallel.zero;
-  l.schedule = parse_pipeline_schedule(r.parallel.pp_schedule);
-  l.virtual_stages = r.parallel.virtual_stages;
-  l.sequence_parallel = r.parallel.sequence_parallel;
-  l.pp_layers = r.parallel.pp_layers;
-  l.recompute = parse_recompute(r.memory.recompute);
-  return l;
+std::string bytes_line(const char* name, double bytes) {
+  return std::string("    ") + name + ": " + describe_number(bytes) + "  # " + describe_bytes(bytes) + "\n";
 }
+
+}  // namespace
 
 void check_recipe_memory_budget(const Recipe& r) {
   if (r.memory.budget_bytes <= 0) return;
   const TrainingLayout l = training_layout(r);
   const std::string problem = memory_budget_problem(plan_memory(training_shape(r), l), l, r.memory.budget_bytes);
   if (!problem.empty()) throw UserError(r.source + ": " + problem);
+}
+
+std::string describe_memory_per_rank(const Recipe& r) {
+  // The planner's per-rank memory (llmrun plan prints the whole breakdown).
+  const std::vector<StageMemory> stages = plan_memory(training_shape(r), training_layout(r));
+  const StageMemory& top = peak_stage(stages);
+  std::ostringstream o;
+  o << "  memory_per_rank:  # ZeRO-" << r.parallel.zero << " over dp=" << r.parallel.dp << ", pipeline stage "
+    << top.stage << " (the largest; llmrun plan shows every stage)\n"
+    << params_line(r, top) << bytes_line("grads", top.grads) << bytes_line("optimizer", top.optimizer)
+    << bytes_line("activations", top.activations) << bytes_line("peak", top.peak);
+  return o.str();
 }
 
 }  // namespace llmrun

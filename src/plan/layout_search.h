@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "plan/layout.h"
+#include "parallel/layout_rules.h"
 #include "plan/perf_model.h"
 
 namespace llmrun {

@@ -1,6 +1,6 @@
 #pragma once
 // The per-rank memory budget: the refusal that `llmrun plan` and `llmrun train` print when a
-// rank is predicted not to fit. (Sizes such as 80GB are read by ckpt/convert.h's parse_byte_size.)
+// rank is predicted not to fit. (Sizes such as 80GB are read by util/byte_size.h.)
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -58,110 +58,138 @@ double block_saved(const RankDims& x, Recompute r) {
   return f;
 }
 
+// One pipeline stage's planning context, shared by the parts below.
+struct StagePlan {
+  const TrainingShape& s;
+  const TrainingLayout& l;
+  const RankDims& x;
+  PipelineShape pipe;
+  int stage;
+  std::vector<std::vector<int>> chunks;  // the blocks of each of the stage's chunks
+  bool pipelined() const { return l.pp > 1; }
+};
+
+// Parameters, gradients, optimizer state (resident or offloaded) and ZeRO buffers.
+void plan_persistent(const StagePlan& sp, StageMemory& st) {
+  const TrainingShape& s = sp.s;
+  const TrainingLayout& l = sp.l;
+  const RankDims& x = sp.x;
+  const ModelConfig& m = s.model;
+  const double param_bytes = s.compute == "fp32" ? 4 : 2;
+  const double master_bytes = s.compute == "fp32" ? 0 : 4;  // fp32 weights are their own master copy
+  auto padded = [&](int64_t n) { return (n + l.dp - 1) / l.dp * l.dp; };
+  // Parameters, bucket by bucket.
+  std::vector<int64_t> buckets;
+  if (st.embedding) buckets.push_back(x.vocab * x.d + (x.gpt2 ? int64_t(m.seq_len) * x.d : 0));
+  for (size_t i = 0; i < st.blocks.size(); ++i) buckets.push_back(block_params(x));
+  if (st.head) {
+    int64_t n = x.gpt2 ? 2 * x.d : x.d;  // final norm
+    if (!m.tie_embeddings || sp.pipelined()) n += x.vocab * x.d;  // head, or the last stage's tied copy
+    buckets.push_back(n);
+  }
+  for (int64_t n : buckets) {
+    st.param_elements += padded(n);
+    st.largest_bucket = std::max(st.largest_bucket, padded(n));
+  }
+  st.buckets = static_cast<int>(buckets.size());
+  st.shard_elements = st.param_elements / l.dp;
+  const double owned = double(l.zero >= 1 ? st.shard_elements : st.param_elements);
+  const double params = param_bytes * double(l.zero >= 3 ? st.shard_elements : st.param_elements);
+  // Offloaded ZeRO-3 shards leave device memory; a bucket is brought in only while it is
+  // gathered, which the ZeRO buffers below already count.
+  (s.offload_params == Offload::none ? st.params : st.params_offloaded) = params;
+  st.grads = 4.0 * double(l.zero >= 2 ? st.shard_elements : st.param_elements);
+  const double optimizer = (8 + master_bytes) * owned;
+  (s.offload_optimizer == Offload::none ? st.optimizer : st.optimizer_offloaded) = optimizer;
+  // ZeRO-2/3: each bucket's full gradient lives in a slot until its reduce-scatter is done
+  // (one per bucket at most), ZeRO-3 adds the gathered parameters in use and the prefetched
+  // ones (and a tied token table held from the embedding to the head); plus one shard-sized
+  // receive buffer per bucket.
+  if (l.zero >= 2) {
+    int slots = st.buckets;
+    if (l.zero == 3) slots += 2 + (m.tie_embeddings && !sp.pipelined() ? 1 : 0);
+    st.buffers = 4.0 * (double(slots) * double(st.largest_bucket) + double(st.shard_elements));
+  }
+}
+
+// Activations. A unit is one micro-batch through one chunk: its blocks' saved tensors and
+// the chunk's output residual. The first virtual stage also keeps the micro-batch's token
+// ids (and their vocab-parallel local copy); the last keeps the final norm with its
+// statistics, under sequence parallelism the gathered head input, and the logits
+// (overwritten in place by their gradient): with several micro-batches in flight on the
+// last stage (gpipe) each holds its own.
+double unit_floats(const StagePlan& sp, int chunk, Recompute r) {
+  const RankDims& x = sp.x;
+  double f = double(sp.chunks[size_t(chunk)].size()) * block_saved(x, r) + double(x.n_seq) * x.d;
+  const int v = virtual_stage(sp.pipe, sp.stage, chunk);
+  if (v == 0) f += double(x.n) * (sp.l.tp > 1 ? 2 : 1);
+  if (v == sp.l.pp * sp.l.virtual_stages - 1)
+    f += double(x.n_seq) * (x.d + 2) + (x.n_seq < x.n ? double(x.n) * x.d : 0) + double(x.n) * x.vocab;
+  return f;
+}
+
+// Saved activations per micro-batch, and the most alive at once over the stage's schedule.
+void plan_in_flight(const StagePlan& sp, StageMemory& st) {
+  const int V = sp.l.virtual_stages;
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+    for (int c = 0; c < V; ++c) st.act_per_micro[static_cast<int>(r)] += 4.0 * unit_floats(sp, c, r);
+  // Walk this stage's instruction list: a forward takes a unit, a backward frees it. The
+  // model keeps a pool of units per chunk (a freed unit serves the next micro-batch of the
+  // same chunk), so each chunk costs its own most-alive count.
+  const PipelineSchedule sched = sp.pipelined() ? sp.l.schedule : PipelineSchedule::one_f_one_b;
+  st.max_in_flight = max_in_flight(sched, sp.pipe, sp.stage);
+  std::vector<int> alive(size_t(V), 0), most(size_t(V), 0);
+  for (const PipeOp& op : pipeline_ops(sched, sp.pipe, sp.stage)) {
+    int& a = alive[size_t(op.chunk)];
+    if (op.kind == PipeOpKind::forward) most[size_t(op.chunk)] = std::max(most[size_t(op.chunk)], ++a);
+    if (op.kind == PipeOpKind::backward) --a;
+  }
+  for (int c = 0; c < V; ++c) st.act_in_flight += 4.0 * unit_floats(sp, c, sp.l.recompute) * most[size_t(c)];
+}
+
+// Floats used once whatever is in flight.
+double workspace_floats(const StagePlan& sp, const StageMemory& st) {
+  const RankDims& x = sp.x;
+  const TrainingLayout& l = sp.l;
+  // Positions, targets and per-token losses, and the residual-stream gradient.
+  double ws = 3.0 * double(x.n) + double(x.n_seq) * x.d;
+  if (!st.blocks.empty()) {
+    // Backward scratch shared by all blocks: d_norm, d_attn, d_qkv, d_act, d_up.
+    ws += double(x.n_seq) * x.d + double(x.n) * (x.attn_cols + x.qkv_cols + x.f + x.up_cols);
+    if (l.recompute == Recompute::selective) ws += double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq;
+    if (l.recompute == Recompute::full) ws += block_saved(x, Recompute::none) - double(x.n_seq) * x.d;
+  }
+  // Tensor parallelism: the row-parallel partial sum (and its sequence-parallel gather), the
+  // local targets, the rows' positions and the vocab-parallel cross-entropy's max and sums.
+  if (l.tp > 1) ws += double(x.n) * x.d * (x.n_seq < x.n ? 2 : 1) + 4.0 * x.n + double(x.n_seq);
+  // Pipeline messages: the activation or gradient arriving from a neighbour and the gradient
+  // leaving for the previous stage (the runner recycles them).
+  if (sp.pipelined()) ws += 2.0 * double(x.n_seq) * x.d;
+  return ws;
+}
+
 }  // namespace
 
 std::vector<StageMemory> plan_memory(const TrainingShape& s, const TrainingLayout& l) {
   if (const auto problem = layout_problem(s, l)) throw UserError(problem->key + ": " + problem->reason);
   const ModelConfig& m = s.model;
   const RankDims x = rank_dims(s, l);
-  const int P = l.pp, V = l.virtual_stages, M = micro_batches_per_step(s, l);
+  const int P = l.pp, V = l.virtual_stages;
   const std::vector<int> per_virtual = virtual_stage_layers(m.layers, P, V, l.pp_layers);
-  const PipelineShape pipe{P, M, V};
-  const bool pipelined = P > 1;
-  const double param_bytes = s.compute == "fp32" ? 4 : 2;
-  const double master_bytes = s.compute == "fp32" ? 0 : 4;  // fp32 weights are their own master copy
-  auto padded = [&](int64_t n) { return (n + l.dp - 1) / l.dp * l.dp; };
-
   std::vector<StageMemory> out;
   for (int p = 0; p < P; ++p) {
+    StagePlan sp{s, l, x, {P, micro_batches_per_step(s, l), V}, p, {}};
     StageMemory st;
     st.stage = p;
     st.embedding = p == 0;
     st.head = p == P - 1;
-    std::vector<std::vector<int>> chunks;
     for (int c = 0; c < V; ++c) {
-      chunks.push_back(chunk_blocks(per_virtual, P, p, c));
-      st.blocks.insert(st.blocks.end(), chunks.back().begin(), chunks.back().end());
+      sp.chunks.push_back(chunk_blocks(per_virtual, P, p, c));
+      st.blocks.insert(st.blocks.end(), sp.chunks.back().begin(), sp.chunks.back().end());
     }
-
-    // Parameters, bucket by bucket.
-    std::vector<int64_t> buckets;
-    if (st.embedding) buckets.push_back(x.vocab * x.d + (x.gpt2 ? int64_t(m.seq_len) * x.d : 0));
-    for (size_t i = 0; i < st.blocks.size(); ++i) buckets.push_back(block_params(x));
-    if (st.head) {
-      int64_t n = x.gpt2 ? 2 * x.d : x.d;  // final norm
-      if (!m.tie_embeddings || pipelined) n += x.vocab * x.d;  // head, or the last stage's tied copy
-      buckets.push_back(n);
-    }
-    for (int64_t n : buckets) {
-      st.param_elements += padded(n);
-      st.largest_bucket = std::max(st.largest_bucket, padded(n));
-    }
-    st.buckets = static_cast<int>(buckets.size());
-    st.shard_elements = st.param_elements / l.dp;
-    const double owned = double(l.zero >= 1 ? st.shard_elements : st.param_elements);
-    const double params = param_bytes * double(l.zero >= 3 ? st.shard_elements : st.param_elements);
-    // Offloaded ZeRO-3 shards leave device memory; a bucket is brought in only while it is
-    // gathered, which the ZeRO buffers below already count.
-    (s.offload_params == "none" ? st.params : st.params_offloaded) = params;
-    st.grads = 4.0 * double(l.zero >= 2 ? st.shard_elements : st.param_elements);
-    const double optimizer = (8 + master_bytes) * owned;
-    (s.offload_optimizer == "none" ? st.optimizer : st.optimizer_offloaded) = optimizer;
-    // ZeRO-2/3: each bucket's full gradient lives in a slot until its reduce-scatter is done
-    // (one per bucket at most), ZeRO-3 adds the gathered parameters in use and the prefetched
-    // ones (and a tied token table held from the embedding to the head); plus one shard-sized
-    // receive buffer per bucket.
-    if (l.zero >= 2) {
-      int slots = st.buckets;
-      if (l.zero == 3) slots += 2 + (m.tie_embeddings && !pipelined ? 1 : 0);
-      st.buffers = 4.0 * (double(slots) * double(st.largest_bucket) + double(st.shard_elements));
-    }
-
-    // Activations. A unit is one micro-batch through one chunk: its blocks' saved tensors and
-    // the chunk's output residual. The first virtual stage also keeps the micro-batch's token
-    // ids (and their vocab-parallel local copy); the last keeps the final norm with its
-    // statistics, under sequence parallelism the gathered head input, and the logits
-    // (overwritten in place by their gradient): with several micro-batches in flight on the
-    // last stage (gpipe) each holds its own.
-    const bool tp = l.tp > 1;
-    const int last_virtual = P * V - 1;
-    auto unit_floats = [&](int chunk, Recompute r) {
-      double f = double(chunks[chunk].size()) * block_saved(x, r) + double(x.n_seq) * x.d;
-      const int v = virtual_stage(pipe, p, chunk);
-      if (v == 0) f += double(x.n) * (tp ? 2 : 1);
-      if (v == last_virtual)
-        f += double(x.n_seq) * (x.d + 2) + (x.n_seq < x.n ? double(x.n) * x.d : 0) + double(x.n) * x.vocab;
-      return f;
-    };
-    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
-      for (int c = 0; c < V; ++c) st.act_per_micro[static_cast<int>(r)] += 4.0 * unit_floats(c, r);
-    // Walk this stage's instruction list: a forward takes a unit, a backward frees it. The
-    // model keeps a pool of units per chunk (a freed unit serves the next micro-batch of the
-    // same chunk), so each chunk costs its own most-alive count.
-    const PipelineSchedule sched = pipelined ? l.schedule : PipelineSchedule::one_f_one_b;
-    st.max_in_flight = max_in_flight(sched, pipe, p);
-    std::vector<int> alive(size_t(V), 0), most(size_t(V), 0);
-    for (const PipeOp& op : pipeline_ops(sched, pipe, p)) {
-      int& a = alive[size_t(op.chunk)];
-      if (op.kind == PipeOpKind::forward) most[size_t(op.chunk)] = std::max(most[size_t(op.chunk)], ++a);
-      if (op.kind == PipeOpKind::backward) --a;
-    }
-    for (int c = 0; c < V; ++c) st.act_in_flight += 4.0 * unit_floats(c, l.recompute) * most[size_t(c)];
-    // Positions, targets and per-token losses, and the residual-stream gradient.
-    double ws = 3.0 * double(x.n) + double(x.n_seq) * x.d;
-    if (!st.blocks.empty()) {
-      // Backward scratch shared by all blocks: d_norm, d_attn, d_qkv, d_act, d_up.
-      ws += double(x.n_seq) * x.d + double(x.n) * (x.attn_cols + x.qkv_cols + x.f + x.up_cols);
-      if (l.recompute == Recompute::selective) ws += double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq;
-      if (l.recompute == Recompute::full) ws += block_saved(x, Recompute::none) - double(x.n_seq) * x.d;
-    }
-    // Tensor parallelism: the row-parallel partial sum (and its sequence-parallel gather), the
-    // local targets, the rows' positions and the vocab-parallel cross-entropy's max and sums.
-    if (tp) ws += double(x.n) * x.d * (x.n_seq < x.n ? 2 : 1) + 4.0 * x.n + double(x.n_seq);
-    // Pipeline messages: the activation or gradient arriving from a neighbour and the gradient
-    // leaving for the previous stage (the runner recycles them).
-    if (pipelined) ws += 2.0 * double(x.n_seq) * x.d;
-    st.act_workspace = 4.0 * ws;
+    plan_persistent(sp, st);
+    plan_in_flight(sp, st);
+    st.act_workspace = 4.0 * workspace_floats(sp, st);
     st.activations = st.act_in_flight + st.act_workspace;
     st.peak = st.params + st.grads + st.optimizer + st.buffers + st.activations;
     st.kv_cache_per_sequence = 2.0 * 4.0 * double(st.blocks.size()) * double(std::max(m.kv_heads / l.tp, 1)) *

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "plan/layout.h"
+#include "parallel/layout_rules.h"
 
 namespace llmrun {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "plan/layout.h"
+#include "parallel/layout_rules.h"
 
 namespace llmrun {
 

@@ -130,10 +130,10 @@ std::string plan_text(const Plan& p) {
   row("gradients", [](const StageMemory& s) { return bytes_cell(s.grads); });
   row("optimizer (AdamW m+v" + std::string(p.shape.compute == "fp32" ? "" : " + fp32 master") + ")",
       [](const StageMemory& s) { return bytes_cell(s.optimizer); });
-  if (p.shape.offload_optimizer != "none")
-    row("optimizer offloaded to " + p.shape.offload_optimizer, [](const StageMemory& s) { return bytes_cell(s.optimizer_offloaded); });
-  if (p.shape.offload_params != "none")
-    row("parameters offloaded to " + p.shape.offload_params, [](const StageMemory& s) { return bytes_cell(s.params_offloaded); });
+  if (p.shape.offload_optimizer != Offload::none)
+    row(std::string("optimizer offloaded to ") + offload_name(p.shape.offload_optimizer), [](const StageMemory& s) { return bytes_cell(s.optimizer_offloaded); });
+  if (p.shape.offload_params != Offload::none)
+    row(std::string("parameters offloaded to ") + offload_name(p.shape.offload_params), [](const StageMemory& s) { return bytes_cell(s.params_offloaded); });
   if (l.zero >= 2) row("ZeRO buffers (upper bound)", [](const StageMemory& s) { return bytes_cell(s.buffers); });
   row("activations / micro-batch, none", [](const StageMemory& s) { return bytes_cell(s.act_per_micro[0]); });
   row("activations / micro-batch, selective", [](const StageMemory& s) { return bytes_cell(s.act_per_micro[1]); });

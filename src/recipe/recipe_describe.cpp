@@ -6,8 +6,6 @@
 #include <cstdio>
 #include <sstream>
 
-#include "plan/from_recipe.h"
-#include "plan/memory_budget.h"
 #include "recipe/recipe.h"
 
 namespace llmrun {
@@ -79,29 +77,13 @@ const std::array<const char*, 5> kBytes = {" KB", " MB", " GB", " TB", " PB"};
 
 }  // namespace
 
-// memory.offload.params: cpu moves the ZeRO-3 parameter shards to host memory; nvme keeps only
-// staging memory (buffer_mb, halved when the optimizer streams too), the shards live in files
-// under nvme_path.
-static std::string params_line(const Recipe& r, const StageMemory& s) {
-  std::ostringstream o;
-  if (r.memory.offload_params == "none") {
-    o << "    params: " << num(s.params) << "  # " << human(s.params, kBytes) << "\n";
-  } else if (r.memory.offload_params == "cpu") {
-    o << "    params: 0  # " << human(s.params_offloaded, kBytes) << " of shards in host memory\n";
-  } else {
-    const double staging = double(r.memory.offload_buffer_mb << 20) / (r.memory.offload_optimizer == "nvme" ? 2 : 1);
-    const double held = std::min(staging, s.params_offloaded);
-    o << "    params: " << num(held) << "  # " << human(held, kBytes) << " of staging; "
-      << human(s.params_offloaded, kBytes) << " in files under nvme_path\n";
-  }
-  return o.str();
-}
+std::string describe_number(double v) { return num(v); }
+std::string describe_bytes(double bytes) { return human(bytes, kBytes); }
 
-std::string describe_recipe(const Recipe& r) {
+namespace {
+
+void describe_model(std::ostream& o, const Recipe& r) {
   const ModelConfig& m = r.model;
-  const TrainSection& t = r.train;
-  std::ostringstream o;
-  o << "# " << r.source << ", resolved (defaults filled in, paths absolute)\n";
   o << "model:\n"
     << "  arch: " << arch_name(m.arch) << "\n"
     << "  layers: " << m.layers << "\n"
@@ -127,6 +109,10 @@ std::string describe_recipe(const Recipe& r) {
   if (m.qkv_bias) o << "  qkv_bias: true\n";
   if (m.phi3) o << "  # Phi-3 tensor names (fused qkv_proj, gate_up_proj), from the model dir\n";
   if (!r.model_from.empty()) o << "  from: " << str(r.model_from) << "\n";
+}
+
+void describe_data_and_train(std::ostream& o, const Recipe& r) {
+  const TrainSection& t = r.train;
   o << "data:\n  tokenizer: " << str(r.data.tokenizer) << "\n  train:\n";
   for (const DataSource& s : r.data.train) {
     o << "    - {path: " << str(s.path) << ", weight: " << num(s.weight) << "}\n";
@@ -142,7 +128,7 @@ std::string describe_recipe(const Recipe& r) {
     << "  lr: " << num(t.lr) << "\n"
     << "  min_lr: " << num(t.min_lr) << "\n"
     << "  warmup: " << t.warmup << "\n"
-    << "  schedule: " << t.schedule << "\n"
+    << "  schedule: " << lr_decay_name(t.schedule) << "\n"
     << "  weight_decay: " << num(t.weight_decay) << "\n"
     << "  betas: [" << num(t.beta1) << ", " << num(t.beta2) << "]\n"
     << "  eps: " << num(t.eps) << "\n"
@@ -150,10 +136,14 @@ std::string describe_recipe(const Recipe& r) {
     << "  seed: " << t.seed << "\n"
     << "  eval_every: " << t.eval_every << "\n"
     << "  eval_batches: " << t.eval_batches << "\n";
+}
+
+// precision, checkpoint and logging.
+void describe_outputs(std::ostream& o, const Recipe& r) {
   const Fp8Section& f8 = r.precision.fp8;
   o << "precision:\n  compute: " << r.precision.compute << "\n"
-    << "  fp8:\n    enabled: " << (f8.enabled ? "true" : "false") << "\n    format: " << f8.format
-    << "\n    amax_history: " << f8.amax_history << "\n    amax_compute: " << f8.amax_compute
+    << "  fp8:\n    enabled: " << (f8.enabled ? "true" : "false") << "\n    format: " << fp8_scheme_name(f8.format)
+    << "\n    amax_history: " << f8.amax_history << "\n    amax_compute: " << amax_compute_name(f8.amax_compute)
     << "\n    margin: " << f8.margin << "\n    skip: [";
   for (size_t i = 0; i < f8.skip.size(); ++i) o << (i ? ", " : "") << f8.skip[i];
   o << "]\n";
@@ -162,17 +152,22 @@ std::string describe_recipe(const Recipe& r) {
     << "\n  async: " << (r.checkpoint.async ? "true" : "false") << "\n";
   o << "logging:\n  every: " << r.logging.every << "\n  metrics: " << str(r.logging.metrics)
     << "\n  tensorboard: " << str(r.logging.tensorboard) << "\n";
+}
+
+// parallel, memory and launch.
+void describe_ranks(std::ostream& o, const Recipe& r) {
   o << "parallel:\n  tp: " << r.parallel.tp << "\n  pp: " << r.parallel.pp << "\n  dp: " << r.parallel.dp
     << "\n  zero: " << r.parallel.zero << "\n  sequence_parallel: " << (r.parallel.sequence_parallel ? "true" : "false")
-    << "\n  pp_schedule: " << r.parallel.pp_schedule << "\n  virtual_stages: " << r.parallel.virtual_stages << "\n";
+    << "\n  pp_schedule: " << schedule_name(r.parallel.pp_schedule) << "\n  virtual_stages: " << r.parallel.virtual_stages << "\n";
   if (!r.parallel.pp_layers.empty()) {
     o << "  pp_layers: [";
     for (size_t i = 0; i < r.parallel.pp_layers.size(); ++i) o << (i ? ", " : "") << r.parallel.pp_layers[i];
     o << "]\n";
   }
-  o << "memory:\n  recompute: " << r.memory.recompute << "\n";
+  o << "memory:\n  recompute: " << recompute_name(r.memory.recompute) << "\n";
   if (r.memory.budget_bytes > 0) o << "  budget_bytes: " << r.memory.budget_bytes << "\n";
-  o << "  offload:\n    optimizer: " << r.memory.offload_optimizer << "\n    params: " << r.memory.offload_params
+  o << "  offload:\n    optimizer: " << offload_name(r.memory.offload_optimizer)
+    << "\n    params: " << offload_name(r.memory.offload_params)
     << "\n";
   if (!r.memory.nvme_path.empty()) o << "    nvme_path: " << str(r.memory.nvme_path) << "\n";
   o << "    buffer_mb: " << r.memory.offload_buffer_mb << "\n";
@@ -182,6 +177,11 @@ std::string describe_recipe(const Recipe& r) {
   for (size_t i = 0; i < r.launch.mpirun_args.size(); ++i) o << (i ? ", " : "") << str(r.launch.mpirun_args[i]);
   o << "]\n";
 
+}
+
+void describe_derived(std::ostream& o, const Recipe& r) {
+  const ModelConfig& m = r.model;
+  const TrainSection& t = r.train;
   const double flops_token = m.train_flops_per_token(m.seq_len);
   const double flops_step = flops_token * double(r.tokens_per_step());
   o << "derived:\n"
@@ -195,16 +195,18 @@ std::string describe_recipe(const Recipe& r) {
     << "  total_tokens: " << num(double(r.tokens_per_step()) * double(t.steps)) << "\n"
     << "  flops_per_token: " << num(flops_token) << "  # " << human(flops_token, kFlops) << "\n"
     << "  flops_per_step: " << num(flops_step) << "  # " << human(flops_step, kFlops) << "\n";
-  // The planner's per-rank memory (llmrun plan prints the whole breakdown).
-  const std::vector<StageMemory> stages = plan_memory(training_shape(r), training_layout(r));
-  const StageMemory& top = peak_stage(stages);
-  o << "  memory_per_rank:  # ZeRO-" << r.parallel.zero << " over dp=" << r.parallel.dp << ", pipeline stage "
-    << top.stage << " (the largest; llmrun plan shows every stage)\n"
-    << params_line(r, top)
-    << "    grads: " << num(top.grads) << "  # " << human(top.grads, kBytes) << "\n"
-    << "    optimizer: " << num(top.optimizer) << "  # " << human(top.optimizer, kBytes) << "\n"
-    << "    activations: " << num(top.activations) << "  # " << human(top.activations, kBytes) << "\n"
-    << "    peak: " << num(top.peak) << "  # " << human(top.peak, kBytes) << "\n";
+}
+
+}  // namespace
+
+std::string describe_recipe(const Recipe& r) {
+  std::ostringstream o;
+  o << "# " << r.source << ", resolved (defaults filled in, paths absolute)\n";
+  describe_model(o, r);
+  describe_data_and_train(o, r);
+  describe_outputs(o, r);
+  describe_ranks(o, r);
+  describe_derived(o, r);
   return o.str();
 }
 

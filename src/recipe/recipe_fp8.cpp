@@ -21,16 +21,18 @@ void read_fp8(const MapReader& precision, Locator& loc, Fp8Section& fp8) {
   const MapReader f(precision.has("fp8") ? precision.node("fp8") : YAML::Node(), "precision.fp8",
                     loc, {"enabled", "format", "amax_history", "amax_compute", "margin", "skip"});
   fp8.enabled = f.boolean("enabled").value_or(fp8.enabled);
-  fp8.format = f.string("format").value_or(fp8.format);
-  if (fp8.format != "hybrid" && fp8.format != "e4m3")
+  const std::string format = f.string("format").value_or(fp8_scheme_name(fp8.format));
+  const std::optional<Fp8Scheme> scheme = fp8_scheme_from_name(format);
+  if (!scheme)
     loc.fail("precision.fp8.format",
-             "'" + fp8.format +
+             "'" + format +
                  "' is not one of hybrid (E4M3 forward, E5M2 gradients), e4m3 (E4M3 everywhere)");
+  fp8.format = *scheme;
   fp8.amax_history = int(f.integer("amax_history", 1, 1 << 16).value_or(fp8.amax_history));
-  fp8.amax_compute = f.string("amax_compute").value_or(fp8.amax_compute);
-  if (fp8.amax_compute != "max" && fp8.amax_compute != "most_recent")
-    loc.fail("precision.fp8.amax_compute",
-             "'" + fp8.amax_compute + "' is not one of max, most_recent");
+  const std::string amax = f.string("amax_compute").value_or(amax_compute_name(fp8.amax_compute));
+  const std::optional<AmaxCompute> compute = amax_compute_from_name(amax);
+  if (!compute) loc.fail("precision.fp8.amax_compute", "'" + amax + "' is not one of max, most_recent");
+  fp8.amax_compute = *compute;
   // A scale is fp8_max / amax / 2^margin: beyond 2^64 the margin only loses the whole range.
   fp8.margin = int(f.integer("margin", 0, 64).value_or(fp8.margin));
   if (f.has("skip")) {

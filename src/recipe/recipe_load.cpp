@@ -255,7 +255,11 @@ void read_train(const YAML::Node& node, Locator& loc, TrainSection& t) {
   // A tenth of the peak (Chinchilla's choice) keeps min_lr <= lr whatever lr is set to.
   t.min_lr = m.number("min_lr").value_or(t.lr / 10);
   t.warmup = m.integer("warmup", 0, INT64_MAX).value_or(t.warmup);
-  t.schedule = m.string("schedule").value_or(t.schedule);
+  if (const std::optional<std::string> name = m.string("schedule")) {
+    const std::optional<LrDecay> decay = lr_decay_from_name(*name);
+    if (!decay) loc.fail("train.schedule", "expected cosine, linear or constant, got '" + *name + "'");
+    t.schedule = *decay;
+  }
   t.weight_decay = m.number("weight_decay").value_or(t.weight_decay);
   if (m.has("betas")) {
     const YAML::Node b = m.node("betas");

@@ -4,9 +4,9 @@
 
 #include <climits>
 
-#include "ckpt/convert.h"
 #include "parallel/schedule.h"
 #include "recipe/recipe_internal.h"
+#include "util/byte_size.h"
 #include "util/error.h"
 
 namespace llmrun::recipe_detail {
@@ -23,24 +23,26 @@ void read_memory(const MapReader& top, Locator& loc, const std::filesystem::path
       loc.fail("memory.budget_bytes", "'" + b.Scalar() + "' is not a size such as 80GB, 512MB, 1GiB or a byte count");
     }
   }
-  r.memory.recompute = mem.string("recompute").value_or("none");
-  if (r.memory.recompute != "none" && r.memory.recompute != "selective" && r.memory.recompute != "full")
-    loc.fail("memory.recompute", "'" + r.memory.recompute + "' is not one of none, selective, full");
+  const std::string recompute = mem.string("recompute").value_or("none");
+  const std::optional<Recompute> parsed_recompute = recompute_from_name(recompute);
+  if (!parsed_recompute) loc.fail("memory.recompute", "'" + recompute + "' is not one of none, selective, full");
+  r.memory.recompute = *parsed_recompute;
   const MapReader o(mem.has("offload") ? mem.node("offload") : YAML::Node(), "memory.offload", loc,
                     {"optimizer", "params", "nvme_path", "buffer_mb"});
-  r.memory.offload_optimizer = o.string("optimizer").value_or("none");
-  r.memory.offload_params = o.string("params").value_or("none");
-  for (const auto& [key, kind] : {std::pair{"optimizer", r.memory.offload_optimizer}, std::pair{"params", r.memory.offload_params}})
-    if (kind != "none" && kind != "cpu" && kind != "nvme")
-      loc.fail(std::string("memory.offload.") + key, "'" + kind + "' is not one of none, cpu, nvme");
+  for (const auto& [key, where] : {std::pair{"optimizer", &r.memory.offload_optimizer}, std::pair{"params", &r.memory.offload_params}}) {
+    const std::string kind = o.string(key).value_or("none");
+    const std::optional<Offload> parsed = offload_from_name(kind);
+    if (!parsed) loc.fail(std::string("memory.offload.") + key, "'" + kind + "' is not one of none, cpu, nvme");
+    *where = *parsed;
+  }
   r.memory.offload_buffer_mb = o.integer("buffer_mb", 1, 1 << 20).value_or(r.memory.offload_buffer_mb);
   if (o.has("nvme_path")) {
     std::filesystem::path p = o.string("nvme_path").value_or("");
     if (p.is_relative()) p = base / p;
     r.memory.nvme_path = p.lexically_normal().string();
   }
-  if (r.memory.offload_optimizer == "nvme" || r.memory.offload_params == "nvme") {
-    const std::string who = r.memory.offload_optimizer == "nvme" ? "optimizer" : "params";
+  if (r.memory.offload_optimizer == Offload::nvme || r.memory.offload_params == Offload::nvme) {
+    const std::string who = r.memory.offload_optimizer == Offload::nvme ? "optimizer" : "params";
     if (r.memory.nvme_path.empty())
       loc.fail("memory.offload.nvme_path", "missing: " + who + ": nvme needs a directory for its files");
     if (!std::filesystem::is_directory(r.memory.nvme_path) || access(r.memory.nvme_path.c_str(), W_OK) != 0)
@@ -72,9 +74,8 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
   par.pp = int(p.integer("pp", 1, 1 << 20).value_or(1));
   par.zero = int(p.integer("zero", 0, 3).value_or(0));
   par.sequence_parallel = p.boolean("sequence_parallel").value_or(false);
-  par.pp_schedule = p.string("pp_schedule").value_or("1f1b");
   try {
-    parse_pipeline_schedule(par.pp_schedule);
+    par.pp_schedule = parse_pipeline_schedule(p.string("pp_schedule").value_or("1f1b"));
   } catch (const UserError& e) {
     loc.fail("parallel.pp_schedule", e.what());
   }
@@ -101,9 +102,9 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
                "launch.nproc");
   }
   // Only ZeRO-3 shards the parameters, and a shard is what parameter offload moves out.
-  if (r.memory.offload_params != "none" && r.parallel.zero != 3)
+  if (r.memory.offload_params != Offload::none && r.parallel.zero != 3)
     loc.fail("memory.offload.params",
-             r.memory.offload_params + " needs parallel.zero: 3 (parameters are offloaded as ZeRO-3 shards); parallel.zero is " +
+             std::string(offload_name(r.memory.offload_params)) + " needs parallel.zero: 3 (parameters are offloaded as ZeRO-3 shards); parallel.zero is " +
                  std::to_string(r.parallel.zero),
              "parallel.zero");
   const int64_t per_step = int64_t(r.train.micro_batch) * r.parallel.dp;

@@ -7,8 +7,9 @@
 #include <filesystem>
 #include <sstream>
 
-#include "plan/from_recipe.h"
+#include "parallel/layout_rules.h"
 #include "recipe/recipe_internal.h"
+#include "recipe/recipe_layout.h"
 
 namespace llmrun::recipe_detail {
 namespace fs = std::filesystem;
@@ -131,9 +132,6 @@ void check_train(const TrainSection& t, const Locator& loc) {
     loc.fail("train.warmup",
              std::to_string(t.warmup) + " is more than train.steps=" + std::to_string(t.steps),
              "train.steps");
-  }
-  if (t.schedule != "cosine" && t.schedule != "linear" && t.schedule != "constant") {
-    loc.fail("train.schedule", "expected cosine, linear or constant, got '" + t.schedule + "'");
   }
   if (t.weight_decay < 0)
     loc.fail("train.weight_decay", "must be >= 0, got " + num(t.weight_decay));

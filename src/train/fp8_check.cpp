@@ -76,7 +76,7 @@ int run_fp8_check(const Recipe& recipe, const LaunchEnvironment& env, int64_t st
   fp8.precision.fp8.enabled = true;
   full.precision.fp8.enabled = false;
   spdlog::info("fp8 check: {} steps from step {} with FP8 ({}), then the same steps in fp32", steps,
-               start, recipe.precision.fp8.format);
+               start, fp8_scheme_name(recipe.precision.fp8.format));
   const Curve a = train_curve(fp8, env, steps);
   spdlog::info("fp8 check: the same {} steps in fp32", steps);
   const Curve b = train_curve(full, env, steps);
@@ -85,8 +85,8 @@ int run_fp8_check(const Recipe& recipe, const LaunchEnvironment& env, int64_t st
   std::printf(
       "fp8 check: %lld steps from step %lld; FP8 %s, amax_history %d, amax_compute %s, margin %d "
       "vs fp32\n",
-      static_cast<long long>(steps), static_cast<long long>(start), f.format.c_str(),
-      f.amax_history, f.amax_compute.c_str(), f.margin);
+      static_cast<long long>(steps), static_cast<long long>(start), fp8_scheme_name(f.format),
+      f.amax_history, amax_compute_name(f.amax_compute), f.margin);
   std::printf("%8s %12s %12s %10s %12s\n", "step", "loss_fp8", "loss_fp32", "rel_diff",
               ("mean" + std::to_string(window) + "_diff").c_str());
   // NaN (a diverged run) must fail the check, so it counts as the worst.

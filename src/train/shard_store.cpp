@@ -53,7 +53,7 @@ ShardStore::ShardStore(Backend& be, std::string name, const std::vector<int64_t>
       auto& bucket = mem_.emplace_back();
       // cpu: host memory even when the backend's own memory is a device's.
       for (int a = 0; a < arrays_; ++a)
-        bucket.push_back(where_.kind == "cpu" ? Buffer::host(size_t(n) * 4) : be.allocate(size_t(n) * 4));
+        bucket.push_back(where_.kind == Offload::cpu ? Buffer::host(size_t(n) * 4) : be.allocate(size_t(n) * 4));
     }
     return;
   }

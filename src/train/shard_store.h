@@ -9,11 +9,12 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "parallel/memory_config.h"
 
 namespace llmrun {
 
 struct ShardOffload {
-  std::string kind = "none";          // none | cpu | nvme
+  Offload kind = Offload::none;
   std::string nvme_path;              // a directory, for nvme
   int64_t buffer_bytes = 64ll << 20;  // nvme: all staging buffers of one store together
 };
@@ -46,7 +47,7 @@ class ShardStore {
   void read_range(int b, int a, int64_t first, const Tensor& dst) const;
   void write_range(int b, int a, int64_t first, const Tensor& src);
 
-  bool in_memory() const { return where_.kind != "nvme"; }
+  bool in_memory() const { return where_.kind != Offload::nvme; }
   Tensor array(int b, int a) const;  // the whole array; only when in_memory()
   int64_t shard_numel(int b) const { return shard_[b]; }
   int64_t max_chunk() const;         // elements of the largest chunk for_each_chunk passes

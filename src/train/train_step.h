@@ -8,7 +8,7 @@
 #include "comm/timed_communicator.h"
 #include "model/transformer.h"
 #include "train/lr_schedule.h"
-#include "train/pipeline_runner.h"
+#include "parallel/pipeline_runner.h"
 #include "train/zero_optimizer.h"
 
 namespace llmrun {

@@ -3,7 +3,7 @@
 namespace llmrun {
 
 Validator::Validator(const Recipe& r, const Tokenizer& tok)
-    : data_(r.data.valid, "data.valid", r, tok),
+    : data_(r.data.valid, "data.valid", {r.model.seq_len, r.train.seed}, tok),
       start_(data_.state()),
       micro_batch_(r.train.micro_batch),
       seq_(r.model.seq_len),

@@ -6,7 +6,8 @@
 
 #include "data/training_data.h"
 #include "model/transformer.h"
-#include "train/pipeline_runner.h"
+#include "parallel/pipeline_runner.h"
+#include "recipe/recipe.h"
 
 namespace llmrun {
 

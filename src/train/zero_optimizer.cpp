@@ -20,7 +20,7 @@ StoreOptions ZeroOptimizer::store_options(int stage, int dp_size) {
 ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage, const AdamWConfig& cfg,
                              const ShardOffload& optimizer_offload, const ShardOffload& params_offload)
     : model_(model), be_(model.backend()), dp_(dp), stage_(stage), cfg_(cfg) {
-  LLMRUN_CHECK(params_offload.kind == "none" || stage_ == 3, "parameter offload needs ZeRO-3");
+  LLMRUN_CHECK(params_offload.kind == Offload::none || stage_ == 3, "parameter offload needs ZeRO-3");
   BucketStore& params = model_.params();
   const int buckets = params.num_buckets();
   param_refs_.assign(buckets, 0);
@@ -40,7 +40,7 @@ ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage, co
   }
   // Both streamed from files: they share the staging budget.
   ShardOffload optimizer_where = optimizer_offload, params_where = params_offload;
-  if (optimizer_where.kind == "nvme" && params_where.kind == "nvme") {
+  if (optimizer_where.kind == Offload::nvme && params_where.kind == Offload::nvme) {
     optimizer_where.buffer_bytes /= 2;
     params_where.buffer_bytes /= 2;
   }

@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   // Two optimizer steps through the training step, with two micro-batches of two
   // sequences each (gradient accumulation) and clipping that really clips.
   const float lr = 1e-2f, clip = float(0.5 * norm);
-  TrainStep step(model, opt, *single, LrSchedule{lr, lr, 0, 2, "constant"}, StepShape{2, T, 2, clip});
+  TrainStep step(model, opt, *single, LrSchedule{lr, lr, 0, 2, LrDecay::constant}, StepShape{2, T, 2, clip});
   int micro = 0;
   auto source = [&](int32_t* dst) {
     std::copy_n(windows.begin() + (micro % 2) * 2 * (T + 1), 2 * (T + 1), dst);

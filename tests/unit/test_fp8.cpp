@@ -348,7 +348,7 @@ TEST(Fp8Linears, StateRoundTripsExactly) {
 
   // Another format or history length: a fresh start, not an error.
   Fp8Section other = fp8_recipe();
-  other.format = "e4m3";
+  other.format = Fp8Scheme::e4m3;
   Fp8Linears c(other, two_layers(), *be);
   c.restore(saved, "test");
   EXPECT_EQ(c.scaling("layers.0.out.input").scale(), 1.0f);

@@ -62,16 +62,16 @@ TEST(ParamLayout, Gpt2_124M_HasHuggingFacesParameterCount) {
 }
 
 TEST(LrSchedule, WarmupThenCosineToMinimum) {
-  LrSchedule s{1.0, 0.1, 10, 110, "cosine"};
+  LrSchedule s{1.0, 0.1, 10, 110, LrDecay::cosine};
   EXPECT_DOUBLE_EQ(s.at(1), 0.1);
   EXPECT_DOUBLE_EQ(s.at(5), 0.5);
   EXPECT_DOUBLE_EQ(s.at(10), 1.0);
   EXPECT_NEAR(s.at(60), 0.55, 1e-12);  // halfway through the decay
   EXPECT_NEAR(s.at(110), 0.1, 1e-12);
   EXPECT_NEAR(s.at(500), 0.1, 1e-12);  // past the end: stays at the minimum
-  LrSchedule lin{1.0, 0.0, 0, 100, "linear"};
+  LrSchedule lin{1.0, 0.0, 0, 100, LrDecay::linear};
   EXPECT_NEAR(lin.at(50), 0.5, 1e-12);
-  LrSchedule flat{1.0, 0.0, 0, 100, "constant"};
+  LrSchedule flat{1.0, 0.0, 0, 100, LrDecay::constant};
   EXPECT_DOUBLE_EQ(flat.at(77), 1.0);
 }
 

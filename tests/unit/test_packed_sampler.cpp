@@ -7,6 +7,7 @@
 #include "data/indexed_dataset.h"
 #include "data/packed_sampler.h"
 #include "data/training_data.h"
+#include "recipe/recipe.h"
 #include "temp_dir.h"
 #include "util/error.h"
 
@@ -149,15 +150,15 @@ TEST(TrainingData, ResumeContinuesWithExactlyTheNextWindows) {
   r.data.train = {{a, 2.0}, {(tmp / "b.txt").string(), 1.0}};
   ByteLevelTokenizer tok;
   const int window = 17, k = 37, m = 50;
-  TrainingData full(r, tok);
+  TrainingData full(r.data, {r.model.seq_len, r.train.seed}, tok);
   std::vector<int32_t> whole(size_t(k + m) * window);
   for (int i = 0; i < k + m; ++i) full.fill(whole.data() + size_t(i) * window, 1);
 
-  TrainingData first(r, tok);
+  TrainingData first(r.data, {r.model.seq_len, r.train.seed}, tok);
   std::vector<int32_t> scratch(size_t(k) * window);
   first.fill(scratch.data(), k);
   const nlohmann::json state = nlohmann::json::parse(first.state().dump());  // as a checkpoint stores it
-  TrainingData resumed(r, tok);
+  TrainingData resumed(r.data, {r.model.seq_len, r.train.seed}, tok);
   resumed.restore(state);
   std::vector<int32_t> rest(size_t(m) * window);
   resumed.fill(rest.data(), m);
@@ -180,7 +181,7 @@ TEST(TrainingData, BlendsByWeightWithinOnePercent) {
                   {write_dataset(tmp, "b", {300}, 0, 256), 0.2},
                   {write_dataset(tmp, "c", {200}, 0, 256), 0.1}};
   ByteLevelTokenizer tok;
-  TrainingData data(r, tok);
+  TrainingData data(r.data, {r.model.seq_len, r.train.seed}, tok);
   std::vector<int32_t> buf(9);
   const int n = 10000;
   for (int i = 0; i < n; ++i) data.fill(buf.data(), 1);
@@ -204,7 +205,7 @@ TEST(TrainingData, RefusesADatasetFromAnotherTokenizer) {
   r.data.train = {{p, 1.0}};
   ByteLevelTokenizer tok;
   try {
-    TrainingData data(r, tok);
+    TrainingData data(r.data, {r.model.seq_len, r.train.seed}, tok);
     ADD_FAILURE();
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("data.train.0.path: " + p + " was tokenized with /elsewhere/tokenizer.json"),

@@ -169,18 +169,19 @@ TEST(PlanMemory, ZeroStagesShardAndOffloadMovesTheOptimizer) {
     }
   }
   TrainingShape s = shape(c, 1, 8);
-  s.offload_optimizer = "cpu";
+  s.offload_optimizer = Offload::cpu;
   l.zero = 1;
   const StageMemory off = plan_memory(s, l)[0];
   EXPECT_EQ(off.optimizer, 0.0);
   EXPECT_DOUBLE_EQ(off.optimizer_offloaded, 8.0 * double(off.shard_elements));
 
   // ZeRO-3 parameter shards offloaded leave device memory: the peak drops by their bytes.
-  s.offload_optimizer = "none";
+  s.offload_optimizer = Offload::none;
   l.zero = 3;
   const StageMemory kept = plan_memory(s, l)[0];
-  for (const char* where : {"cpu", "nvme"}) {
-    s.offload_params = where;
+  for (const Offload o : {Offload::cpu, Offload::nvme}) {
+    const char* where = offload_name(o);
+    s.offload_params = o;
     const StageMemory moved = plan_memory(s, l)[0];
     EXPECT_EQ(moved.params, 0.0) << where;
     EXPECT_DOUBLE_EQ(moved.params_offloaded, kept.params) << where;

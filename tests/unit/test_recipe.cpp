@@ -81,7 +81,7 @@ TEST_F(RecipeTest, MinimalGpt2LoadsWithDefaults) {
   EXPECT_EQ(r.data.train[0].weight, 1.0);
   EXPECT_EQ(r.train.global_batch, r.train.micro_batch);
   EXPECT_DOUBLE_EQ(r.train.min_lr, r.train.lr / 10);
-  EXPECT_EQ(r.train.schedule, "cosine");
+  EXPECT_EQ(r.train.schedule, LrDecay::cosine);
   EXPECT_EQ(r.precision.compute, "fp32");
   EXPECT_EQ(r.launch.backend, "auto");
   EXPECT_EQ(r.checkpoint.dir, "");
@@ -116,7 +116,7 @@ TEST_F(RecipeTest, FullRecipeReadsEveryField) {
   EXPECT_EQ(r.tokens_per_step(), 8 * 32);
   EXPECT_DOUBLE_EQ(r.train.lr, 1e-3);
   EXPECT_EQ(r.train.min_lr, 0.0);
-  EXPECT_EQ(r.train.schedule, "linear");
+  EXPECT_EQ(r.train.schedule, LrDecay::linear);
   EXPECT_DOUBLE_EQ(r.train.beta1, 0.8);
   EXPECT_DOUBLE_EQ(r.train.beta2, 0.99);
   EXPECT_EQ(r.train.seed, 7u);
@@ -392,7 +392,7 @@ TEST_F(RecipeTest, ModelParallelLayouts) {
   const Recipe r = load_recipe(write("r.yaml", kGpt2), with({"parallel.tp=2", "parallel.pp=2", "memory.recompute=full",
                                                               "parallel.sequence_parallel=true", "memory.budget_bytes=2GiB"}));
   EXPECT_EQ(r.parallel.dp, 1);
-  EXPECT_EQ(r.memory.recompute, "full");
+  EXPECT_EQ(r.memory.recompute, Recompute::full);
   EXPECT_EQ(r.memory.budget_bytes, int64_t(2) << 30);
   // FP8 runs under any layout (amaxes are reduced over every rank).
   const Recipe f = load_recipe(write("r.yaml", kGpt2), with({"parallel.tp=2", "parallel.pp=2", "precision.fp8.enabled=true"}));
@@ -535,9 +535,9 @@ TEST(RepoRecipes, AllLoad) {
 TEST_F(RecipeTest, Fp8SectionReadsAndRejectsBadValues) {
   const Recipe def = load_recipe(write("r.yaml", kGpt2));
   EXPECT_FALSE(def.precision.fp8.enabled);
-  EXPECT_EQ(def.precision.fp8.format, "hybrid");
+  EXPECT_EQ(def.precision.fp8.format, Fp8Scheme::hybrid);
   EXPECT_EQ(def.precision.fp8.amax_history, 16);
-  EXPECT_EQ(def.precision.fp8.amax_compute, "max");
+  EXPECT_EQ(def.precision.fp8.amax_compute, AmaxCompute::max);
   EXPECT_EQ(def.precision.fp8.margin, 0);
   EXPECT_EQ(def.precision.fp8.skip, (std::vector<std::string>{"lm_head", "embedding"}));
 
@@ -546,9 +546,9 @@ TEST_F(RecipeTest, Fp8SectionReadsAndRejectsBadValues) {
                                                    "  fp8: {enabled: true, format: e4m3, amax_history: 4, "
                                                    "amax_compute: most_recent, margin: 2, skip: [embedding, down]}\n"));
   EXPECT_TRUE(r.precision.fp8.enabled);
-  EXPECT_EQ(r.precision.fp8.format, "e4m3");
+  EXPECT_EQ(r.precision.fp8.format, Fp8Scheme::e4m3);
   EXPECT_EQ(r.precision.fp8.amax_history, 4);
-  EXPECT_EQ(r.precision.fp8.amax_compute, "most_recent");
+  EXPECT_EQ(r.precision.fp8.amax_compute, AmaxCompute::most_recent);
   EXPECT_EQ(r.precision.fp8.margin, 2);
   EXPECT_EQ(r.precision.fp8.skip, (std::vector<std::string>{"embedding", "down"}));
 

@@ -1,11 +1,11 @@
 #pragma once
-// How a recipe's model splits over the tensor x pipeline ranks: which blocks each pipeline
-// stage (and model chunk) runs, and the ModelShard of every rank. A pure function of the
-// recipe, so any rank can compute any other rank's layout (checkpoint assembly does).
+// How a model of `layers` blocks splits over the tensor x pipeline ranks of a parallel section:
+// which blocks each pipeline stage (and model chunk) runs, and the ModelShard of every rank. A
+// pure function of the two, so any rank can compute any other rank's layout.
 #include <vector>
 
 #include "model/param_layout.h"
-#include "recipe/recipe.h"
+#include "parallel/parallel_config.h"
 
 namespace llmrun {
 
@@ -17,8 +17,8 @@ struct PipelinePartition {
   int end(int stage, int chunk) const { return first_block[size_t(virtual_stage(stage, chunk)) + 1]; }
 };
 
-PipelinePartition pipeline_partition(const Recipe& r);
+PipelinePartition pipeline_partition(const ParallelSection& p, int layers);
 // The part of the model held by tensor rank tp_rank of pipeline stage pp_rank.
-ModelShard model_shard(const Recipe& r, int tp_rank, int pp_rank);
+ModelShard model_shard(const ParallelSection& p, int layers, int tp_rank, int pp_rank);
 
 }  // namespace llmrun

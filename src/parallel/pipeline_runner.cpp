@@ -1,4 +1,4 @@
-#include "train/pipeline_runner.h"
+#include "parallel/pipeline_runner.h"
 
 #include <chrono>
 

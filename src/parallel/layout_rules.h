@@ -1,8 +1,7 @@
 #pragma once
-// src/plan owns `llmrun plan`: the per-rank memory model, the communication volume per step,
-// the step-time model, the search over layouts and the report; plus the memory-budget check
-// that `llmrun train` runs before launching. It predicts from shapes only: nothing here
-// allocates model memory or talks to other ranks.
+// The layout rules: which tp x pp x dp layouts (with ZeRO, sequence parallelism, a pipeline
+// schedule) can train which model and batch. Recipe validation and the planner (`llmrun plan
+// --search`) both ask here, so they agree on what is valid.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -10,10 +9,10 @@
 
 #include "model/config.h"
 #include "model/recompute.h"
+#include "parallel/memory_config.h"
 #include "parallel/schedule.h"
 
 namespace llmrun {
-
 
 // How the ranks split the work.
 struct TrainingLayout {
@@ -34,8 +33,8 @@ struct TrainingShape {
   int micro_batch = 1;   // sequences per micro-batch
   int global_batch = 1;  // sequences per optimizer step
   std::string compute = "fp32";
-  std::string offload_optimizer = "none";  // none | cpu | nvme
-  std::string offload_params = "none";     // none | cpu | nvme (ZeRO-3 parameter shards)
+  Offload offload_optimizer = Offload::none;
+  Offload offload_params = Offload::none;  // ZeRO-3 parameter shards
   int64_t offload_buffer_bytes = 64 << 20;  // nvme staging memory
 };
 

@@ -1,4 +1,4 @@
-#include "plan/layout.h"
+#include "parallel/layout_rules.h"
 
 #include "parallel/stage_layers.h"
 #include "util/error.h"

@@ -13,7 +13,7 @@
 #include "comm/communicator.h"
 #include "model/transformer.h"
 #include "parallel/schedule.h"
-#include "train/model_partition.h"
+#include "parallel/model_partition.h"
 
 namespace llmrun {
 

@@ -1,0 +1,32 @@
+// The trained model as a Hugging Face model directory under checkpoint.dir (see training_run.h).
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "ckpt/convert.h"
+#include "ckpt/model_dir.h"
+#include "train/training_run.h"
+#include "util/allocation_phase.h"
+
+namespace llmrun {
+
+void export_trained_model(TrainingRun& run) {
+  const Recipe& r = run.recipe;
+  if (r.checkpoint.dir.empty()) return;
+  set_allocation_phase("the exported model");
+  // The model goes to its own subdirectory: checkpoint.dir also holds what else a run keeps
+  // (metrics, and training checkpoints step-N/).
+  const std::string model_dir = (std::filesystem::path(r.checkpoint.dir) / "model").string();
+  if (r.parallel.tp * r.parallel.pp == 1 && run.opt->stage() < 3) {
+    if (run.topo.is_logger()) save_model_dir(model_dir, *run.model, *run.tokenizer);
+  } else {
+    // No rank holds the whole model: rank 0 converts the checkpoint that holds this state,
+    // tensor by tensor (the memory of one tensor, not of the model).
+    if (run.checkpoints->last_dir().empty()) run.checkpoints->save(run.first_step - 1);
+    if (run.topo.is_logger())
+      checkpoint_to_hf(run.checkpoints->last_dir(), model_dir, DType::f32, UINT64_MAX);
+  }
+  spdlog::info("saved model to {}", model_dir);
+}
+
+}  // namespace llmrun

@@ -1,0 +1,118 @@
+// The training loop: one optimizer step after another, with the progress line, metrics,
+// validation, checkpoints and a clean stop on SIGTERM/SIGINT (see training_run.h).
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "train/training_run.h"
+#include "util/allocation_phase.h"
+#include "util/stop_signal.h"
+
+namespace llmrun {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs step `s` and measures it: throughput, MFU, communication and pipeline shares, memory.
+StepReport run_one_step(TrainingRun& run, int64_t s, Clock::time_point t_start) {
+  const Recipe& r = run.recipe;
+  const auto t0 = Clock::now();
+  StepReport rep;
+  run.batches->start_step();
+  if (run.fp8) run.fp8->begin_step();
+  rep.stats =
+      run.step->run([&](int32_t* windows) { run.batches->next(windows, r.train.micro_batch); });
+  if (run.fp8) run.fp8->end_step(run.topo.world());
+  const auto t1 = Clock::now();
+  const int world = run.topo.world().size();
+  rep.total_steps = r.train.steps;
+  rep.step_seconds = std::chrono::duration<double>(t1 - t0).count();
+  rep.tokens_per_s = double(r.tokens_per_step()) / rep.step_seconds;
+  // Never above 1: a step faster than the probed peak raises the peak.
+  rep.mfu = run.peak.mfu(r.model.train_flops_per_token(r.model.seq_len) * rep.tokens_per_s / world);
+  rep.comm_share = rep.stats.comm_wait_s / rep.step_seconds;
+  rep.pipeline_idle = rep.stats.pipeline_idle_s / rep.step_seconds;
+  rep.memory = run.opt->memory();
+  rep.activation_bytes =
+      run.model->activation_bytes() + (run.pipeline ? run.pipeline->buffer_bytes() : 0);
+  rep.multi_rank = world > 1;
+  const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
+  rep.eta_seconds = elapsed / double(s - run.first_step + 1) * double(r.train.steps - s);
+  return rep;
+}
+
+// On a logged step: the FP8 overflow counts (collective) and the other stages' figures.
+void gather_logged(TrainingRun& run, int64_t s, StepReport& rep) {
+  if (run.fp8) {
+    if (run.topo.is_logger() && spdlog::should_log(spdlog::level::debug))
+      spdlog::debug("fp8 after step {}: {}", s, run.fp8->describe());
+    const Fp8Counts c = run.fp8->take_counts(run.topo.world(), run.topo.tp().rank());
+    rep.fp8 = true;
+    rep.fp8_overflows = c.overflows;
+    rep.fp8_underflows = c.underflows;
+  }
+  if (run.topo.pp().size() > 1) gather_stage_reports(rep, run.topo.pp());
+}
+
+void maybe_validate(TrainingRun& run, int64_t s, ProgressPrinter& progress) {
+  const TrainSection& t = run.recipe.train;
+  if (!run.validator || !((t.eval_every > 0 && s % t.eval_every == 0) || s == t.steps)) return;
+  const double val = run.validator->loss(*run.model, run.pipeline.get(), run.topo.pp());
+  if (!run.topo.is_logger()) return;
+  progress.finish();
+  spdlog::info("step {}: val_loss {:.4f} val_ppl {:.2f}", s, val, std::exp(val));
+  run.metrics->write_validation(s, val);
+}
+
+// A signal stopped the run after step `s`: the checkpoint is saved, every rank says goodbye.
+void stop_after(TrainingRun& run, int64_t s, const StopSignals& stop, ProgressPrinter& progress) {
+  progress.finish();
+  run.checkpoints->finish_pending();
+  const std::string cause =
+      stop.signal() ? "signal " + std::to_string(stop.signal()) : "a signal to another rank";
+  if (run.checkpoints->enabled())
+    spdlog::info("stopped by {} after step {}; resume with checkpoint.resume: auto", cause, s);
+  else
+    spdlog::warn("stopped by {} after step {}; no checkpoint.dir, so nothing was saved", cause, s);
+  run.topo.world().barrier();
+}
+
+}  // namespace
+
+bool run_training_loop(TrainingRun& run, const TrainingObserver& observer) {
+  const Recipe& r = run.recipe;
+  set_allocation_phase("the activations and buffers of a training step");
+  ProgressPrinter progress;
+  StopSignals stop;
+  const auto t_start = Clock::now();
+  for (int64_t s = run.first_step; s <= r.train.steps; ++s) {
+    StepReport rep = run_one_step(run, s, t_start);
+    const bool logged = s % r.logging.every == 0 || s == r.train.steps || s == 1;
+    if (logged) gather_logged(run, s, rep);
+    if (run.topo.is_logger()) {
+      progress.update(rep, logged);
+      if (logged) run.metrics->write(rep);
+    }
+    if (observer.on_step && !observer.on_step(rep)) break;
+    maybe_validate(run, s, progress);
+    // Every rank must stop after the same step: a signal may reach them at different moments.
+    const bool stopping =
+        run.topo.world().all_reduce_scalar(stop.requested() ? 1.0 : 0.0, ReduceOp::max) > 0;
+    if (run.checkpoints->enabled() && (run.checkpoints->due(s) || s == r.train.steps || stopping)) {
+      progress.finish();
+      run.checkpoints->save(s);
+    }
+    run.checkpoints->poll();
+    if (stopping) {
+      stop_after(run, s, stop, progress);
+      return false;
+    }
+  }
+  progress.finish();
+  run.checkpoints->finish_pending();
+  return true;
+}
+
+}  // namespace llmrun
