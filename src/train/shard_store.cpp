@@ -43,7 +43,7 @@ ShardStore::ShardStore(Backend& be, std::string name, const std::vector<int64_t>
                        const ShardOffload& where, int rank)
     : be_(be), name_(std::move(name)), shard_(shard_numel), arrays_(arrays), where_(where) {
   const int64_t largest = shard_.empty() ? 1 : std::max<int64_t>(1, *std::max_element(shard_.begin(), shard_.end()));
-  if (be.device() != Device::cpu && where_.kind != "none") {
+  if (be.device() != Device::cpu && where_.kind != Offload::none) {
     // The backend computes on its own memory only: chunks of host-held arrays visit it.
     device_chunk_ = std::min(largest, std::max<int64_t>(1024, where_.buffer_bytes / (2 * arrays_ * 4)));
     for (int a = 0; a < arrays_; ++a) device_slot_.push_back(be.allocate(size_t(device_chunk_) * 4));
