@@ -43,7 +43,7 @@ class Backend {
   virtual int threads() const = 0;
 
   // --- memory -------------------------------------------------------------
-  virtual Buffer allocate(size_t bytes) = 0;  // zero-initialised
+  virtual Buffer allocate(size_t bytes) = 0;             // zero-initialised
   virtual void copy(Tensor dst, const Tensor& src) = 0;  // same dtype and numel
   virtual void fill(Tensor x, float value) = 0;
   // dst[r, :] = src[r, col_begin : col_begin + dst.cols()]: gathers a column range (e.g. the
@@ -61,7 +61,8 @@ class Backend {
   // Every row of y must come out bitwise the same whatever M is and whichever rows x holds
   // besides it, so that continuous batching gives a sequence the tokens it gets alone. The
   // default is matmul (fine for a backend whose GEMM already keeps rows independent).
-  virtual void linear_rows(Tensor y, const Tensor& x, const Tensor& W, const Tensor* bias, bool accumulate) {
+  virtual void linear_rows(Tensor y, const Tensor& x, const Tensor& W, const Tensor* bias,
+                           bool accumulate) {
     matmul(y, x, W, false, true, 1.0f, accumulate ? 1.0f : 0.0f, bias);
   }
   // out[cols] (+)= sum over rows of x[rows, cols]: bias gradients.
@@ -84,7 +85,8 @@ class Backend {
   virtual void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
                              const Tensor& w, const Tensor& mean, const Tensor& rstd,
                              bool accumulate_dx) = 0;
-  virtual void rmsnorm_fwd(Tensor out, Tensor rstd, const Tensor& x, const Tensor& w, float eps) = 0;
+  virtual void rmsnorm_fwd(Tensor out, Tensor rstd, const Tensor& x, const Tensor& w,
+                           float eps) = 0;
   virtual void rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                            const Tensor& rstd, bool accumulate_dx) = 0;
 
@@ -93,11 +95,12 @@ class Backend {
   // rotary angle of positions[row] (i32 [rows]); Hugging Face "rotate_half" pairing
   // (i, i + head_dim/2), frequencies from theta and `scaling` (backend/rope_frequencies.h).
   // inverse=true applies the transpose (for the backward).
-  virtual void rope(Tensor x, const Tensor& positions, int rotated_heads, int head_dim,
-                    float theta, const RopeScaling& scaling, bool inverse) = 0;
+  virtual void rope(Tensor x, const Tensor& positions, int rotated_heads, int head_dim, float theta,
+                    const RopeScaling& scaling, bool inverse) = 0;
   // Causal attention over qkv [batch*seq, qkv_cols]; out [batch*seq, heads*head_dim];
   // lse [batch, heads, seq] keeps the log-sum-exp so the backward never stores probabilities.
-  virtual void attention_fwd(Tensor out, Tensor lse, const Tensor& qkv, const AttentionShape& s) = 0;
+  virtual void attention_fwd(Tensor out, Tensor lse, const Tensor& qkv,
+                             const AttentionShape& s) = 0;
   virtual void attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                              const Tensor& lse, const AttentionShape& s) = 0;
   // Attention of q [n_q, heads*head_dim] (query i sits at position start_pos + i) over a
@@ -115,22 +118,25 @@ class Backend {
   // [S, max_blocks]: pool block of each block_size-token slice of the sequence. k_pool and
   // v_pool [num_blocks * block_size, kv_heads*head_dim] are one layer's pool; the new tokens'
   // k/v must already be in it (see scatter_rows). out [T, heads*head_dim].
-  virtual void paged_attention(Tensor out, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-                               const Tensor& block_tables, const Tensor& query_starts,
-                               const Tensor& context_lens, int block_size, int heads, int kv_heads,
-                               int head_dim) = 0;
+  virtual void paged_attention(Tensor out, const Tensor& q, const Tensor& k_pool,
+                               const Tensor& v_pool, const Tensor& block_tables,
+                               const Tensor& query_starts, const Tensor& context_lens,
+                               int block_size, int heads, int kv_heads, int head_dim) = 0;
   // dst[slots[r], :] = src[r, col_begin : col_begin + dst.cols()] for every row r of src
   // (slots i32 [src.rows()]); a slot < 0 skips its row. Writes new k/v rows into pool slots.
-  virtual void scatter_rows(Tensor dst, const Tensor& src, const Tensor& slots, int64_t col_begin) = 0;
+  virtual void scatter_rows(Tensor dst, const Tensor& src, const Tensor& slots,
+                            int64_t col_begin) = 0;
 
   // --- embedding and loss --------------------------------------------------------
   // out[N, D] (+)= table[ids[n], :]; an id < 0 contributes nothing (zero row, or left as is
   // when accumulating): a vocab-parallel rank marks the ids another rank's table holds.
-  virtual void embedding_fwd(Tensor out, const Tensor& ids, const Tensor& table, bool accumulate) = 0;
+  virtual void embedding_fwd(Tensor out, const Tensor& ids, const Tensor& table,
+                             bool accumulate) = 0;
   virtual void embedding_bwd(Tensor dtable, const Tensor& dout, const Tensor& ids) = 0;
   // losses[N] = -log softmax(logits)[target]; logits [N, V] is overwritten IN PLACE with
   // grad_scale * (softmax - onehot(target)). Targets < 0 are ignored (loss 0, grad 0).
-  virtual void softmax_xent(Tensor losses, Tensor logits, const Tensor& targets, float grad_scale) = 0;
+  virtual void softmax_xent(Tensor losses, Tensor logits, const Tensor& targets,
+                            float grad_scale) = 0;
   // The same loss when the vocabulary is split across tensor-parallel ranks (logits [N, V_r]
   // are this rank's columns), in three passes around the group's reductions:
   //   xent_row_max:  row_max[N] = max of the local logits           -> all-reduce max
@@ -141,12 +147,14 @@ class Backend {
   // Local targets: t >= 0 a column of this rank, -1 ignored (loss and gradient 0), -2 held by
   // another rank. Every rank ends with the same losses.
   virtual void xent_row_max(Tensor row_max, const Tensor& logits) = 0;
-  virtual void xent_partials(Tensor sums, const Tensor& logits, const Tensor& row_max, const Tensor& targets) = 0;
+  virtual void xent_partials(Tensor sums, const Tensor& logits, const Tensor& row_max,
+                             const Tensor& targets) = 0;
   virtual void xent_finish(Tensor losses, Tensor logits, const Tensor& row_max, const Tensor& sums,
                            const Tensor& targets, float grad_scale) = 0;
 
   // --- optimizer and reductions -----------------------------------------------------
-  virtual void adamw(Tensor params, const Tensor& grads, Tensor m, Tensor v, const AdamWParams& hp) = 0;
+  virtual void adamw(Tensor params, const Tensor& grads, Tensor m, Tensor v,
+                     const AdamWParams& hp) = 0;
   virtual double sum_squares(const Tensor& x) = 0;
   virtual double sum(const Tensor& x) = 0;
   virtual float amax(const Tensor& x) = 0;

@@ -26,7 +26,8 @@ double time_median(Backend& be, int repeat, const std::function<void()>& call) {
   return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
 }
 
-Tensor filled(Backend& be, std::vector<Buffer>& keep, std::initializer_list<int64_t> dims, float value) {
+Tensor filled(Backend& be, std::vector<Buffer>& keep, std::initializer_list<int64_t> dims,
+              float value) {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
   keep.push_back(be.allocate(size_t(n) * 4));
@@ -45,13 +46,19 @@ struct Projection {
 nlohmann::json run_kernel_bench(Backend& be, const ModelConfig& cfg, const KernelBenchOptions& o) {
   const PeakFlops peak = measured_peak_flops(be);
   const int64_t M = int64_t(o.micro_batch) * cfg.seq_len, d = cfg.d_model, hd = cfg.head_dim();
-  const int64_t q_cols = int64_t(cfg.heads) * hd, qkv_cols = int64_t(cfg.heads + 2 * cfg.kv_heads) * hd;
-  const int64_t up_cols = cfg.arch == Arch::gpt2 ? cfg.ffn : 2 * int64_t(cfg.ffn);  // Llama: gate and up in one
-  const std::vector<Projection> projections = {
-      {"qkv", qkv_cols, d}, {"out", d, q_cols}, {"up", up_cols, d}, {"down", d, cfg.ffn}, {"lm_head", cfg.vocab, d}};
+  const int64_t q_cols = int64_t(cfg.heads) * hd,
+                qkv_cols = int64_t(cfg.heads + 2 * cfg.kv_heads) * hd;
+  const int64_t up_cols =
+      cfg.arch == Arch::gpt2 ? cfg.ffn : 2 * int64_t(cfg.ffn);  // Llama: gate and up in one
+  const std::vector<Projection> projections = {{"qkv", qkv_cols, d},
+                                               {"out", d, q_cols},
+                                               {"up", up_cols, d},
+                                               {"down", d, cfg.ffn},
+                                               {"lm_head", cfg.vocab, d}};
 
   nlohmann::json rows = nlohmann::json::array();
-  auto record = [&](const std::string& name, const std::string& shape, double flops, double seconds) {
+  auto record = [&](const std::string& name, const std::string& shape, double flops,
+                    double seconds) {
     rows.push_back({{"kernel", name},
                     {"shape", shape},
                     {"flops", flops},
@@ -71,7 +78,8 @@ nlohmann::json run_kernel_bench(Backend& be, const ModelConfig& cfg, const Kerne
     const double flops = 2.0 * double(M) * double(p.out) * double(p.in);
     const std::string name = p.name;
     // The same calls as the model: y = x W^T, dx = dy W, dW += dy^T x.
-    record(name + " fwd", mnk(M, p.out, p.in), flops, time_median(be, o.repeat, [&] { be.matmul(y, x, w, false, true); }));
+    record(name + " fwd", mnk(M, p.out, p.in), flops,
+           time_median(be, o.repeat, [&] { be.matmul(y, x, w, false, true); }));
     record(name + " bwd dx", mnk(M, p.in, p.out), flops,
            time_median(be, o.repeat, [&] { be.matmul(dx, dy, w, false, false); }));
     record(name + " bwd dW", mnk(p.out, p.in, M), flops,
@@ -86,14 +94,17 @@ nlohmann::json run_kernel_bench(Backend& be, const ModelConfig& cfg, const Kerne
     s.heads = cfg.heads;
     s.kv_heads = cfg.kv_heads;
     s.head_dim = int(hd);
-    const Tensor qkv = filled(be, keep, {M, qkv_cols}, 0.01f), out = filled(be, keep, {M, q_cols}, 0.0f);
+    const Tensor qkv = filled(be, keep, {M, qkv_cols}, 0.01f),
+                 out = filled(be, keep, {M, q_cols}, 0.0f);
     const Tensor lse = filled(be, keep, {s.batch, s.heads, s.seq}, 0.0f);
-    const Tensor dout = filled(be, keep, {M, q_cols}, 0.01f), dqkv = filled(be, keep, {M, qkv_cols}, 0.0f);
+    const Tensor dout = filled(be, keep, {M, q_cols}, 0.01f),
+                 dqkv = filled(be, keep, {M, qkv_cols}, 0.0f);
     const double fwd = 4.0 * s.batch * s.heads * double(s.seq) * s.seq * s.head_dim / 2;
     const std::string shape = "B=" + std::to_string(s.batch) + " H=" + std::to_string(s.heads) +
                               " KV=" + std::to_string(s.kv_heads) + " S=" + std::to_string(s.seq) +
                               " D=" + std::to_string(s.head_dim);
-    record("attention fwd", shape, fwd, time_median(be, o.repeat, [&] { be.attention_fwd(out, lse, qkv, s); }));
+    record("attention fwd", shape, fwd,
+           time_median(be, o.repeat, [&] { be.attention_fwd(out, lse, qkv, s); }));
     record("attention bwd", shape, 2.5 * fwd,
            time_median(be, o.repeat, [&] { be.attention_bwd(dqkv, dout, qkv, out, lse, s); }));
   }
@@ -109,15 +120,19 @@ nlohmann::json run_kernel_bench(Backend& be, const ModelConfig& cfg, const Kerne
 
 std::string format_kernel_bench(const nlohmann::json& r) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "backend %s, %d threads; peak %.1f GFLOP/s (%s); %lld tokens; median of %d\n\n",
-                r["backend"].get<std::string>().c_str(), r["threads"].get<int>(), r["peak_flops"].get<double>() / 1e9,
-                r["peak_source"].get<std::string>().c_str(), r["tokens"].get<long long>(), r["repeat"].get<int>());
+  std::snprintf(buf, sizeof buf,
+                "backend %s, %d threads; peak %.1f GFLOP/s (%s); %lld tokens; median of %d\n\n",
+                r["backend"].get<std::string>().c_str(), r["threads"].get<int>(),
+                r["peak_flops"].get<double>() / 1e9, r["peak_source"].get<std::string>().c_str(),
+                r["tokens"].get<long long>(), r["repeat"].get<int>());
   std::string s = buf;
-  std::snprintf(buf, sizeof buf, "%-16s %-32s %12s %10s %8s\n", "kernel", "shape", "median ms", "GFLOP/s", "of peak");
+  std::snprintf(buf, sizeof buf, "%-16s %-32s %12s %10s %8s\n", "kernel", "shape", "median ms",
+                "GFLOP/s", "of peak");
   s += buf;
   for (const auto& k : r["kernels"]) {
-    std::snprintf(buf, sizeof buf, "%-16s %-32s %12.3f %10.1f %7.1f%%\n", k["kernel"].get<std::string>().c_str(),
-                  k["shape"].get<std::string>().c_str(), k["median_ms"].get<double>(), k["gflops"].get<double>(),
+    std::snprintf(buf, sizeof buf, "%-16s %-32s %12.3f %10.1f %7.1f%%\n",
+                  k["kernel"].get<std::string>().c_str(), k["shape"].get<std::string>().c_str(),
+                  k["median_ms"].get<double>(), k["gflops"].get<double>(),
                   100 * k["peak_fraction"].get<double>());
     s += buf;
   }

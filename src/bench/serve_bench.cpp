@@ -31,7 +31,8 @@ struct RequestResult {
   int prompt_tokens = 0, output_tokens = 0;
 };
 
-http::response<http::string_body> simple_get(const ServeBenchOptions& o, const std::string& target) {
+http::response<http::string_body> simple_get(const ServeBenchOptions& o,
+                                             const std::string& target) {
   net::io_context ioc;
   tcp::resolver resolver(ioc);
   beast::tcp_stream stream(ioc);
@@ -45,7 +46,8 @@ http::response<http::string_body> simple_get(const ServeBenchOptions& o, const s
   return res;
 }
 
-RequestResult one_request(const ServeBenchOptions& o, const std::string& model, const std::vector<int>& prompt) {
+RequestResult one_request(const ServeBenchOptions& o, const std::string& model,
+                          const std::vector<int>& prompt) {
   RequestResult r;
   try {
     net::io_context ioc;
@@ -53,8 +55,12 @@ RequestResult one_request(const ServeBenchOptions& o, const std::string& model, 
     beast::tcp_stream stream(ioc);
     stream.connect(resolver.resolve(o.host, std::to_string(o.port)));
     stream.socket().set_option(tcp::no_delay(true));
-    const json body = {{"model", model},         {"prompt", prompt},   {"max_tokens", o.output_len},
-                       {"temperature", 0},       {"ignore_eos", true}, {"stream", true},
+    const json body = {{"model", model},
+                       {"prompt", prompt},
+                       {"max_tokens", o.output_len},
+                       {"temperature", 0},
+                       {"ignore_eos", true},
+                       {"stream", true},
                        {"stream_options", {{"include_usage", true}}}};
     http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
     req.set(http::field::host, o.host);
@@ -135,19 +141,22 @@ json run_serve_bench(const ServeBenchOptions& o) {
   std::string model;
   try {
     const auto res = simple_get(o, "/v1/models");
-    if (res.result() != http::status::ok) throw UserError("GET /v1/models answered " + std::to_string(res.result_int()));
+    if (res.result() != http::status::ok)
+      throw UserError("GET /v1/models answered " + std::to_string(res.result_int()));
     model = json::parse(res.body())["data"][0]["id"].get<std::string>();
   } catch (const UserError&) {
     throw;
   } catch (const std::exception& e) {
-    throw UserError("cannot reach the server at http://" + o.host + ":" + std::to_string(o.port) + ": " + e.what());
+    throw UserError("cannot reach the server at http://" + o.host + ":" + std::to_string(o.port) +
+                    ": " + e.what());
   }
 
   std::mt19937_64 rng(o.seed);
   std::vector<std::vector<int>> prompts(o.num_prompts);
   for (auto& p : prompts) {
     p.resize(o.input_len);
-    for (int& t : p) t = 32 + static_cast<int>(rng() % 95);  // printable bytes: valid in byte-level vocabularies
+    for (int& t : p)
+      t = 32 + static_cast<int>(rng() % 95);  // printable bytes: valid in byte-level vocabularies
   }
   std::exponential_distribution<double> gap(o.request_rate > 0 ? o.request_rate : 1.0);
 
@@ -233,8 +242,10 @@ std::string format_serve_bench(const json& r) {
   row("Model:", r["model"].get<std::string>());
   row("Successful requests:", std::to_string(r["completed"].get<int64_t>()));
   row("Failed requests:", std::to_string(r["failed"].get<int64_t>()));
-  row("Max concurrency:", r["max_concurrency"].is_null() ? "unlimited" : r["max_concurrency"].dump());
-  row("Request rate (req/s):", r["request_rate"].is_string() ? "inf" : num(r["request_rate"].get<double>()));
+  row("Max concurrency:",
+      r["max_concurrency"].is_null() ? "unlimited" : r["max_concurrency"].dump());
+  row("Request rate (req/s):",
+      r["request_rate"].is_string() ? "inf" : num(r["request_rate"].get<double>()));
   row("Benchmark duration (s):", num(r["duration_s"].get<double>()));
   row("Total input tokens:", std::to_string(r["total_input_tokens"].get<int64_t>()));
   row("Total generated tokens:", std::to_string(r["total_output_tokens"].get<int64_t>()));
@@ -242,8 +253,10 @@ std::string format_serve_bench(const json& r) {
   row("Output token throughput (tok/s):", num(r["output_throughput"].get<double>()));
   row("Total token throughput (tok/s):", num(r["total_token_throughput"].get<double>()));
   for (const auto& [key, title] : std::vector<std::pair<std::string, std::string>>{
-           {"ttft_ms", "Time to First Token"}, {"tpot_ms", "Time per Output Token (excl. 1st token)"},
-           {"itl_ms", "Inter-token Latency"}, {"e2e_ms", "End-to-end Latency"}}) {
+           {"ttft_ms", "Time to First Token"},
+           {"tpot_ms", "Time per Output Token (excl. 1st token)"},
+           {"itl_ms", "Inter-token Latency"},
+           {"e2e_ms", "End-to-end Latency"}}) {
     s += "---------- " + title + " ----------\n";
     const std::string base = key.substr(0, key.size() - 3);
     row(("Mean " + base + " (ms):").c_str(), num(r[key]["mean"].get<double>()));

@@ -2,10 +2,10 @@
 // src/bench owns what `llmrun bench` measures: serve_bench (below), train_bench (a recipe's
 // training throughput through the real trainer), kernel_bench (backend GEMM and attention
 // at a recipe's shapes) and train_flops (model/hardware FLOPs for MFU and HFU).
-// serve_bench: the online-serving benchmark with vLLM's definitions: Poisson arrivals at --request-rate,
-// optional cap on requests in flight, TTFT = time to the first content chunk, ITL = gaps
-// between content chunks, TPOT = (e2e - TTFT) / (output tokens - 1), throughput over the
-// whole run; mean, median and p99 of each.
+// serve_bench: the online-serving benchmark with vLLM's definitions: Poisson arrivals at
+// --request-rate, optional cap on requests in flight, TTFT = time to the first content chunk, ITL =
+// gaps between content chunks, TPOT = (e2e - TTFT) / (output tokens - 1), throughput over the whole
+// run; mean, median and p99 of each.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>

@@ -34,9 +34,9 @@ enum RankField {
 };
 
 const char* const kRankFieldNames[f_count] = {
-    "tokens_per_s",    "step_s_median", "step_s_mean", "forward_s",     "backward_s",
-    "optimizer_s",     "comm_wait_s",   "pipeline_idle_s", "mem_params", "mem_grads",
-    "mem_optimizer",   "mem_buffers",   "mem_activations", "peak_rss"};
+    "tokens_per_s",  "step_s_median", "step_s_mean",     "forward_s",  "backward_s",
+    "optimizer_s",   "comm_wait_s",   "pipeline_idle_s", "mem_params", "mem_grads",
+    "mem_optimizer", "mem_buffers",   "mem_activations", "peak_rss"};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -44,7 +44,9 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size()); }
+double mean(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+}
 
 double peak_rss_bytes() {
   rusage u{};
@@ -57,7 +59,8 @@ double load_average() {
   return getloadavg(l, 1) == 1 ? l[0] : -1.0;
 }
 
-std::vector<double> summarise_rank(const std::vector<StepReport>& measured, double rank_tokens_per_step) {
+std::vector<double> summarise_rank(const std::vector<StepReport>& measured,
+                                   double rank_tokens_per_step) {
   std::vector<double> out(f_count, 0.0);
   auto column = [&](auto get) {
     std::vector<double> v;
@@ -139,23 +142,37 @@ nlohmann::json run_train_bench(Recipe r, const LaunchEnvironment& env, const Tra
     result = {
         {"recipe", r.source},
         {"model",
-         {{"arch", arch_name(m.arch)}, {"layers", m.layers}, {"d_model", m.d_model}, {"heads", m.heads},
-          {"kv_heads", m.kv_heads}, {"ffn", m.ffn}, {"vocab", m.vocab}, {"seq_len", m.seq_len},
+         {{"arch", arch_name(m.arch)},
+          {"layers", m.layers},
+          {"d_model", m.d_model},
+          {"heads", m.heads},
+          {"kv_heads", m.kv_heads},
+          {"ffn", m.ffn},
+          {"vocab", m.vocab},
+          {"seq_len", m.seq_len},
           {"params", m.param_count()}}},
         {"ranks", world},
         {"threads_per_rank", info.threads},
-        {"parallel", {{"tp", r.parallel.tp}, {"pp", r.parallel.pp}, {"dp", r.parallel.dp}, {"zero", r.parallel.zero}}},
+        {"parallel",
+         {{"tp", r.parallel.tp},
+          {"pp", r.parallel.pp},
+          {"dp", r.parallel.dp},
+          {"zero", r.parallel.zero}}},
         {"micro_batch", r.train.micro_batch},
         {"global_batch", r.train.global_batch},
         {"tokens_per_step", r.tokens_per_step()},
         {"warmup_steps", o.warmup},
         {"measured_steps", o.steps},
-        {"tokens_per_s", {{"median", tps_median}, {"min", *std::min_element(tps.begin(), tps.end())},
-                          {"max", *std::max_element(tps.begin(), tps.end())}}},
+        {"tokens_per_s",
+         {{"median", tps_median},
+          {"min", *std::min_element(tps.begin(), tps.end())},
+          {"max", *std::max_element(tps.begin(), tps.end())}}},
         {"tokens_per_s_per_rank", tps_median / world},
         {"step_s", {{"median", r0[f_step_median]}, {"mean", r0[f_step_mean]}}},
         {"flops",
-         {{"formula", "Megatron: 6 x (layer matmul params + vocab x d_model) + 12 x layers x d_model x seq per token"},
+         {{"formula",
+           "Megatron: 6 x (layer matmul params + vocab x d_model) + 12 x layers x d_model x seq "
+           "per token"},
           {"model_per_token", flops.model_per_token},
           {"hardware_per_token", flops.hardware_per_token},
           {"recompute", recompute_name(recompute)}}},
@@ -169,16 +186,17 @@ nlohmann::json run_train_bench(Recipe r, const LaunchEnvironment& env, const Tra
           {"optimizer", r0[f_optimizer]},
           {"comm_wait", r0[f_comm_wait]},
           {"pipeline_idle", r0[f_pipeline_idle]},
-          {"other", r0[f_step_mean] - r0[f_forward] - r0[f_backward] - r0[f_optimizer] - r0[f_comm_wait] -
-                        r0[f_pipeline_idle]}}},
+          {"other", r0[f_step_mean] - r0[f_forward] - r0[f_backward] - r0[f_optimizer] -
+                        r0[f_comm_wait] - r0[f_pipeline_idle]}}},
         {"per_rank", ranks},
         {"load_average", {{"before", load_before}, {"after", load_average()}}},
     };
   };
   run_training(r, env, observer);
   if (reports.size() < size_t(r.train.steps))
-    throw UserError("bench train: stopped by a signal after step " + std::to_string(reports.size()) + " of " +
-                    std::to_string(r.train.steps) + "; no results");
+    throw UserError("bench train: stopped by a signal after step " +
+                    std::to_string(reports.size()) + " of " + std::to_string(r.train.steps) +
+                    "; no results");
   return result;
 }
 
@@ -193,35 +211,40 @@ std::string format_train_bench(const nlohmann::json& r) {
   const auto& p = r["parallel"];
   line("llmrun bench train %s\n", r["recipe"].get<std::string>().c_str());
   line("model %s %d x %d, %d heads / %d kv, ffn %d, vocab %d, seq %d: %.2fM parameters\n",
-       m["arch"].get<std::string>().c_str(), m["layers"].get<int>(), m["d_model"].get<int>(), m["heads"].get<int>(),
-       m["kv_heads"].get<int>(), m["ffn"].get<int>(), m["vocab"].get<int>(), m["seq_len"].get<int>(),
-       m["params"].get<double>() / 1e6);
-  line("%d rank(s) x %d thread(s), dp %d, ZeRO-%d; %lld tokens per step; %lld measured steps after %lld warm-up\n",
-       r["ranks"].get<int>(), r["threads_per_rank"].get<int>(), p["dp"].get<int>(), p["zero"].get<int>(),
-       r["tokens_per_step"].get<long long>(), r["measured_steps"].get<long long>(),
-       r["warmup_steps"].get<long long>());
+       m["arch"].get<std::string>().c_str(), m["layers"].get<int>(), m["d_model"].get<int>(),
+       m["heads"].get<int>(), m["kv_heads"].get<int>(), m["ffn"].get<int>(), m["vocab"].get<int>(),
+       m["seq_len"].get<int>(), m["params"].get<double>() / 1e6);
+  line(
+      "%d rank(s) x %d thread(s), dp %d, ZeRO-%d; %lld tokens per step; %lld measured steps after "
+      "%lld warm-up\n",
+      r["ranks"].get<int>(), r["threads_per_rank"].get<int>(), p["dp"].get<int>(),
+      p["zero"].get<int>(), r["tokens_per_step"].get<long long>(),
+      r["measured_steps"].get<long long>(), r["warmup_steps"].get<long long>());
   s += "\n";
   const auto& t = r["tokens_per_s"];
   line("%-28s %12.1f  (min %.1f, max %.1f)\n", "tokens/s (median)", t["median"].get<double>(),
        t["min"].get<double>(), t["max"].get<double>());
   line("%-28s %12.1f\n", "tokens/s per rank", r["tokens_per_s_per_rank"].get<double>());
-  line("%-28s %11.1f%%  (of %.1f GFLOP/s per rank, measured sgemm peak)\n", "MFU", 100 * r["mfu"].get<double>(),
-       r["peak_flops_per_rank"].get<double>() / 1e9);
+  line("%-28s %11.1f%%  (of %.1f GFLOP/s per rank, measured sgemm peak)\n", "MFU",
+       100 * r["mfu"].get<double>(), r["peak_flops_per_rank"].get<double>() / 1e9);
   line("%-28s %11.1f%%  (recompute: %s)\n", "HFU", 100 * r["hfu"].get<double>(),
        r["flops"]["recompute"].get<std::string>().c_str());
-  line("%-28s %12.4f s  (median %.4f s)\n", "step time, rank 0 (mean)", r["step_s"]["mean"].get<double>(),
-       r["step_s"]["median"].get<double>());
+  line("%-28s %12.4f s  (median %.4f s)\n", "step time, rank 0 (mean)",
+       r["step_s"]["mean"].get<double>(), r["step_s"]["median"].get<double>());
   const double step = r["step_s"]["mean"].get<double>();
-  for (const char* part : {"forward", "backward", "optimizer", "comm_wait", "pipeline_idle", "other"}) {
+  for (const char* part :
+       {"forward", "backward", "optimizer", "comm_wait", "pipeline_idle", "other"}) {
     const double v = r["breakdown_s"][part].get<double>();
     line("  %-26s %12.4f s  %5.1f%%\n", part, v, 100 * v / step);
   }
-  s += "\nper rank       tok/s   step s    fwd s    bwd s    opt s   comm s  params MB   grads MB   optim MB  buffers MB"
+  s += "\nper rank       tok/s   step s    fwd s    bwd s    opt s   comm s  params MB   grads MB  "
+       " optim MB  buffers MB"
        "  activ MB  peak RSS MB\n";
   for (const auto& k : r["per_rank"]) {
-    line("%8d %11.1f %8.4f %8.4f %8.4f %8.4f %8.4f %10.1f %10.1f %10.1f %11.1f %9.1f %12.1f\n", k["rank"].get<int>(),
-         k["tokens_per_s"].get<double>(), k["step_s_median"].get<double>(), k["forward_s"].get<double>(),
-         k["backward_s"].get<double>(), k["optimizer_s"].get<double>(), k["comm_wait_s"].get<double>(),
+    line("%8d %11.1f %8.4f %8.4f %8.4f %8.4f %8.4f %10.1f %10.1f %10.1f %11.1f %9.1f %12.1f\n",
+         k["rank"].get<int>(), k["tokens_per_s"].get<double>(), k["step_s_median"].get<double>(),
+         k["forward_s"].get<double>(), k["backward_s"].get<double>(),
+         k["optimizer_s"].get<double>(), k["comm_wait_s"].get<double>(),
          k["mem_params"].get<double>() / 1e6, k["mem_grads"].get<double>() / 1e6,
          k["mem_optimizer"].get<double>() / 1e6, k["mem_buffers"].get<double>() / 1e6,
          k["mem_activations"].get<double>() / 1e6, k["peak_rss"].get<double>() / 1e6);

@@ -10,9 +10,10 @@ TrainFlops train_flops(const ModelConfig& cfg, int seq, Recompute recompute) {
   const double head = 6.0 * double(cfg.vocab) * cfg.d_model;
   const double layers_forward = (f.model_per_token - head) / 3.0;
   const double attention_forward = 4.0 * cfg.layers * double(cfg.d_model) * seq;
-  f.hardware_per_token = f.model_per_token + (recompute == Recompute::full        ? layers_forward
-                                              : recompute == Recompute::selective ? attention_forward
-                                                                                  : 0.0);
+  f.hardware_per_token =
+      f.model_per_token + (recompute == Recompute::full        ? layers_forward
+                           : recompute == Recompute::selective ? attention_forward
+                                                               : 0.0);
   return f;
 }
 

@@ -23,7 +23,8 @@ void append_run(std::vector<ElementRun>& runs, ElementRun r) {
 
 }  // namespace
 
-std::vector<ElementRun> slice_runs(const std::vector<int64_t>& shape, const Slice& slice, int64_t first, int64_t last) {
+std::vector<ElementRun> slice_runs(const std::vector<int64_t>& shape, const Slice& slice,
+                                   int64_t first, int64_t last) {
   LLMRUN_CHECK(slice.size() == shape.size(), "slice_runs: slice and shape differ in rank");
   std::vector<ElementRun> runs;
   if (first >= last) return runs;
@@ -40,7 +41,8 @@ std::vector<ElementRun> slice_runs(const std::vector<int64_t>& shape, const Slic
       rem /= extent;
       stride *= shape[d];
     }
-    const int64_t c0 = std::max<int64_t>(first - r * row, 0), c1 = std::min<int64_t>(last - r * row, row);
+    const int64_t c0 = std::max<int64_t>(first - r * row, 0),
+                  c1 = std::min<int64_t>(last - r * row, row);
     append_run(runs, {global + c0, r * row + c0 - first, c1 - c0});
   }
   return runs;

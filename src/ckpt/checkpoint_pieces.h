@@ -25,7 +25,8 @@ struct ElementRun {
 
 // Elements [first, last) of `slice` of a tensor of `shape` (row-major within the slice; local =
 // position - first), in increasing global order, adjacent runs merged.
-std::vector<ElementRun> slice_runs(const std::vector<int64_t>& shape, const Slice& slice, int64_t first, int64_t last);
+std::vector<ElementRun> slice_runs(const std::vector<int64_t>& shape, const Slice& slice,
+                                   int64_t first, int64_t last);
 
 // Elements [first, last) of spec's local tensor (local = position - first), in increasing
 // global order.

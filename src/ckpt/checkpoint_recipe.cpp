@@ -10,12 +10,20 @@ namespace llmrun {
 using json = nlohmann::json;
 
 json model_config_json(const ModelConfig& c) {
-  json j = {{"arch", arch_name(c.arch)}, {"layers", c.layers},         {"d_model", c.d_model},
-            {"heads", c.heads},          {"kv_heads", c.kv_heads},     {"ffn", c.ffn},
-            {"vocab", c.vocab},          {"seq_len", c.seq_len},       {"rope_theta", c.rope_theta},
-            {"norm_eps", c.norm_eps},    {"tie_embeddings", c.tie_embeddings}};
+  json j = {{"arch", arch_name(c.arch)},
+            {"layers", c.layers},
+            {"d_model", c.d_model},
+            {"heads", c.heads},
+            {"kv_heads", c.kv_heads},
+            {"ffn", c.ffn},
+            {"vocab", c.vocab},
+            {"seq_len", c.seq_len},
+            {"rope_theta", c.rope_theta},
+            {"norm_eps", c.norm_eps},
+            {"tie_embeddings", c.tie_embeddings}};
   // Only where there is one, so checkpoints of unscaled models read as before.
-  if (c.rope_scaling.type != RopeScaling::Type::none) j["rope_scaling"] = rope_scaling_json(c.rope_scaling);
+  if (c.rope_scaling.type != RopeScaling::Type::none)
+    j["rope_scaling"] = rope_scaling_json(c.rope_scaling);
   if (c.qkv_bias) j["qkv_bias"] = true;
   if (c.phi3) j["phi3"] = true;
   return j;
@@ -23,7 +31,8 @@ json model_config_json(const ModelConfig& c) {
 
 ModelConfig model_config_from_json(const json& j, const std::string& where) {
   auto need = [&](const char* key) -> const json& {
-    if (!j.is_object() || !j.contains(key)) throw UserError(where + ": model." + key + " is missing");
+    if (!j.is_object() || !j.contains(key))
+      throw UserError(where + ": model." + key + " is missing");
     return j[key];
   };
   auto integer = [&](const char* key) {
@@ -34,7 +43,8 @@ ModelConfig model_config_from_json(const json& j, const std::string& where) {
   };
   auto number = [&](const char* key) {
     const json& v = need(key);
-    if (!v.is_number()) throw UserError(where + ": model." + key + " must be a number, got " + v.dump());
+    if (!v.is_number())
+      throw UserError(where + ": model." + key + " must be a number, got " + v.dump());
     return v.get<float>();
   };
   ModelConfig c;
@@ -54,7 +64,8 @@ ModelConfig model_config_from_json(const json& j, const std::string& where) {
   c.seq_len = integer("seq_len");
   c.rope_theta = number("rope_theta");
   c.norm_eps = number("norm_eps");
-  if (j.contains("rope_scaling")) c.rope_scaling = rope_scaling_from_json(j["rope_scaling"], where + ": model");
+  if (j.contains("rope_scaling"))
+    c.rope_scaling = rope_scaling_from_json(j["rope_scaling"], where + ": model");
   for (auto [key, flag] : {std::pair{"qkv_bias", &c.qkv_bias}, std::pair{"phi3", &c.phi3}}) {
     if (!j.contains(key)) continue;
     if (!j[key].is_boolean()) throw UserError(where + ": model." + key + " must be true or false");
@@ -70,29 +81,46 @@ ModelConfig model_config_from_json(const json& j, const std::string& where) {
 
 json recipe_json(const Recipe& r) {
   json sources = json::array();
-  for (const DataSource& s : r.data.train) sources.push_back({{"path", s.path}, {"weight", s.weight}});
+  for (const DataSource& s : r.data.train)
+    sources.push_back({{"path", s.path}, {"weight", s.weight}});
   const TrainSection& t = r.train;
   return {
       {"model", model_config_json(r.model)},
       {"data", {{"tokenizer", r.data.tokenizer}, {"train", sources}}},
       {"train",
-       {{"steps", t.steps}, {"micro_batch", t.micro_batch}, {"global_batch", t.global_batch}, {"lr", t.lr},
-        {"min_lr", t.min_lr}, {"warmup", t.warmup}, {"schedule", lr_decay_name(t.schedule)}, {"weight_decay", t.weight_decay},
-        {"betas", {t.beta1, t.beta2}}, {"eps", t.eps}, {"clip", t.clip}, {"seed", t.seed}}},
+       {{"steps", t.steps},
+        {"micro_batch", t.micro_batch},
+        {"global_batch", t.global_batch},
+        {"lr", t.lr},
+        {"min_lr", t.min_lr},
+        {"warmup", t.warmup},
+        {"schedule", lr_decay_name(t.schedule)},
+        {"weight_decay", t.weight_decay},
+        {"betas", {t.beta1, t.beta2}},
+        {"eps", t.eps},
+        {"clip", t.clip},
+        {"seed", t.seed}}},
       {"precision",
        {{"compute", r.precision.compute},
         {"fp8",
-         {{"enabled", r.precision.fp8.enabled}, {"format", fp8_scheme_name(r.precision.fp8.format)},
-          {"amax_history", r.precision.fp8.amax_history}, {"amax_compute", amax_compute_name(r.precision.fp8.amax_compute)},
-          {"margin", r.precision.fp8.margin}, {"skip", r.precision.fp8.skip}}}}},
+         {{"enabled", r.precision.fp8.enabled},
+          {"format", fp8_scheme_name(r.precision.fp8.format)},
+          {"amax_history", r.precision.fp8.amax_history},
+          {"amax_compute", amax_compute_name(r.precision.fp8.amax_compute)},
+          {"margin", r.precision.fp8.margin},
+          {"skip", r.precision.fp8.skip}}}}},
       {"checkpoint",
-       {{"dir", r.checkpoint.dir}, {"every", r.checkpoint.every}, {"keep", r.checkpoint.keep},
-        {"resume", r.checkpoint.resume}, {"async", r.checkpoint.async}}},
+       {{"dir", r.checkpoint.dir},
+        {"every", r.checkpoint.every},
+        {"keep", r.checkpoint.keep},
+        {"resume", r.checkpoint.resume},
+        {"async", r.checkpoint.async}}},
       {"logging", {{"every", r.logging.every}, {"metrics", r.logging.metrics}}},
   };
 }
 
-void check_resume_compatible(const json& saved_recipe, const Recipe& now, const std::string& checkpoint) {
+void check_resume_compatible(const json& saved_recipe, const Recipe& now,
+                             const std::string& checkpoint) {
   const json saved = saved_recipe.flatten();
   const json current = recipe_json(now).flatten();
   std::string refused;
@@ -105,14 +133,16 @@ void check_resume_compatible(const json& saved_recipe, const Recipe& now, const 
     std::string name = key.substr(1);
     for (char& c : name)
       if (c == '/') c = '.';
-    const std::string line = name + " was " + was.dump() + " in the checkpoint, the recipe has " + is.dump();
+    const std::string line =
+        name + " was " + was.dump() + " in the checkpoint, the recipe has " + is.dump();
     if (fatal)
       refused += (refused.empty() ? "" : "; ") + line;
     else
       spdlog::info("resuming with a changed recipe: {}", line);
   }
   if (!refused.empty())
-    throw UserError(checkpoint + ": cannot resume, the checkpoint was trained with another model: " + refused +
+    throw UserError(checkpoint +
+                    ": cannot resume, the checkpoint was trained with another model: " + refused +
                     " (use checkpoint.resume: never, or another checkpoint.dir)");
 }
 

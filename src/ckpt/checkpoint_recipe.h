@@ -18,6 +18,7 @@ nlohmann::json recipe_json(const Recipe& r);
 // Throws UserError naming every field that makes the checkpoint unusable for `now` (model
 // shape, architecture, vocabulary, tokenizer); logs every other difference (lr, steps,
 // batch, cadence...) as a warning, since those are legitimate changes on resume.
-void check_resume_compatible(const nlohmann::json& saved_recipe, const Recipe& now, const std::string& checkpoint);
+void check_resume_compatible(const nlohmann::json& saved_recipe, const Recipe& now,
+                             const std::string& checkpoint);
 
 }  // namespace llmrun

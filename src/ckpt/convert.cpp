@@ -36,7 +36,8 @@ const char* torch_dtype(DType t) {
 
 }  // namespace
 
-void checkpoint_to_hf(const fs::path& checkpoint, const fs::path& out, DType dtype, uint64_t max_shard_bytes) {
+void checkpoint_to_hf(const fs::path& checkpoint, const fs::path& out, DType dtype,
+                      uint64_t max_shard_bytes) {
   const fs::path step_dir = resolve_checkpoint_path(checkpoint);
   CheckpointReader ckpt(step_dir);
   const ModelConfig cfg = ckpt.model_config();
@@ -84,27 +85,32 @@ void checkpoint_to_hf(const fs::path& checkpoint, const fs::path& out, DType dty
     SafetensorsWriter w;
     for (const Item& it : shards[s]) {
       const ParamSpec& spec = *it.spec;
-      w.add_produced(spec.hf_name, dtype, hf_shape(spec), DType::f32, [&, spec_ptr = &spec]() -> const void* {
-        llmrun_layout.resize(size_t(spec_ptr->numel()));
-        ckpt.read_tensor(kParamsGroup, *spec_ptr, llmrun_layout.data());
-        progress.advance(double(spec_ptr->numel() * dtype_size(dtype)) / 1e6);
-        return to_hf_layout(*spec_ptr, llmrun_layout.data(), hf_layout);
-      });
+      w.add_produced(spec.hf_name, dtype, hf_shape(spec), DType::f32,
+                     [&, spec_ptr = &spec]() -> const void* {
+                       llmrun_layout.resize(size_t(spec_ptr->numel()));
+                       ckpt.read_tensor(kParamsGroup, *spec_ptr, llmrun_layout.data());
+                       progress.advance(double(spec_ptr->numel() * dtype_size(dtype)) / 1e6);
+                       return to_hf_layout(*spec_ptr, llmrun_layout.data(), hf_layout);
+                     });
       weight_map[spec.hf_name] = file;
     }
     w.set_metadata({{"format", "pt"}});
     w.write(dir.path() / file);
   }
   progress.finish();
-  if (n > 1) write_json(dir.path() / "model.safetensors.index.json", {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+  if (n > 1)
+    write_json(dir.path() / "model.safetensors.index.json",
+               {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
   dir.commit();
-  spdlog::info("wrote {} ({} tensors, {:.1f} MB as {}, {} file{}) from {}", out.string(), weight_map.size(),
-               double(total) / 1e6, torch_dtype(dtype), n, n == 1 ? "" : "s", step_dir.string());
+  spdlog::info("wrote {} ({} tensors, {:.1f} MB as {}, {} file{}) from {}", out.string(),
+               weight_map.size(), double(total) / 1e6, torch_dtype(dtype), n, n == 1 ? "" : "s",
+               step_dir.string());
 }
 
 void hf_to_checkpoint(const fs::path& model_dir, const fs::path& out) {
   std::error_code ec;
-  if (!fs::is_directory(model_dir, ec)) throw UserError(model_dir.string() + ": not a model directory");
+  if (!fs::is_directory(model_dir, ec))
+    throw UserError(model_dir.string() + ": not a model directory");
   const ModelConfig cfg = load_model_config(model_dir);
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model_dir);
   const HfWeightFiles weights(model_dir);
@@ -119,11 +125,11 @@ void hf_to_checkpoint(const fs::path& model_dir, const fs::path& out) {
       SafetensorsTensor want;
       want.shape = hf_shape(spec);
       if (t.shape != want.shape)
-        throw UserError(f->path().string() + ": tensor " + spec.hf_name + " has shape " + t.shape_str() +
-                        ", config.json implies " + want.shape_str());
+        throw UserError(f->path().string() + ": tensor " + spec.hf_name + " has shape " +
+                        t.shape_str() + ", config.json implies " + want.shape_str());
       if (t.dtype != DType::f32 && t.dtype != DType::bf16 && t.dtype != DType::f16)
-        throw UserError(f->path().string() + ": tensor " + spec.hf_name + " has dtype " + t.dtype_tag +
-                        "; only F32, BF16 and F16 load");
+        throw UserError(f->path().string() + ": tensor " + spec.hf_name + " has dtype " +
+                        t.dtype_tag + "; only F32, BF16 and F16 load");
     }
   }
 
@@ -155,7 +161,8 @@ void hf_to_checkpoint(const fs::path& model_dir, const fs::path& out) {
   const std::unique_ptr<Communicator> self = make_self_communicator("world");
   const fs::path step = save_training_checkpoint(out, 0, st, tensors, *tokenizer, cfg, *self);
   progress.finish();
-  spdlog::info("wrote {} from {} (step 0, fresh optimizer state)", step.string(), model_dir.string());
+  spdlog::info("wrote {} from {} (step 0, fresh optimizer state)", step.string(),
+               model_dir.string());
 }
 
 }  // namespace llmrun

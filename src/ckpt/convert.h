@@ -15,8 +15,8 @@ namespace llmrun {
 // generation_config.json, weights as `dtype` (f32/bf16/f16) in model.safetensors or, past
 // `max_shard_bytes`, model-0000i-of-0000n.safetensors + model.safetensors.index.json, and
 // the tokenizer files. Written atomically.
-void checkpoint_to_hf(const std::filesystem::path& checkpoint, const std::filesystem::path& out, DType dtype,
-                      uint64_t max_shard_bytes);
+void checkpoint_to_hf(const std::filesystem::path& checkpoint, const std::filesystem::path& out,
+                      DType dtype, uint64_t max_shard_bytes);
 
 // A Hugging Face model dir -> OUT/step-0000000 (+ OUT/latest): its weights, a fresh optimizer
 // (zero moments, step 0) and no data position, ready for checkpoint.resume.

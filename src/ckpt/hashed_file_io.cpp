@@ -30,13 +30,15 @@ size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 
-HashedFileWriter::HashedFileWriter(const std::filesystem::path& path, uint64_t size_hint) : path_(path) {
+HashedFileWriter::HashedFileWriter(const std::filesystem::path& path, uint64_t size_hint)
+    : path_(path) {
   const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
   fd_ = ::open(path.c_str(), flags | O_DIRECT, 0644);
   direct_ = fd_ >= 0;
   if (fd_ < 0 && errno == EINVAL) fd_ = ::open(path.c_str(), flags, 0644);  // tmpfs and friends
   if (fd_ < 0) throw_io_error(path_, "cannot create file", errno);
-  block_bytes_ = std::min<uint64_t>(kBlockBytes, round_up(std::max<uint64_t>(size_hint, 1), kAlign));
+  block_bytes_ =
+      std::min<uint64_t>(kBlockBytes, round_up(std::max<uint64_t>(size_hint, 1), kAlign));
 }
 
 HashedFileWriter::~HashedFileWriter() {
@@ -164,7 +166,8 @@ void HashedFileWriter::finish(bool sync) {
   if (sync && ::fsync(fd_) != 0) throw_io_error(path_, "cannot fsync", errno);
   const int fd = fd_;
   fd_ = -1;
-  if (::close(fd) != 0) throw_io_error(path_, "cannot close", errno);  // NFS reports late errors here
+  if (::close(fd) != 0)
+    throw_io_error(path_, "cannot close", errno);  // NFS reports late errors here
 }
 
 // ---------------------------------------------------------------------------------------
@@ -179,14 +182,16 @@ class RangeSink {
   // Bytes [offset, offset + len) of the file, which follow the previous call's.
   void consume(const unsigned char* src, uint64_t offset, size_t len) {
     while (len > 0) {
-      while (next_ < ranges_.size() && ranges_[next_].offset + ranges_[next_].bytes <= offset) ++next_;
+      while (next_ < ranges_.size() && ranges_[next_].offset + ranges_[next_].bytes <= offset)
+        ++next_;
       size_t n = len;
       if (next_ < ranges_.size() && ranges_[next_].offset <= offset) {
         const FileRange& r = ranges_[next_];
         n = size_t(std::min<uint64_t>(len, r.offset + r.bytes - offset));
         hash_.update_copy(static_cast<unsigned char*>(r.dst) + (offset - r.offset), src, n);
       } else {
-        if (next_ < ranges_.size()) n = size_t(std::min<uint64_t>(len, ranges_[next_].offset - offset));
+        if (next_ < ranges_.size())
+          n = size_t(std::min<uint64_t>(len, ranges_[next_].offset - offset));
         hash_.update(src, n);
       }
       src += n, offset += n, len -= n;
@@ -201,7 +206,8 @@ class RangeSink {
 };
 
 // Whether most of the file is in the page cache (mincore over an unpopulated map). A kernel
-// that will not say (another owner's file) reads as "not cached": the direct path is right either way.
+// that will not say (another owner's file) reads as "not cached": the direct path is right either
+// way.
 bool mostly_cached(int fd, uint64_t size) {
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (p == MAP_FAILED) return false;
@@ -233,7 +239,8 @@ class DirectReader {
 
   DirectReader(const std::filesystem::path& path, uint64_t size) : path_(path), size_(size) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-    if (fd_ < 0 && errno == EINVAL) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // no O_DIRECT here
+    if (fd_ < 0 && errno == EINVAL)
+      fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // no O_DIRECT here
     if (fd_ < 0) throw_io_error(path_, "cannot open", errno);
     blocks_ = int64_t((size_ + kBlock - 1) / kBlock);
     for (Slot& s : slots_) {
@@ -259,7 +266,10 @@ class DirectReader {
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return s.ready_block == i || error_ != 0; });
-        if (error_ != 0) throw_io_error(path_, error_ == EIO ? "ends early (truncated while reading?)" : "cannot read", error_);
+        if (error_ != 0)
+          throw_io_error(path_,
+                         error_ == EIO ? "ends early (truncated while reading?)" : "cannot read",
+                         error_);
       }
       sink.consume(s.data, uint64_t(i) * kBlock, block_bytes(i));
       {
@@ -276,7 +286,9 @@ class DirectReader {
     unsigned char* data = nullptr;
     int64_t ready_block = -1;
   };
-  size_t block_bytes(int64_t i) const { return size_t(std::min<uint64_t>(kBlock, size_ - uint64_t(i) * kBlock)); }
+  size_t block_bytes(int64_t i) const {
+    return size_t(std::min<uint64_t>(kBlock, size_ - uint64_t(i) * kBlock));
+  }
 
   void read_loop() {
     for (;;) {
@@ -299,13 +311,17 @@ class DirectReader {
   int read_block(int64_t i) {
     unsigned char* dst = slots_[i % kSlots].data;
     const size_t want = block_bytes(i);
-    const size_t len = (want + kAlign - 1) / kAlign * kAlign;  // O_DIRECT reads whole blocks; EOF cuts it
+    const size_t len =
+        (want + kAlign - 1) / kAlign * kAlign;  // O_DIRECT reads whole blocks; EOF cuts it
     size_t done = 0;
     while (done < want) {
       const ssize_t r = ::pread(fd_, dst + done, len - done, off_t(uint64_t(i) * kBlock + done));
-      if (r > 0) done += size_t(r);
-      else if (r == 0) return EIO;
-      else if (errno != EINTR) return errno;
+      if (r > 0)
+        done += size_t(r);
+      else if (r == 0)
+        return EIO;
+      else if (errno != EINTR)
+        return errno;
     }
     return 0;
   }
@@ -325,7 +341,8 @@ class DirectReader {
 
 }  // namespace
 
-uint64_t read_file_hashed(const std::filesystem::path& path, const std::vector<FileRange>& ranges, ReadPath how) {
+uint64_t read_file_hashed(const std::filesystem::path& path, const std::vector<FileRange>& ranges,
+                          ReadPath how) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw_io_error(path, "cannot open", errno);
   struct stat st {};

@@ -25,7 +25,8 @@ class HashedFileWriter {
  public:
   // `size_hint`: the file's expected size, to keep staging small for small files.
   explicit HashedFileWriter(const std::filesystem::path& path, uint64_t size_hint = UINT64_MAX);
-  ~HashedFileWriter();  // without finish(): stops the thread and closes; the caller removes the file
+  ~HashedFileWriter();  // without finish(): stops the thread and closes; the caller removes the
+                        // file
   HashedFileWriter(const HashedFileWriter&) = delete;
   HashedFileWriter& operator=(const HashedFileWriter&) = delete;
 
@@ -62,9 +63,9 @@ class HashedFileWriter {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Block> queued_;             // full blocks waiting for the writer thread, in order
-  std::vector<unsigned char*> free_;      // blocks the writer has finished with
-  int error_ = 0;                          // errno of the writer thread's first failure
+  std::vector<Block> queued_;         // full blocks waiting for the writer thread, in order
+  std::vector<unsigned char*> free_;  // blocks the writer has finished with
+  int error_ = 0;                     // errno of the writer thread's first failure
   const char* error_what_ = nullptr;
   bool stopping_ = false;
   std::vector<std::thread> threads_;

@@ -3,8 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <regex>
 #include <cstring>
+#include <regex>
 #include <set>
 
 #include "model/param_layout.h"
@@ -28,24 +28,30 @@ HfWeightFiles::HfWeightFiles(const fs::path& dir) {
     return;
   }
   if (!fs::exists(index))
-    throw UserError(dir.string() + ": has neither model.safetensors nor model.safetensors.index.json (the model's weights)");
+    throw UserError(
+        dir.string() +
+        ": has neither model.safetensors nor model.safetensors.index.json (the model's weights)");
   source_ = index.string();
   const nlohmann::json j = read_json_file(index);
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw UserError(source_ + ": no \"weight_map\" object mapping tensor names to files");
   std::map<std::string, size_t> file_ids;
   for (const auto& [name, file] : j["weight_map"].items()) {
-    if (!file.is_string()) throw UserError(source_ + ": weight_map[\"" + name + "\"] is not a file name");
+    if (!file.is_string())
+      throw UserError(source_ + ": weight_map[\"" + name + "\"] is not a file name");
     const std::string f = file.get<std::string>();
     if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
-      throw UserError(source_ + ": weight_map[\"" + name + "\"] = \"" + f + "\" is not a file in the directory");
+      throw UserError(source_ + ": weight_map[\"" + name + "\"] = \"" + f +
+                      "\" is not a file in the directory");
     auto [it, fresh] = file_ids.emplace(f, files_.size());
     if (fresh) {
-      if (!fs::exists(dir / f)) throw UserError(source_ + ": names shard " + f + ", which is missing");
+      if (!fs::exists(dir / f))
+        throw UserError(source_ + ": names shard " + f + ", which is missing");
       files_.emplace_back(dir / f);
     }
     if (!files_[it->second].has(name))
-      throw UserError(source_ + ": says " + name + " is in " + f + ", but that file has no such tensor");
+      throw UserError(source_ + ": says " + name + " is in " + f +
+                      ", but that file has no such tensor");
     owner_[name] = it->second;
   }
 }
@@ -67,7 +73,8 @@ std::atomic<bool> g_ignore_extra{false};
 
 bool is_known_buffer(const std::string& name) {
   for (const char* suffix : {".rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias"})
-    if (name.size() > std::strlen(suffix) && name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
+    if (name.size() > std::strlen(suffix) &&
+        name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
       return true;
   return name == "lm_head.weight";  // tied embeddings: transformers may still save the head
 }
@@ -87,21 +94,23 @@ void check_weights_explained(const HfWeightFiles& files, const ModelConfig& cfg)
     if (expected.count(name) || is_known_buffer(name)) continue;
     extra.push_back(name);
     std::smatch m;
-    if (std::regex_search(name, m, layer_re)) max_layer = std::max<int64_t>(max_layer, std::stoll(m[1].str()));
+    if (std::regex_search(name, m, layer_re))
+      max_layer = std::max<int64_t>(max_layer, std::stoll(m[1].str()));
   }
   if (extra.empty()) return;
   std::string what = std::to_string(extra.size()) + " tensor" + (extra.size() == 1 ? "" : "s") +
                      " that config.json does not explain (the first: " + extra.front() + ")";
   if (max_layer >= cfg.layers)
-    what += "; the weights hold " + std::to_string(max_layer + 1) + " layers, config.json says num_hidden_layers=" +
-            std::to_string(cfg.layers);
+    what += "; the weights hold " + std::to_string(max_layer + 1) +
+            " layers, config.json says num_hidden_layers=" + std::to_string(cfg.layers);
   if (g_ignore_extra) {
     spdlog::warn("{}: {}; ignored (--ignore-extra-weights)", files.source(), what);
     return;
   }
-  throw UserError(files.source() + ": " + what +
-                  ": the model would run as part of what the weights describe. Fix config.json, or pass "
-                  "--ignore-extra-weights to load only what it describes");
+  throw UserError(
+      files.source() + ": " + what +
+      ": the model would run as part of what the weights describe. Fix config.json, or pass "
+      "--ignore-extra-weights to load only what it describes");
 }
 
 }  // namespace llmrun

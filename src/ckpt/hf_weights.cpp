@@ -30,7 +30,8 @@ std::vector<HfTensor> export_hf_tensors(Backend& be, const BucketStore& store) {
     for (int p = 0; p < static_cast<int>(layout[b].params.size()); ++p) {
       const ParamSpec& spec = layout[b].params[p];
       HfTensor t{spec.hf_name, spec.shape, std::vector<float>(size_t(spec.numel()))};
-      be.copy(Tensor(t.data.data(), DType::f32, {spec.numel()}), store.tensor(b, p).view({spec.numel()}));
+      be.copy(Tensor(t.data.data(), DType::f32, {spec.numel()}),
+              store.tensor(b, p).view({spec.numel()}));
       if (spec.hf_transposed) {
         t.data = transposed(t.data, spec.shape[0], spec.shape[1]);
         t.shape = {spec.shape[1], spec.shape[0]};
@@ -69,12 +70,13 @@ void import_hf_tensors(Backend& be, BucketStore& store, const HfWeightFiles& fil
       const SafetensorsFile& file = *found;
       const SafetensorsTensor& info = file.info(spec.hf_name);
       if (info.shape != hf_shape)
-        throw UserError(file.path().string() + ": tensor " + spec.hf_name + " has shape " + info.shape_str() +
-                        ", the config implies " + shape_text(hf_shape));
+        throw UserError(file.path().string() + ": tensor " + spec.hf_name + " has shape " +
+                        info.shape_str() + ", the config implies " + shape_text(hf_shape));
       host.resize(size_t(spec.full_numel()));
       file.read_f32(spec.hf_name, host.data(), spec.full_numel());
       if (spec.hf_transposed) host = transposed(host, spec.full_shape[1], spec.full_shape[0]);
-      extract_shard(be, spec, Tensor(host.data(), DType::f32, {spec.full_numel()}), store.tensor(b, p));
+      extract_shard(be, spec, Tensor(host.data(), DType::f32, {spec.full_numel()}),
+                    store.tensor(b, p));
     }
   }
 }

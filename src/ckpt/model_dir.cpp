@@ -6,8 +6,8 @@
 #include "ckpt/hf_weights.h"
 #include "ckpt/safetensors.h"
 #include "model/hf_config.h"
-#include "util/atomic_dir.h"
 #include "util/allocation_phase.h"
+#include "util/atomic_dir.h"
 #include "util/error.h"
 #include "util/json_file.h"
 
@@ -51,18 +51,20 @@ LoadedModel load_model_dir(const std::string& dir, Backend& backend) {
   m.tokenizer = load_tokenizer(root);
   // An id past the embedding table would index outside it at the first such token.
   if (m.tokenizer->vocab_size() > cfg.vocab)
-    throw UserError(dir + ": the tokenizer has ids up to " + std::to_string(m.tokenizer->vocab_size() - 1) +
+    throw UserError(dir + ": the tokenizer has ids up to " +
+                    std::to_string(m.tokenizer->vocab_size() - 1) +
                     ", but config.json's vocab_size is " + std::to_string(cfg.vocab) +
                     " (the model has no embedding row for the rest)");
   const auto gen_path = root / "generation_config.json";
   if (std::filesystem::is_regular_file(gen_path)) {
     const nlohmann::json gen = read_json_file(gen_path);
-    const nlohmann::json eos = gen.is_object() ? gen.value("eos_token_id", nlohmann::json()) : nlohmann::json();
+    const nlohmann::json eos =
+        gen.is_object() ? gen.value("eos_token_id", nlohmann::json()) : nlohmann::json();
     for (const nlohmann::json& id : eos.is_array() ? eos : nlohmann::json::array({eos})) {
       if (id.is_null()) continue;
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= cfg.vocab)
-        throw UserError(gen_path.string() + ": eos_token_id " + id.dump() + " is not a token id below " +
-                        std::to_string(cfg.vocab));
+        throw UserError(gen_path.string() + ": eos_token_id " + id.dump() +
+                        " is not a token id below " + std::to_string(cfg.vocab));
       m.eos_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
     }
   }

@@ -8,10 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -71,7 +71,7 @@ class SafetensorsWriter {
     DType src_dtype;  // as held in memory (f32 when converting)
     std::vector<int64_t> shape;
     const void* data;
-    size_t bytes;  // in the file
+    size_t bytes;      // in the file
     Producer produce;  // when set, replaces data
   };
   std::string header_text(std::vector<const Entry*>& order) const;
@@ -85,7 +85,7 @@ struct SafetensorsTensor {
   std::vector<int64_t> shape;
   const void* data = nullptr;  // into the read-only map; unaligned in general
   size_t bytes = 0;
-  uint64_t file_offset = 0;    // where the data starts in the file
+  uint64_t file_offset = 0;  // where the data starts in the file
 
   int64_t numel() const;
   std::string shape_str() const;

@@ -49,12 +49,14 @@ void SafetensorsWriter::add(std::string name, const Tensor& src, DType target) {
 
 void SafetensorsWriter::add_produced(std::string name, DType dtype, std::vector<int64_t> shape,
                                      DType src_dtype, Producer produce) {
-  LLMRUN_CHECK(src_dtype == dtype || (src_dtype == DType::f32 && (dtype == DType::bf16 || dtype == DType::f16)),
+  LLMRUN_CHECK(src_dtype == dtype ||
+                   (src_dtype == DType::f32 && (dtype == DType::bf16 || dtype == DType::f16)),
                "on-the-fly conversion is f32 to bf16 or f16");
   LLMRUN_CHECK(name != "__metadata__", "reserved safetensors name");
   for (const Entry& e : entries_) LLMRUN_CHECK(e.name != name, "duplicate tensor " + name);
   const size_t bytes = shape_numel(shape) * dtype_size(dtype);
-  entries_.push_back({std::move(name), dtype, src_dtype, std::move(shape), nullptr, bytes, std::move(produce)});
+  entries_.push_back(
+      {std::move(name), dtype, src_dtype, std::move(shape), nullptr, bytes, std::move(produce)});
 }
 
 namespace {

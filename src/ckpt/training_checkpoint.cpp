@@ -60,8 +60,8 @@ uint64_t file_checksum(const fs::path& path) {
 
 void check_checksum(const fs::path& path, uint64_t got, const std::string& want) {
   if (checksum_hex(got) != want)
-    throw UserError(path.string() + ": checksum mismatch (xxh64 " + checksum_hex(got) + ", index.json says " + want +
-                    "): the file is corrupted");
+    throw UserError(path.string() + ": checksum mismatch (xxh64 " + checksum_hex(got) +
+                    ", index.json says " + want + "): the file is corrupted");
 }
 
 // params -> params.safetensors (one writer) or params.rank-00003.safetensors.
@@ -81,8 +81,8 @@ json slice_json(const Slice& slice) {
 
 // Writes one tensor group of a rank's shard as one safetensors file. Returns its index
 // fragment: {"files": {file: {bytes, xxh64}}, "tensors": {name: {"shape", "pieces"}}}.
-json write_group(const fs::path& dir, const std::string& file, const std::string& group, const RangeSource& source,
-                 const CheckpointShard& shard) {
+json write_group(const fs::path& dir, const std::string& file, const std::string& group,
+                 const RangeSource& source, const CheckpointShard& shard) {
   struct Planned {
     std::string name, tensor;  // index name, tensor name in the file
     const ParamSpec* spec;
@@ -95,8 +95,9 @@ json write_group(const fs::path& dir, const std::string& file, const std::string
     const std::vector<LocalPiece> pieces = local_pieces(spec, r.first, r.last);
     for (size_t i = 0; i < pieces.size(); ++i) {
       const bool whole = pieces[i].flat_end - pieces[i].flat_begin == spec.full_numel();
-      planned.push_back({group + "/" + spec.hf_name, whole ? spec.hf_name : spec.hf_name + "/part" + std::to_string(i),
-                         &spec, pieces[i], r.bucket, r.param});
+      planned.push_back({group + "/" + spec.hf_name,
+                         whole ? spec.hf_name : spec.hf_name + "/part" + std::to_string(i), &spec,
+                         pieces[i], r.bucket, r.param});
     }
   }
   SafetensorsWriter w;
@@ -104,8 +105,8 @@ json write_group(const fs::path& dir, const std::string& file, const std::string
   for (const Planned& p : planned) {
     const int64_t n = p.piece.flat_end - p.piece.flat_begin;
     const bool whole = n == p.spec->full_numel();
-    w.add_produced(p.tensor, DType::f32, whole ? p.spec->full_shape : std::vector<int64_t>{n}, DType::f32,
-                   [&, n]() -> const void* {
+    w.add_produced(p.tensor, DType::f32, whole ? p.spec->full_shape : std::vector<int64_t>{n},
+                   DType::f32, [&, n]() -> const void* {
                      if (source) return source(p.bucket, p.param, p.piece.local_begin, n);
                      if (zeros.size() < size_t(n)) zeros.assign(size_t(n), 0.0f);
                      return zeros.data();
@@ -113,14 +114,16 @@ json write_group(const fs::path& dir, const std::string& file, const std::string
   }
   w.set_metadata({{"format", "pt"}, {"llmrun_group", group}});
   const WrittenSafetensors info = w.write(dir / file, /*sync=*/false);  // AtomicDir::commit fsyncs
-  json fragment = {{"files", {{file, {{"bytes", info.bytes}, {"xxh64", checksum_hex(info.checksum)}}}}},
-                   {"tensors", json::object()}};
+  json fragment = {
+      {"files", {{file, {{"bytes", info.bytes}, {"xxh64", checksum_hex(info.checksum)}}}}},
+      {"tensors", json::object()}};
   for (const Planned& p : planned) {
     json piece = {{"file", file},
                   {"tensor", p.tensor},
                   {"offset_in_file", info.offsets.at(p.tensor)},
                   {"global_slice", slice_json(p.piece.slice)}};
-    if (p.piece.flat_end - p.piece.flat_begin != p.spec->full_numel()) piece["flat_range"] = {p.piece.flat_begin, p.piece.flat_end};
+    if (p.piece.flat_end - p.piece.flat_begin != p.spec->full_numel())
+      piece["flat_range"] = {p.piece.flat_begin, p.piece.flat_end};
     json& t = fragment["tensors"][p.name];
     if (t.is_null()) t = {{"shape", p.spec->full_shape}, {"pieces", json::array()}};
     t["pieces"].push_back(std::move(piece));
@@ -131,20 +134,24 @@ json write_group(const fs::path& dir, const std::string& file, const std::string
 // This rank's files, written at once (more requests in flight keep the disk busier, and one
 // file's copy + hash overlaps another's writes). Returns the merged index fragment.
 json write_shard(const fs::path& dir, const CheckpointShard& shard, int rank, int world) {
-  const std::pair<const char*, const RangeSource*> groups[] = {
-      {kParamsGroup, &shard.params}, {kExpAvgGroup, &shard.exp_avg}, {kExpAvgSqGroup, &shard.exp_avg_sq}};
+  const std::pair<const char*, const RangeSource*> groups[] = {{kParamsGroup, &shard.params},
+                                                               {kExpAvgGroup, &shard.exp_avg},
+                                                               {kExpAvgSqGroup, &shard.exp_avg_sq}};
   json fragments[3];
   std::future<void> writing[3];
   for (int g = 0; g < 3; ++g)
     writing[g] = std::async(std::launch::async, [&, g] {
-      fragments[g] = write_group(dir, shard_file(groups[g].first, rank, world), groups[g].first, *groups[g].second, shard);
+      fragments[g] = write_group(dir, shard_file(groups[g].first, rank, world), groups[g].first,
+                                 *groups[g].second, shard);
     });
   for (std::future<void>& w : writing) w.wait();
-  for (std::future<void>& w : writing) w.get();  // the first group's error, if any, after all stopped
+  for (std::future<void>& w : writing)
+    w.get();  // the first group's error, if any, after all stopped
   json merged = {{"files", json::object()}, {"tensors", json::array()}};
   for (json& f : fragments) {
     merged["files"].update(f["files"]);
-    for (auto& [name, t] : f["tensors"].items()) merged["tensors"].push_back({{"name", name}, {"shape", t["shape"]}, {"pieces", t["pieces"]}});
+    for (auto& [name, t] : f["tensors"].items())
+      merged["tensors"].push_back({{"name", name}, {"shape", t["shape"]}, {"pieces", t["pieces"]}});
   }
   return merged;
 }
@@ -159,7 +166,10 @@ void merge_fragments(const std::vector<json>& fragments, json& files, json& tens
       const std::string name = t.at("name");
       auto [it, fresh] = at.emplace(name, tensors.size());
       if (fresh) {
-        tensors.push_back({{"name", name}, {"dtype", "F32"}, {"shape", t.at("shape")}, {"pieces", json::array()}});
+        tensors.push_back({{"name", name},
+                           {"dtype", "F32"},
+                           {"shape", t.at("shape")},
+                           {"pieces", json::array()}});
       }
       for (const json& p : t.at("pieces")) tensors[it->second]["pieces"].push_back(p);
     }
@@ -168,7 +178,8 @@ void merge_fragments(const std::vector<json>& fragments, json& files, json& tens
 
 void record_small_file(const fs::path& dir, const std::string& name, json& files) {
   const std::string bytes = read_file(dir / name);
-  files[name] = {{"bytes", bytes.size()}, {"xxh64", checksum_hex(xxh64(bytes.data(), bytes.size()))}};
+  files[name] = {{"bytes", bytes.size()},
+                 {"xxh64", checksum_hex(xxh64(bytes.data(), bytes.size()))}};
 }
 
 // Oldest first; renames each doomed dir out of the step-N namespace before deleting it, so
@@ -188,7 +199,8 @@ void prune(const fs::path& dir, int keep, int64_t newest) {
     const fs::path victim = dir / step_dir_name(steps[i]);
     const fs::path doomed = dir / (step_dir_name(steps[i]) + ".deleting");
     fs::remove_all(doomed, ec);
-    if (std::rename(victim.c_str(), doomed.c_str()) != 0) continue;  // not fatal: it is only disk space
+    if (std::rename(victim.c_str(), doomed.c_str()) != 0)
+      continue;  // not fatal: it is only disk space
     fs::remove_all(doomed, ec);
   }
 }
@@ -201,8 +213,9 @@ void remove_stale_temporaries(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     const bool ours = name.rfind(kStepPrefix, 0) == 0 || name.rfind(kLatest, 0) == 0;
-    if (ours && (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos ||
-                 (name.size() > 9 && name.substr(name.size() - 9) == ".deleting")))
+    if (ours &&
+        (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos ||
+         (name.size() > 9 && name.substr(name.size() - 9) == ".deleting")))
       stale.push_back(e.path());
   }
   for (const fs::path& p : stale) fs::remove_all(p, ec);
@@ -227,8 +240,8 @@ std::string step_dir_name(int64_t step) {
 CheckpointInProgress::~CheckpointInProgress() = default;
 CheckpointInProgress::CheckpointInProgress(CheckpointInProgress&&) noexcept = default;
 
-CheckpointInProgress begin_training_checkpoint(const fs::path& dir, int keep, const CheckpointState& state,
-                                               Communicator& world) {
+CheckpointInProgress begin_training_checkpoint(const fs::path& dir, int keep,
+                                               const CheckpointState& state, Communicator& world) {
   CheckpointInProgress c;
   c.dir_ = dir;
   c.final_dir_ = dir / step_dir_name(state.step);
@@ -262,9 +275,10 @@ void write_checkpoint_shard(CheckpointInProgress& c, const CheckpointShard& shar
   }
 }
 
-fs::path finish_training_checkpoint(CheckpointInProgress& c, const Tokenizer& tokenizer, const ModelConfig& cfg,
-                                    Communicator& world) {
-  const std::vector<std::string> fragments = gather_strings(world, c.error_.empty() ? c.fragment_.dump() : "!" + c.error_);
+fs::path finish_training_checkpoint(CheckpointInProgress& c, const Tokenizer& tokenizer,
+                                    const ModelConfig& cfg, Communicator& world) {
+  const std::vector<std::string> fragments =
+      gather_strings(world, c.error_.empty() ? c.fragment_.dump() : "!" + c.error_);
   std::string outcome;
   if (world.rank() == 0) {
     try {
@@ -291,7 +305,10 @@ fs::path finish_training_checkpoint(CheckpointInProgress& c, const Tokenizer& to
           {"layout", state.layout},
           {"optimizer", {{"type", "adamw"}, {"step", state.step}}},
           {"data", state.data},
-          {"rng", {{"seed", state.seed}, {"note", "initialisation and data sampling derive from seed; the data position is in data"}}},
+          {"rng",
+           {{"seed", state.seed},
+            {"note",
+             "initialisation and data sampling derive from seed; the data position is in data"}}},
           {"recipe", state.recipe},
           {"files", files},
           {"tensors", tensors},
@@ -312,13 +329,15 @@ fs::path finish_training_checkpoint(CheckpointInProgress& c, const Tokenizer& to
   }
   outcome = broadcast_string(world, outcome);
   if (!outcome.empty())
-    throw UserError(world.rank() == 0 ? outcome : "checkpoint " + c.final_dir_.string() + " failed: " + outcome);
+    throw UserError(world.rank() == 0
+                        ? outcome
+                        : "checkpoint " + c.final_dir_.string() + " failed: " + outcome);
   return c.final_dir_;
 }
 
 fs::path save_training_checkpoint(const fs::path& dir, int keep, const CheckpointState& state,
-                                  const CheckpointShard& shard, const Tokenizer& tokenizer, const ModelConfig& cfg,
-                                  Communicator& world) {
+                                  const CheckpointShard& shard, const Tokenizer& tokenizer,
+                                  const ModelConfig& cfg, Communicator& world) {
   CheckpointInProgress c = begin_training_checkpoint(dir, keep, state, world);
   write_checkpoint_shard(c, shard);
   return finish_training_checkpoint(c, tokenizer, cfg, world);
@@ -329,43 +348,51 @@ fs::path latest_checkpoint(const fs::path& dir) {
   std::error_code ec;
   if (!fs::exists(latest, ec)) return {};
   std::string name = read_file(latest);
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ' || name.back() == '\r')) name.pop_back();
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ' || name.back() == '\r'))
+    name.pop_back();
   if (parse_step_name(name) < 0)
-    throw UserError(latest.string() + ": expected a step directory name like step-0000100, got \"" + name + "\"");
+    throw UserError(latest.string() + ": expected a step directory name like step-0000100, got \"" +
+                    name + "\"");
   const fs::path step = dir / name;
   if (!fs::is_directory(step, ec))
-    throw UserError(latest.string() + ": names " + name + ", which is not a directory in " + dir.string());
+    throw UserError(latest.string() + ": names " + name + ", which is not a directory in " +
+                    dir.string());
   return step;
 }
 
 fs::path resolve_checkpoint_path(const fs::path& path) {
   std::error_code ec;
-  if (!fs::is_directory(path, ec)) throw UserError(path.string() + ": no such checkpoint directory");
+  if (!fs::is_directory(path, ec))
+    throw UserError(path.string() + ": no such checkpoint directory");
   if (fs::exists(path / "index.json", ec)) return path;
   const fs::path latest = latest_checkpoint(path);
   if (latest.empty())
-    throw UserError(path.string() + ": neither a step directory (index.json) nor a checkpoint directory (latest)");
+    throw UserError(path.string() +
+                    ": neither a step directory (index.json) nor a checkpoint directory (latest)");
   return latest;
 }
 
 // ---------------------------------------------------------------------------------------
 
-CheckpointReader::CheckpointReader(const fs::path& step_dir, CheckpointVerify verify) : dir_(step_dir), verify_(verify) {
+CheckpointReader::CheckpointReader(const fs::path& step_dir, CheckpointVerify verify)
+    : dir_(step_dir), verify_(verify) {
   const json index = read_json_file(dir_ / "index.json");
   parse_index(index);
 }
 
 CheckpointReader::~CheckpointReader() = default;
 
-void CheckpointReader::fail(const std::string& what) const { throw UserError((dir_ / "index.json").string() + ": " + what); }
+void CheckpointReader::fail(const std::string& what) const {
+  throw UserError((dir_ / "index.json").string() + ": " + what);
+}
 
 void CheckpointReader::parse_index(const json& index) {
   if (!index.is_object() || index.value("format", "") != kFormat)
     fail("not an llmrun checkpoint index (\"format\" is not \"" + std::string(kFormat) + "\")");
   const int version = index.value("version", 0);
   if (version != 1 && version != kVersion)
-    fail("version " + index.value("version", json()).dump() + " is not one this llmrun reads (1 or " +
-         std::to_string(kVersion) + ")");
+    fail("version " + index.value("version", json()).dump() +
+         " is not one this llmrun reads (1 or " + std::to_string(kVersion) + ")");
   try {
     state_.step = index.at("step").get<int64_t>();
     state_.recipe = index.at("recipe");
@@ -382,15 +409,18 @@ void CheckpointReader::parse_index(const json& index) {
   // Verify every file before anything is read from any of them: a torn or corrupted
   // checkpoint must fail here, by name, not load half of its tensors.
   for (const auto& [name, rec] : index["files"].items()) {
-    if (name.find('/') != std::string::npos || name == "." || name == "..") fail("file name \"" + name + "\" is not in the step dir");
+    if (name.find('/') != std::string::npos || name == "." || name == "..")
+      fail("file name \"" + name + "\" is not in the step dir");
     const fs::path path = dir_ / name;
     std::error_code ec;
-    if (!fs::exists(path, ec)) throw UserError(path.string() + ": missing (listed in " + (dir_ / "index.json").string() + ")");
+    if (!fs::exists(path, ec))
+      throw UserError(path.string() + ": missing (listed in " + (dir_ / "index.json").string() +
+                      ")");
     const uint64_t size = fs::file_size(path, ec);
     const uint64_t want_size = rec.value("bytes", uint64_t(0));
     if (ec || size != want_size)
-      throw UserError(path.string() + ": " + std::to_string(size) + " bytes, index.json says " + std::to_string(want_size) +
-                      " (truncated or replaced?)");
+      throw UserError(path.string() + ": " + std::to_string(size) + " bytes, index.json says " +
+                      std::to_string(want_size) + " (truncated or replaced?)");
     const std::string want = rec.value("xxh64", "");
     const bool tensors = name.size() > 12 && name.substr(name.size() - 12) == ".safetensors";
     if (!tensors) check_checksum(path, file_checksum(path), want);
@@ -406,7 +436,8 @@ void CheckpointReader::parse_index(const json& index) {
   for (const json& t : index["tensors"]) {
     try {
       const std::string name = t.at("name").get<std::string>();
-      if (t.at("dtype") != "F32") fail("tensor " + name + " has dtype " + t.at("dtype").dump() + "; checkpoints hold F32");
+      if (t.at("dtype") != "F32")
+        fail("tensor " + name + " has dtype " + t.at("dtype").dump() + "; checkpoints hold F32");
       Entry e;
       e.shape = t.at("shape").get<std::vector<int64_t>>();
       int64_t numel = 1, covered = 0;
@@ -415,19 +446,23 @@ void CheckpointReader::parse_index(const json& index) {
         Piece piece;
         const std::string file = p.at("file").get<std::string>();
         auto it = files_.find(file);
-        if (it == files_.end()) fail("tensor " + name + " is in " + file + ", which is not a listed safetensors file");
+        if (it == files_.end())
+          fail("tensor " + name + " is in " + file + ", which is not a listed safetensors file");
         piece.file = &it->second;
         piece.tensor = p.at("tensor").get<std::string>();
         const SafetensorsFile& sf = *piece.file->st;
-        if (!sf.has(piece.tensor)) fail("tensor " + name + ": " + file + " has no tensor " + piece.tensor);
+        if (!sf.has(piece.tensor))
+          fail("tensor " + name + ": " + file + " has no tensor " + piece.tensor);
         const SafetensorsTensor& st = sf.info(piece.tensor);
         const json& slice = p.at("global_slice");
-        if (slice.size() != e.shape.size()) fail("tensor " + name + ": global_slice " + slice.dump() + " does not match shape");
+        if (slice.size() != e.shape.size())
+          fail("tensor " + name + ": global_slice " + slice.dump() + " does not match shape");
         std::vector<int64_t> piece_shape;
         int64_t volume = 1;
         for (size_t d = 0; d < e.shape.size(); ++d) {
           const int64_t b = slice[d].at(0).get<int64_t>(), en = slice[d].at(1).get<int64_t>();
-          if (b < 0 || b > en || en > e.shape[d]) fail("tensor " + name + ": global_slice " + slice.dump() + " is outside its shape");
+          if (b < 0 || b > en || en > e.shape[d])
+            fail("tensor " + name + ": global_slice " + slice.dump() + " is outside its shape");
           piece.slice.emplace_back(b, en);
           piece_shape.push_back(en - b);
           volume *= en - b;
@@ -438,19 +473,22 @@ void CheckpointReader::parse_index(const json& index) {
           const json& r = p.at("flat_range");
           piece.flat_begin = r.at(0).get<int64_t>();
           piece.flat_end = r.at(1).get<int64_t>();
-          if (r.size() != 2 || piece.flat_begin < 0 || piece.flat_begin >= piece.flat_end || piece.flat_end > volume)
-            fail("tensor " + name + ": flat_range " + r.dump() + " is not inside the " + std::to_string(volume) +
-                 " elements of its global_slice " + slice.dump());
+          if (r.size() != 2 || piece.flat_begin < 0 || piece.flat_begin >= piece.flat_end ||
+              piece.flat_end > volume)
+            fail("tensor " + name + ": flat_range " + r.dump() + " is not inside the " +
+                 std::to_string(volume) + " elements of its global_slice " + slice.dump());
           piece_shape = {piece.flat_end - piece.flat_begin};
           what += " elements " + r.dump();
         }
         if (st.dtype != DType::f32 || st.shape != piece_shape)
-          throw UserError(sf.path().string() + ": tensor " + piece.tensor + " is " + st.dtype_tag + " " +
-                          st.shape_str() + ", index.json expects F32 of " + what);
+          throw UserError(sf.path().string() + ": tensor " + piece.tensor + " is " + st.dtype_tag +
+                          " " + st.shape_str() + ", index.json expects F32 of " + what);
         covered += piece.flat_end - piece.flat_begin;
         e.pieces.push_back(std::move(piece));
       }
-      if (covered != numel) fail("tensor " + name + ": its pieces cover " + std::to_string(covered) + " of " + std::to_string(numel) + " elements");
+      if (covered != numel)
+        fail("tensor " + name + ": its pieces cover " + std::to_string(covered) + " of " +
+             std::to_string(numel) + " elements");
       if (e.pieces.size() > 1) check_tiling(name, e);
       tensors_[name] = std::move(e);
     } catch (const json::exception& ex) {
@@ -460,7 +498,8 @@ void CheckpointReader::parse_index(const json& index) {
 }
 
 ModelConfig CheckpointReader::model_config() const {
-  return model_config_from_json(state_.recipe.value("model", json()), (dir_ / "index.json").string() + ": recipe");
+  return model_config_from_json(state_.recipe.value("model", json()),
+                                (dir_ / "index.json").string() + ": recipe");
 }
 
 void CheckpointReader::check_tiling(const std::string& name, const Entry& e) const {
@@ -470,13 +509,15 @@ void CheckpointReader::check_tiling(const std::string& name, const Entry& e) con
     const std::vector<ElementRun> r = slice_runs(e.shape, p.slice, p.flat_begin, p.flat_end);
     runs.insert(runs.end(), r.begin(), r.end());
   }
-  std::sort(runs.begin(), runs.end(), [](const ElementRun& a, const ElementRun& b) { return a.global < b.global; });
+  std::sort(runs.begin(), runs.end(),
+            [](const ElementRun& a, const ElementRun& b) { return a.global < b.global; });
   for (size_t i = 1; i < runs.size(); ++i)
     if (runs[i - 1].global + runs[i - 1].count > runs[i].global)
       fail("tensor " + name + ": two pieces hold element " + std::to_string(runs[i].global));
 }
 
-const CheckpointReader::Entry& CheckpointReader::entry(const std::string& group, const ParamSpec& spec) const {
+const CheckpointReader::Entry& CheckpointReader::entry(const std::string& group,
+                                                       const ParamSpec& spec) const {
   const std::string name = group + "/" + spec.hf_name;
   auto it = tensors_.find(name);
   if (it == tensors_.end()) fail("tensor " + name + " is missing");
@@ -484,12 +525,14 @@ const CheckpointReader::Entry& CheckpointReader::entry(const std::string& group,
     SafetensorsTensor have, want;
     have.shape = it->second.shape;
     want.shape = spec.full_shape;
-    fail("tensor " + name + " has shape " + have.shape_str() + ", the model needs " + want.shape_str());
+    fail("tensor " + name + " has shape " + have.shape_str() + ", the model needs " +
+         want.shape_str());
   }
   return it->second;
 }
 
-void CheckpointReader::read_tensor(const std::string& group, const ParamSpec& spec, float* dst) const {
+void CheckpointReader::read_tensor(const std::string& group, const ParamSpec& spec,
+                                   float* dst) const {
   read({{group, &spec, 0, spec.numel(), dst}});
 }
 
@@ -538,14 +581,17 @@ void CheckpointReader::read(const std::vector<Target>& targets) const {
     }
   }
   for (auto& [file, ranges] : streams) {
-    std::sort(ranges.begin(), ranges.end(), [](const FileRange& a, const FileRange& b) { return a.offset < b.offset; });
+    std::sort(ranges.begin(), ranges.end(),
+              [](const FileRange& a, const FileRange& b) { return a.offset < b.offset; });
     check_checksum(file->st->path(), read_file_hashed(file->st->path(), ranges), file->xxh64);
     file->verified = true;
   }
   for (const Copy& c : copies) {
     ensure_verified(*c.piece->file);
-    const auto* src = static_cast<const char*>(c.piece->file->st->info(c.piece->tensor).data);  // unaligned
-    std::memcpy(c.dst + c.to, src + size_t(c.from) * sizeof(float), size_t(c.count) * sizeof(float));
+    const auto* src =
+        static_cast<const char*>(c.piece->file->st->info(c.piece->tensor).data);  // unaligned
+    std::memcpy(c.dst + c.to, src + size_t(c.from) * sizeof(float),
+                size_t(c.count) * sizeof(float));
   }
 }
 

@@ -9,16 +9,16 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "ckpt/safetensors.h"
 #include "comm/communicator.h"
 #include "data/tokenizer.h"
-#include "model/param_layout.h"
 #include "model/config.h"
+#include "model/param_layout.h"
 
 namespace llmrun {
 
@@ -31,10 +31,10 @@ inline constexpr const char* kExpAvgGroup = "optim/exp_avg";
 inline constexpr const char* kExpAvgSqGroup = "optim/exp_avg_sq";
 
 struct CheckpointState {
-  int64_t step = 0;              // optimizer steps taken
-  nlohmann::json recipe;         // the resolved recipe (checkpoint_recipe.h), {"model": ...} at least
-  nlohmann::json data;           // TrainingData::state(); null: none (converted from a model dir)
-  uint64_t seed = 0;             // train.seed: initialisation and the data sampler streams
+  int64_t step = 0;       // optimizer steps taken
+  nlohmann::json recipe;  // the resolved recipe (checkpoint_recipe.h), {"model": ...} at least
+  nlohmann::json data;    // TrainingData::state(); null: none (converted from a model dir)
+  uint64_t seed = 0;      // train.seed: initialisation and the data sampler streams
   // The {tp, pp, dp, zero} layout of the run that wrote it (informational: the index maps every
   // piece to its place in the full tensor, so any layout loads any other's checkpoint).
   nlohmann::json layout = {{"tp", 1}, {"pp", 1}, {"dp", 1}, {"zero", 0}};
@@ -44,7 +44,8 @@ struct CheckpointState {
 
 // Where a piece's data comes from at write time: elements [first, first + count) of layout
 // tensor (bucket, param)'s local tensor, f32 in llmrun's layout, valid until the next call.
-using RangeSource = std::function<const float*(int bucket, int param, int64_t first, int64_t count)>;
+using RangeSource =
+    std::function<const float*(int bucket, int param, int64_t first, int64_t count)>;
 
 // What one rank writes of a checkpoint. Together the ranks' ranges must cover every element of
 // every full tensor exactly once (the writer of a replicated tensor is one of its holders).
@@ -76,7 +77,8 @@ std::string step_dir_name(int64_t step);
 // UserError on every rank, and leaves DIR as it was. Returns the step dir.
 // = begin_training_checkpoint + write_checkpoint_shard + finish_training_checkpoint.
 std::filesystem::path save_training_checkpoint(const std::filesystem::path& dir, int keep,
-                                               const CheckpointState& state, const CheckpointShard& shard,
+                                               const CheckpointState& state,
+                                               const CheckpointShard& shard,
                                                const Tokenizer& tokenizer, const ModelConfig& cfg,
                                                Communicator& world);
 
@@ -89,11 +91,11 @@ class CheckpointInProgress {
   int64_t step() const { return state_.step; }
 
  private:
-  friend CheckpointInProgress begin_training_checkpoint(const std::filesystem::path&, int, const CheckpointState&,
-                                                        Communicator&);
+  friend CheckpointInProgress begin_training_checkpoint(const std::filesystem::path&, int,
+                                                        const CheckpointState&, Communicator&);
   friend void write_checkpoint_shard(CheckpointInProgress&, const CheckpointShard&);
-  friend std::filesystem::path finish_training_checkpoint(CheckpointInProgress&, const Tokenizer&, const ModelConfig&,
-                                                          Communicator&);
+  friend std::filesystem::path finish_training_checkpoint(CheckpointInProgress&, const Tokenizer&,
+                                                          const ModelConfig&, Communicator&);
   CheckpointInProgress() = default;
   std::filesystem::path dir_, final_dir_;
   int keep_ = 0, rank_ = 0, world_size_ = 1;
@@ -106,12 +108,13 @@ class CheckpointInProgress {
  public:
   CheckpointInProgress(CheckpointInProgress&&) noexcept;
 };
-CheckpointInProgress begin_training_checkpoint(const std::filesystem::path& dir, int keep, const CheckpointState& state,
-                                               Communicator& world);
+CheckpointInProgress begin_training_checkpoint(const std::filesystem::path& dir, int keep,
+                                               const CheckpointState& state, Communicator& world);
 // Records a failure instead of throwing: finish reports it on every rank.
 void write_checkpoint_shard(CheckpointInProgress& c, const CheckpointShard& shard);
-std::filesystem::path finish_training_checkpoint(CheckpointInProgress& c, const Tokenizer& tokenizer,
-                                                 const ModelConfig& cfg, Communicator& world);
+std::filesystem::path finish_training_checkpoint(CheckpointInProgress& c,
+                                                 const Tokenizer& tokenizer, const ModelConfig& cfg,
+                                                 Communicator& world);
 
 // The step dir DIR/latest names, or an empty path when DIR has no `latest`. UserError when
 // `latest` exists but is malformed or names a missing dir.
@@ -162,7 +165,7 @@ class CheckpointReader {
  private:
   struct TensorFile {
     std::unique_ptr<SafetensorsFile> st;
-    std::string xxh64;              // as index.json lists it
+    std::string xxh64;  // as index.json lists it
     mutable bool verified = false;
   };
   struct Piece {

@@ -22,7 +22,8 @@ namespace {
 void check_json_path(const std::string& path) {
   if (path.empty()) return;
   const std::filesystem::path p = std::filesystem::absolute(path);
-  if (std::filesystem::is_directory(p)) throw UserError("--json " + path + ": is a directory; give a file name");
+  if (std::filesystem::is_directory(p))
+    throw UserError("--json " + path + ": is a directory; give a file name");
   const std::filesystem::path dir = p.parent_path();
   if (!std::filesystem::is_directory(dir) || access(dir.c_str(), W_OK) != 0)
     throw UserError("--json " + path + ": " + dir.string() + " is not a writable directory");
@@ -53,15 +54,20 @@ struct BenchKernelsArgs {
 Command add_bench_train_command(CLI::App& bench, const std::vector<std::string>& argv) {
   auto a = std::make_shared<BenchTrainArgs>();
   CLI::App* app = bench.add_subcommand(
-      "train", "Training throughput of a recipe: tokens/s, MFU/HFU, step-time breakdown, memory per rank");
+      "train",
+      "Training throughput of a recipe: tokens/s, MFU/HFU, step-time breakdown, memory per rank");
   app->add_option("recipe", a->recipe, "Recipe file (YAML)")->required();
-  app->add_option("--steps", a->opts.steps, "Measured steps")->check(CLI::Range(int64_t(1), int64_t(1) << 30))->capture_default_str();
+  app->add_option("--steps", a->opts.steps, "Measured steps")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30))
+      ->capture_default_str();
   app->add_option("--warmup", a->opts.warmup, "Steps run first and not measured")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30))
       ->capture_default_str();
   app->add_option("--json", a->json_out, "Write the results as JSON here");
-  app->add_option("--set", a->overrides, "Override a recipe value, e.g. --set train.micro_batch=8 (repeatable)");
-  app->add_option("--nproc", a->nproc, "Ranks to start (same as --set launch.nproc=N)")->check(CLI::Range(1, 1 << 20));
+  app->add_option("--set", a->overrides,
+                  "Override a recipe value, e.g. --set train.micro_batch=8 (repeatable)");
+  app->add_option("--nproc", a->nproc, "Ranks to start (same as --set launch.nproc=N)")
+      ->check(CLI::Range(1, 1 << 20));
   return {app, [a, argv]() {
             check_json_path(a->json_out);
             const LaunchEnvironment env = detect_launch_environment();
@@ -85,11 +91,16 @@ Command add_bench_train_command(CLI::App& bench, const std::vector<std::string>&
 Command add_bench_kernels_command(CLI::App& bench) {
   auto a = std::make_shared<BenchKernelsArgs>();
   CLI::App* app = bench.add_subcommand(
-      "kernels", "GEMM and attention times at a recipe's training shapes against the measured sgemm peak");
-  app->add_option("recipe", a->recipe, "Recipe file (YAML): model shape, train.micro_batch")->required();
-  app->add_option("--repeat", a->repeat, "Timed calls per kernel (median reported)")->check(CLI::Range(1, 1000))->capture_default_str();
+      "kernels",
+      "GEMM and attention times at a recipe's training shapes against the measured sgemm peak");
+  app->add_option("recipe", a->recipe, "Recipe file (YAML): model shape, train.micro_batch")
+      ->required();
+  app->add_option("--repeat", a->repeat, "Timed calls per kernel (median reported)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   app->add_option("--json", a->json_out, "Write the results as JSON here");
-  app->add_option("--set", a->overrides, "Override a recipe value, e.g. --set model.seq_len=512 (repeatable)");
+  app->add_option("--set", a->overrides,
+                  "Override a recipe value, e.g. --set model.seq_len=512 (repeatable)");
   add_backend_options(app, a->backend, /*with_dtype=*/true);
   return {app, [a]() {
             check_json_path(a->json_out);

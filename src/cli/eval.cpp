@@ -28,9 +28,13 @@ int evaluate(const EvalArgs& a) {
   LoadedModel m = load_model_dir(a.model_dir, *backend);
   const ModelConfig& cfg = m.model->config();
   const std::vector<int32_t> ids = m.tokenizer->encode(read_file(a.text));
-  if (ids.size() < 2) throw UserError(a.text + ": needs at least 2 tokens to evaluate, it has " + std::to_string(ids.size()));
+  if (ids.size() < 2)
+    throw UserError(a.text + ": needs at least 2 tokens to evaluate, it has " +
+                    std::to_string(ids.size()));
   for (int32_t t : ids)
-    if (t < 0 || t >= cfg.vocab) throw UserError(a.text + ": token " + std::to_string(t) + " is outside the model's vocabulary");
+    if (t < 0 || t >= cfg.vocab)
+      throw UserError(a.text + ": token " + std::to_string(t) +
+                      " is outside the model's vocabulary");
 
   double nll = 0;
   int64_t predicted = 0;
@@ -53,8 +57,12 @@ int evaluate(const EvalArgs& a) {
   }
   const double loss = nll / double(predicted);
   if (a.json) {
-    std::printf("%s\n", nlohmann::json{{"tokens", ids.size()}, {"predicted", predicted}, {"loss", loss},
-                                       {"perplexity", std::exp(loss)}}.dump().c_str());
+    std::printf("%s\n", nlohmann::json{{"tokens", ids.size()},
+                                       {"predicted", predicted},
+                                       {"loss", loss},
+                                       {"perplexity", std::exp(loss)}}
+                            .dump()
+                            .c_str());
   } else {
     std::printf("tokens %zu  loss %.6f  perplexity %.4f\n", ids.size(), loss, std::exp(loss));
   }

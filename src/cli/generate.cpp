@@ -33,13 +33,15 @@ int generate(const GenerateArgs& a) {
   std::vector<int32_t> prompt = m.tokenizer->encode_prompt(a.prompt);
   if (prompt.empty()) throw UserError("--prompt: the prompt encodes to no tokens");
   for (int32_t t : prompt)
-    if (t >= cfg.vocab) throw UserError("--prompt: token " + std::to_string(t) + " is outside the model's vocabulary");
+    if (t >= cfg.vocab)
+      throw UserError("--prompt: token " + std::to_string(t) +
+                      " is outside the model's vocabulary");
   const int asked = static_cast<int>(prompt.size()) + a.max_tokens;
   int budget = asked;
   if (cfg.arch == Arch::gpt2 && budget > cfg.seq_len) {
     if (static_cast<int>(prompt.size()) >= cfg.seq_len)
-      throw UserError("--prompt: " + std::to_string(prompt.size()) + " tokens do not fit the model's context of " +
-                      std::to_string(cfg.seq_len));
+      throw UserError("--prompt: " + std::to_string(prompt.size()) +
+                      " tokens do not fit the model's context of " + std::to_string(cfg.seq_len));
     budget = cfg.seq_len;
   }
 
@@ -98,7 +100,9 @@ int generate(const GenerateArgs& a) {
   // A learned-position model (GPT-2) cannot go past its context: say why the text stops early.
   if (!ended_by_eos && budget < asked) {
     std::fflush(stdout);
-    std::fprintf(stderr, "note: stopped after %d of %d tokens: the model's context length is %d tokens (prompt %zu)\n",
+    std::fprintf(stderr,
+                 "note: stopped after %d of %d tokens: the model's context length is %d tokens "
+                 "(prompt %zu)\n",
                  new_tokens, a.max_tokens, cfg.seq_len, prompt.size());
   }
   if (a.timing) {
@@ -117,12 +121,18 @@ int generate(const GenerateArgs& a) {
 Command add_generate_command(CLI::App& root) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* app = root.add_subcommand("generate", "Generate text from a model directory");
-  app->add_option("model_dir", args->model_dir, "Hugging Face model directory (as written by train)")->required();
+  app->add_option("model_dir", args->model_dir,
+                  "Hugging Face model directory (as written by train)")
+      ->required();
   app->add_option("--prompt", args->prompt, "Text to continue")->required();
-  app->add_option("--max-tokens", args->max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 20));
-  app->add_option("--temperature", args->sampling.temperature, "0 for greedy")->check(CLI::Range(0.0, 100.0));
-  app->add_option("--top-k", args->sampling.top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
-  app->add_option("--top-p", args->sampling.top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
+  app->add_option("--max-tokens", args->max_tokens, "Tokens to generate")
+      ->check(CLI::Range(1, 1 << 20));
+  app->add_option("--temperature", args->sampling.temperature, "0 for greedy")
+      ->check(CLI::Range(0.0, 100.0));
+  app->add_option("--top-k", args->sampling.top_k, "Keep the k most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--top-p", args->sampling.top_p, "Nucleus sampling mass")
+      ->check(CLI::Range(0.0, 1.0));
   app->add_option("--seed", args->sampling.seed, "Sampling seed");
   add_backend_options(app, args->backend, /*with_dtype=*/true);
   app->add_flag("--timing", args->timing, "Print prefill and per-token decode time to stderr");

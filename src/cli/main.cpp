@@ -6,9 +6,9 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <exception>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "backend/backend_factory.h"
@@ -41,31 +41,31 @@ int main(int argc, char** argv) {
   if (const char* level = std::getenv("LLMRUN_LOG"); level && *level) {
     const std::string name = level;
     if (name != "trace" && name != "debug" && name != "info" && name != "warn" && name != "error") {
-      std::fprintf(stderr, "error: LLMRUN_LOG=%s: expected one of trace, debug, info, warn, error\n", level);
+      std::fprintf(
+          stderr, "error: LLMRUN_LOG=%s: expected one of trace, debug, info, warn, error\n", level);
       return 2;
     }
     spdlog::set_level(spdlog::level::from_str(name));
   }
   CLI::App app{"llmrun: train and serve GPT-2 and Llama models with one binary"};
-  app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION + " (backends: " +
-                                        llmrun::cli::built_backends_text() + ")");
+  app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION +
+                                        " (backends: " + llmrun::cli::built_backends_text() + ")");
   app.require_subcommand(1);
   // Options of the whole program, accepted before or after the subcommand (fallthrough: a
   // subcommand passes options it does not know to this level).
   app.fallthrough();
   app.add_flag_callback(
       "--ignore-extra-weights", [] { llmrun::set_ignore_extra_weights(true); },
-      "Load a model directory whose weights hold tensors its config.json does not explain (e.g. more "
+      "Load a model directory whose weights hold tensors its config.json does not explain (e.g. "
+      "more "
       "layers), using only what the config describes (default: refuse)");
   const std::vector<std::string> args(argv, argv + argc);
   std::vector<llmrun::cli::Command> commands = {
       llmrun::cli::add_train_command(app, args), llmrun::cli::add_generate_command(app),
       llmrun::cli::add_data_command(app),        llmrun::cli::add_convert_command(app),
       llmrun::cli::add_eval_command(app),        llmrun::cli::add_serve_command(app),
-      llmrun::cli::add_bench_command(app, args),
-      llmrun::cli::add_plan_command(app),
-      llmrun::cli::add_plot_command(app),
-      llmrun::cli::add_doctor_command(app),
+      llmrun::cli::add_bench_command(app, args), llmrun::cli::add_plan_command(app),
+      llmrun::cli::add_plot_command(app),        llmrun::cli::add_doctor_command(app),
       llmrun::cli::add_dashboard_command(app)};
   try {
     app.parse(argc, argv);

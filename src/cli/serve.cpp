@@ -27,30 +27,35 @@ int serve(ServeArgs& a) {
   LoadedModel m = load_model_dir(a.model_dir, *backend);
   const ModelConfig& cfg = m.model->config();
   if (m.tokenizer->vocab_size() > cfg.vocab)
-    throw UserError(a.model_dir + ": the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
-                    " tokens but the model only " + std::to_string(cfg.vocab));
+    throw UserError(a.model_dir + ": the tokenizer has " +
+                    std::to_string(m.tokenizer->vocab_size()) + " tokens but the model only " +
+                    std::to_string(cfg.vocab));
   EngineConfig& ec = a.engine;
   ec.stop_token_ids = m.eos_token_ids;
   if (ec.max_model_len == 0) ec.max_model_len = cfg.seq_len;
   if (cfg.arch == Arch::gpt2 && ec.max_model_len > cfg.seq_len)
-    throw UserError("--max-model-len " + std::to_string(ec.max_model_len) + " exceeds this GPT-2 model's " +
-                    std::to_string(cfg.seq_len) + " positions");
+    throw UserError("--max-model-len " + std::to_string(ec.max_model_len) +
+                    " exceeds this GPT-2 model's " + std::to_string(cfg.seq_len) + " positions");
   ec.max_batched_tokens = std::max(ec.max_batched_tokens, 1);
   if (a.kv_blocks > 0) {
     ec.num_blocks = a.kv_blocks;
   } else {
     // Default: room for every sequence at full length, capped at 2 GiB.
     const int64_t bytes =
-        a.kv_cache_bytes > 0 ? a.kv_cache_bytes
-                             : std::min<int64_t>(int64_t(2) << 30, int64_t(2) * cfg.layers * cfg.kv_heads * cfg.head_dim() *
-                                                                       4 * ec.max_num_seqs * (ec.max_model_len + ec.block_size));
+        a.kv_cache_bytes > 0
+            ? a.kv_cache_bytes
+            : std::min<int64_t>(int64_t(2) << 30, int64_t(2) * cfg.layers * cfg.kv_heads *
+                                                      cfg.head_dim() * 4 * ec.max_num_seqs *
+                                                      (ec.max_model_len + ec.block_size));
     ec.num_blocks = kv_blocks_for_bytes(cfg, ec.block_size, bytes);
-    if (ec.num_blocks < 1) throw UserError("--kv-cache-bytes " + std::to_string(bytes) + " holds not even one KV block");
+    if (ec.num_blocks < 1)
+      throw UserError("--kv-cache-bytes " + std::to_string(bytes) + " holds not even one KV block");
   }
   ec.prefix_caching = !a.no_prefix_caching;
   if (a.server.model_name.empty())
     a.server.model_name = std::filesystem::path(a.model_dir).lexically_normal().filename().string();
-  if (a.server.model_name.empty()) a.server.model_name = std::filesystem::path(a.model_dir).parent_path().filename().string();
+  if (a.server.model_name.empty())
+    a.server.model_name = std::filesystem::path(a.model_dir).parent_path().filename().string();
   const ChatTemplate tmpl = ChatTemplate::for_model_dir(a.model_dir);
   Engine engine(*m.model, *m.tokenizer, ec);
   HttpServer server(engine, *m.tokenizer, tmpl, a.server);
@@ -61,24 +66,35 @@ int serve(ServeArgs& a) {
 
 Command add_serve_command(CLI::App& root) {
   auto a = std::make_shared<ServeArgs>();
-  CLI::App* app = root.add_subcommand("serve", "Serve a model directory over an OpenAI-compatible HTTP API");
+  CLI::App* app =
+      root.add_subcommand("serve", "Serve a model directory over an OpenAI-compatible HTTP API");
   app->add_option("model_dir", a->model_dir, "Hugging Face model directory")->required();
   app->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
   app->add_option("--port", a->server.port, "Port (0: any free port; the bound one is logged)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  app->add_option("--served-model-name", a->server.model_name, "Model id clients use (default: the directory name)");
-  app->add_option("--api-key", a->server.api_key, "Require 'Authorization: Bearer KEY' on /v1 and tokenizer routes");
-  app->add_option("--max-num-seqs", a->engine.max_num_seqs, "Sequences in the running batch at most")
+  app->add_option("--served-model-name", a->server.model_name,
+                  "Model id clients use (default: the directory name)");
+  app->add_option("--api-key", a->server.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1 and tokenizer routes");
+  app->add_option("--max-num-seqs", a->engine.max_num_seqs,
+                  "Sequences in the running batch at most")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  app->add_option("--max-batched-tokens", a->engine.max_batched_tokens, "Tokens per model step at most (prefills are chunked)")
+  app->add_option("--max-batched-tokens", a->engine.max_batched_tokens,
+                  "Tokens per model step at most (prefills are chunked)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  auto* bytes = app->add_option("--kv-cache-bytes", a->kv_cache_bytes, "KV cache size in bytes")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
-  app->add_option("--kv-blocks", a->kv_blocks, "KV cache size in blocks")->check(CLI::Range(1, 1 << 30))->excludes(bytes);
-  app->add_option("--block-size", a->engine.block_size, "Tokens per KV block")->check(CLI::Range(1, 1024))->capture_default_str();
-  app->add_option("--max-queued", a->server.max_queued, "Sequences that may wait beyond --max-num-seqs; more get 429")
+  auto* bytes = app->add_option("--kv-cache-bytes", a->kv_cache_bytes, "KV cache size in bytes")
+                    ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  app->add_option("--kv-blocks", a->kv_blocks, "KV cache size in blocks")
+      ->check(CLI::Range(1, 1 << 30))
+      ->excludes(bytes);
+  app->add_option("--block-size", a->engine.block_size, "Tokens per KV block")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app->add_option("--max-queued", a->server.max_queued,
+                  "Sequences that may wait beyond --max-num-seqs; more get 429")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   app->add_option("--write-timeout", a->server.write_timeout_s,
@@ -86,13 +102,16 @@ Command add_serve_command(CLI::App& root) {
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
   app->add_option("--shutdown-timeout", a->server.shutdown_timeout_s,
-                  "Seconds SIGTERM waits for in-flight requests before dropping them (a second SIGTERM: at once)")
+                  "Seconds SIGTERM waits for in-flight requests before dropping them (a second "
+                  "SIGTERM: at once)")
       ->check(CLI::Range(0, 86400))
       ->capture_default_str();
-  app->add_option("--max-model-len", a->engine.max_model_len, "Prompt + generated tokens per sequence (default: the model's context)")
+  app->add_option("--max-model-len", a->engine.max_model_len,
+                  "Prompt + generated tokens per sequence (default: the model's context)")
       ->check(CLI::Range(2, 1 << 24));
   add_backend_options(app, a->backend, /*with_dtype=*/true);
-  app->add_flag("--no-prefix-caching", a->no_prefix_caching, "Do not reuse KV blocks of common prompt prefixes");
+  app->add_flag("--no-prefix-caching", a->no_prefix_caching,
+                "Do not reuse KV blocks of common prompt prefixes");
   return {app, [a]() { return serve(*a); }};
 }
 

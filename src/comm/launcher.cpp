@@ -5,9 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <csignal>
-
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,12 +32,14 @@ LaunchEnvironment detect_launch_environment() {
     e.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1);
     e.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", e.world_size);
     e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
-  } else if (std::getenv("PMIX_RANK") || (std::getenv("SLURM_PROCID") && std::getenv("SLURM_STEP_ID"))) {
+  } else if (std::getenv("PMIX_RANK") ||
+             (std::getenv("SLURM_PROCID") && std::getenv("SLURM_STEP_ID"))) {
     // srun --mpi=pmix starts each rank directly. The step's own counts come first: a step
     // may use fewer tasks than its job (SLURM_NTASKS in a batch script is the job's).
     e.under_launcher = true;
     e.launcher = "srun";
-    e.world_size = env_int("SLURM_STEP_NUM_TASKS", env_int("SLURM_NTASKS", env_int("PMIX_SIZE", 1)));
+    e.world_size =
+        env_int("SLURM_STEP_NUM_TASKS", env_int("SLURM_NTASKS", env_int("PMIX_SIZE", 1)));
     const char* per_node = std::getenv("SLURM_STEP_TASKS_PER_NODE");
     const int here = per_node ? slurm_tasks_on_node(per_node, env_int("SLURM_NODEID", 0)) : 0;
     e.local_size = here > 0 ? here : env_int("SLURM_NTASKS_PER_NODE", e.world_size);
@@ -58,7 +59,8 @@ int slurm_tasks_on_node(const std::string& tasks_per_node, int node_id) {
     int count = 0, repeat = 1;
     char close = 0;
     const int fields = std::sscanf(group.c_str(), "%d(x%d%c", &count, &repeat, &close);
-    if (fields < 1 || count <= 0 || (fields > 1 && (fields != 3 || close != ')' || repeat <= 0))) return 0;
+    if (fields < 1 || count <= 0 || (fields > 1 && (fields != 3 || close != ')' || repeat <= 0)))
+      return 0;
     if (node_id < node + repeat) return count;
     node += repeat;
     pos = end + 1;
@@ -78,7 +80,8 @@ void forward_as_usr1(int) {
 }
 }  // namespace
 
-int run_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args, const std::vector<std::string>& args) {
+int run_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args,
+                     const std::vector<std::string>& args) {
   std::vector<std::string> argv = {"mpirun", "-np", std::to_string(nproc)};
   if (nproc > int(std::thread::hardware_concurrency())) argv.push_back("--oversubscribe");
   if (geteuid() == 0) {
@@ -96,7 +99,8 @@ int run_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args, con
   for (auto& a : argv) c_argv.push_back(a.data());
   c_argv.push_back(nullptr);
 
-  struct sigaction sa {}, old_term, old_int;
+  struct sigaction sa {
+  }, old_term, old_int;
   sa.sa_handler = forward_as_usr1;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
@@ -136,8 +140,9 @@ int run_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args, con
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGINT, &old_int, nullptr);
   if (exec_failed)
-    throw UserError(std::string("cannot start mpirun for launch.nproc=") + std::to_string(nproc) + ": " +
-                    std::strerror(err) + " (install openmpi-bin, or run under your own launcher)");
+    throw UserError(std::string("cannot start mpirun for launch.nproc=") + std::to_string(nproc) +
+                    ": " + std::strerror(err) +
+                    " (install openmpi-bin, or run under your own launcher)");
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }

@@ -10,9 +10,9 @@ namespace llmrun {
 struct LaunchEnvironment {
   bool under_launcher = false;  // started by mpirun/srun with a rank of its own
   int world_size = 1;
-  int local_size = 1;           // ranks on this node (for threads per rank)
-  int local_rank = 0;           // this rank among them (picks its GPU)
-  std::string launcher;         // "mpirun", "srun" or ""
+  int local_size = 1;    // ranks on this node (for threads per rank)
+  int local_rank = 0;    // this rank among them (picks its GPU)
+  std::string launcher;  // "mpirun", "srun" or ""
 };
 
 LaunchEnvironment detect_launch_environment();
@@ -27,7 +27,8 @@ int slurm_tasks_on_node(const std::string& tasks_per_node, int node_id);
 // forwards (on SIGTERM it would kill them): they checkpoint and exit cleanly, and so does this.
 // If this process dies (even by SIGKILL), mpirun gets SIGTERM and the ranks exit too (they
 // watch this pid, passed as LLMRUN_LAUNCHER_PID).
-int run_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args, const std::vector<std::string>& args);
+int run_under_mpirun(int nproc, const std::vector<std::string>& mpirun_args,
+                     const std::vector<std::string>& args);
 
 // CPU threads each rank should use so that all local ranks together fill the cores once.
 int threads_per_rank(int local_ranks);

@@ -80,9 +80,12 @@ MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::i32: return MPI_INT;
-    default: return MPI_BYTE;  // raw bytes: only for transport (gather/broadcast/send)
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::i32:
+      return MPI_INT;
+    default:
+      return MPI_BYTE;  // raw bytes: only for transport (gather/broadcast/send)
   }
 }
 
@@ -111,7 +114,11 @@ class MpiRequest final : public CommRequest {
  public:
   MpiRequest(MPI_Request req, std::string what, double timeout_s, std::vector<Staged> staged,
              std::shared_ptr<PinnedPool> pool)
-      : req_(req), what_(std::move(what)), timeout_s_(timeout_s), staged_(std::move(staged)), pool_(std::move(pool)) {}
+      : req_(req),
+        what_(std::move(what)),
+        timeout_s_(timeout_s),
+        staged_(std::move(staged)),
+        pool_(std::move(pool)) {}
   ~MpiRequest() override {
     // While an error unwinds, waiting would only time out (the peers may wait on this
     // rank) and replace the error with a timeout; the job is about to be aborted anyway.
@@ -121,7 +128,8 @@ class MpiRequest final : public CommRequest {
   bool test() override {
     if (req_ != MPI_REQUEST_NULL) {
       int done = 0;
-      if (MPI_Test(&req_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) fail("failed (a peer rank died?)");
+      if (MPI_Test(&req_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        fail("failed (a peer rank died?)");
       if (!done) return false;
     }
     unstage();
@@ -129,13 +137,15 @@ class MpiRequest final : public CommRequest {
   }
 
   void wait() override {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
     for (int spins = 0; !test(); ++spins) {
       if (std::chrono::steady_clock::now() > deadline)
         fail("did not complete within launch.timeout_s=" + std::to_string(int(timeout_s_)) +
              " s: a peer rank failed or stalled");
       // Spin briefly for latency, then yield: ranks may share cores with each other.
-      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(spins > 100000 ? 1000 : 20));
+      if (spins > 1000)
+        std::this_thread::sleep_for(std::chrono::microseconds(spins > 100000 ? 1000 : 20));
     }
   }
 
@@ -183,7 +193,9 @@ class MpiCommunicator final : public Communicator {
     std::vector<Staged> st;
     const Tensor h = stage(st, buf, true, true);
     MPI_Request r;
-    check(MPI_Iallreduce(MPI_IN_PLACE, h.data, mpi_count(h), mpi_type(h.dtype), mpi_op(op), comm_, &r), "all_reduce");
+    check(MPI_Iallreduce(MPI_IN_PLACE, h.data, mpi_count(h), mpi_type(h.dtype), mpi_op(op), comm_,
+                         &r),
+          "all_reduce");
     return request(r, "all_reduce", std::move(st));
   }
   std::unique_ptr<CommRequest> ireduce_scatter(const Tensor& in, Tensor out) override {
@@ -193,31 +205,35 @@ class MpiCommunicator final : public Communicator {
       // Separate host buffers: the staged form is never in place.
       const Tensor hi = stage(st, in, true, false), ho = stage(st, out, false, true);
       MPI_Request r;
-      check(MPI_Ireduce_scatter_block(hi.data, ho.data, mpi_count(ho), mpi_type(ho.dtype), MPI_SUM, comm_, &r),
+      check(MPI_Ireduce_scatter_block(hi.data, ho.data, mpi_count(ho), mpi_type(ho.dtype), MPI_SUM,
+                                      comm_, &r),
             "reduce_scatter");
       return request(r, "reduce_scatter", std::move(st));
     }
     MPI_Request r;
     const void* send = in.data == out.data ? MPI_IN_PLACE : in.data;
-    check(MPI_Ireduce_scatter_block(send, out.data, mpi_count(out), mpi_type(out.dtype), MPI_SUM, comm_, &r),
+    check(MPI_Ireduce_scatter_block(send, out.data, mpi_count(out), mpi_type(out.dtype), MPI_SUM,
+                                    comm_, &r),
           "reduce_scatter");
     return request(r, "reduce_scatter");
   }
   std::unique_ptr<CommRequest> iall_gather(const Tensor& in, Tensor out) override {
-    LLMRUN_CHECK(out.bytes() == in.bytes() * size_t(size_), "all_gather: output must be size x input");
+    LLMRUN_CHECK(out.bytes() == in.bytes() * size_t(size_),
+                 "all_gather: output must be size x input");
     std::vector<Staged> st;
     if (on_device(in) || on_device(out)) {
       const Tensor hi = stage(st, in, true, false), ho = stage(st, out, false, true);
       MPI_Request r;
-      check(MPI_Iallgather(hi.data, mpi_count(hi), mpi_type(hi.dtype), ho.data, mpi_count(hi), mpi_type(hi.dtype),
-                           comm_, &r),
+      check(MPI_Iallgather(hi.data, mpi_count(hi), mpi_type(hi.dtype), ho.data, mpi_count(hi),
+                           mpi_type(hi.dtype), comm_, &r),
             "all_gather");
       return request(r, "all_gather", std::move(st));
     }
-    const bool in_place = static_cast<const char*>(in.data) == static_cast<char*>(out.data) + in.bytes() * rank_;
+    const bool in_place =
+        static_cast<const char*>(in.data) == static_cast<char*>(out.data) + in.bytes() * rank_;
     MPI_Request r;
-    check(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, mpi_count(in), mpi_type(in.dtype), out.data,
-                         mpi_count(in), mpi_type(in.dtype), comm_, &r),
+    check(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, mpi_count(in), mpi_type(in.dtype),
+                         out.data, mpi_count(in), mpi_type(in.dtype), comm_, &r),
           "all_gather");
     return request(r, "all_gather");
   }
@@ -256,8 +272,10 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  std::unique_ptr<CommRequest> request(MPI_Request r, const std::string& op, std::vector<Staged> staged = {}) {
-    return std::make_unique<MpiRequest>(r, op + " on the " + name_ + " group", timeout_s_, std::move(staged), pool_);
+  std::unique_ptr<CommRequest> request(MPI_Request r, const std::string& op,
+                                       std::vector<Staged> staged = {}) {
+    return std::make_unique<MpiRequest>(r, op + " on the " + name_ + " group", timeout_s_,
+                                        std::move(staged), pool_);
   }
   static bool on_device(const Tensor& t) { return t.device != Device::cpu && t.numel() > 0; }
   // The host tensor MPI works on: `t` itself when it is host memory, else a pinned copy
@@ -265,7 +283,8 @@ class MpiCommunicator final : public Communicator {
   Tensor stage(std::vector<Staged>& st, const Tensor& t, bool in, bool out) {
     if (!on_device(t)) return t;
     Backend* be = comm_backend();
-    LLMRUN_CHECK(be != nullptr, "a device tensor reached the " + name_ + " group with no staging backend registered");
+    LLMRUN_CHECK(be != nullptr, "a device tensor reached the " + name_ +
+                                    " group with no staging backend registered");
     Staged s{t, pool_->acquire(*be, t.bytes()), out};
     const Tensor h = s.host_view();
     if (in) {
@@ -280,8 +299,8 @@ class MpiCommunicator final : public Communicator {
       char text[MPI_MAX_ERROR_STRING];
       int len = 0;
       MPI_Error_string(rc, text, &len);
-      MpiRuntime::abort_all("rank " + std::to_string(rank_) + ": " + op + " on the " + name_ + " group failed: " +
-                            std::string(text, size_t(len)));
+      MpiRuntime::abort_all("rank " + std::to_string(rank_) + ": " + op + " on the " + name_ +
+                            " group failed: " + std::string(text, size_t(len)));
     }
   }
 
@@ -299,11 +318,13 @@ std::unique_ptr<Communicator> make_mpi_world(double timeout_s) {
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", timeout_s, false);
 }
 
-std::unique_ptr<Communicator> split_mpi(const Communicator& parent, int color, int key, std::string name) {
+std::unique_ptr<Communicator> split_mpi(const Communicator& parent, int color, int key,
+                                        std::string name) {
   const auto& p = dynamic_cast<const MpiCommunicator&>(parent);
   MPI_Comm sub;
   // Blocking and without a timeout: a rank that never gets here would hang the others.
-  if (g_watchdog) g_watchdog->begin_phase("startup (MPI_Comm_split creating the " + name + " group)");
+  if (g_watchdog)
+    g_watchdog->begin_phase("startup (MPI_Comm_split creating the " + name + " group)");
   MPI_Comm_split(p.comm(), color, key, &sub);
   if (g_watchdog) g_watchdog->end_phase();
   return std::make_unique<MpiCommunicator>(sub, std::move(name), p.timeout_s(), true);

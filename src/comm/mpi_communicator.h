@@ -39,6 +39,7 @@ void abort_job_on_error(const std::string& message, int exit_code);
 // The world, or a subgroup of it: ranks that pass the same `color` form one communicator,
 // ordered by `key`. timeout_s bounds every wait.
 std::unique_ptr<Communicator> make_mpi_world(double timeout_s);
-std::unique_ptr<Communicator> split_mpi(const Communicator& parent, int color, int key, std::string name);
+std::unique_ptr<Communicator> split_mpi(const Communicator& parent, int color, int key,
+                                        std::string name);
 
 }  // namespace llmrun

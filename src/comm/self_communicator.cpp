@@ -22,8 +22,12 @@ class SelfCommunicator final : public Communicator {
   std::string name() const override { return name_; }
 
   std::unique_ptr<CommRequest> iall_reduce(Tensor, ReduceOp) override { return done(); }
-  std::unique_ptr<CommRequest> ireduce_scatter(const Tensor& in, Tensor out) override { return copy(in, out); }
-  std::unique_ptr<CommRequest> iall_gather(const Tensor& in, Tensor out) override { return copy(in, out); }
+  std::unique_ptr<CommRequest> ireduce_scatter(const Tensor& in, Tensor out) override {
+    return copy(in, out);
+  }
+  std::unique_ptr<CommRequest> iall_gather(const Tensor& in, Tensor out) override {
+    return copy(in, out);
+  }
   std::unique_ptr<CommRequest> ibroadcast(Tensor, int) override { return done(); }
   std::unique_ptr<CommRequest> isend(const Tensor&, int, int) override { no_peer(); }
   std::unique_ptr<CommRequest> irecv(Tensor, int, int) override { no_peer(); }
@@ -39,7 +43,9 @@ class SelfCommunicator final : public Communicator {
       std::memmove(out.data, in.data, in.bytes());
     } else {
       Backend* be = comm_backend();
-      LLMRUN_CHECK(be != nullptr, "a device tensor reached a single-rank group with no staging backend registered");
+      LLMRUN_CHECK(
+          be != nullptr,
+          "a device tensor reached a single-rank group with no staging backend registered");
       be->copy(out, in);
     }
     return done();

@@ -9,7 +9,9 @@ namespace {
 constexpr int kLengthTag = 7001, kBytesTag = 7002;
 
 // Byte-sized elements are transported as raw bytes (no arithmetic is done on them).
-Tensor bytes_tensor(std::string& s) { return Tensor(s.data(), DType::fp8_e4m3, {int64_t(s.size())}); }
+Tensor bytes_tensor(std::string& s) {
+  return Tensor(s.data(), DType::fp8_e4m3, {int64_t(s.size())});
+}
 Tensor length_tensor(int32_t& n) { return Tensor(&n, DType::i32, {1}); }
 
 }  // namespace

@@ -9,7 +9,9 @@ namespace {
 class Stopwatch {
  public:
   explicit Stopwatch(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
-  ~Stopwatch() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  ~Stopwatch() {
+    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
 
  private:
   double& total_;
@@ -18,7 +20,8 @@ class Stopwatch {
 
 class TimedRequest final : public CommRequest {
  public:
-  TimedRequest(std::unique_ptr<CommRequest> inner, double& total) : inner_(std::move(inner)), total_(total) {}
+  TimedRequest(std::unique_ptr<CommRequest> inner, double& total)
+      : inner_(std::move(inner)), total_(total) {}
   void wait() override {
     const Stopwatch watch(total_);
     inner_->wait();

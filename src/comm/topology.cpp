@@ -20,7 +20,8 @@ Topology Topology::build(std::unique_ptr<Communicator> world, const ParallelLayo
   Topology t;
   t.layout_ = layout;
   const int r = world->rank();
-  const int tp_rank = r % layout.tp, pp_rank = (r / layout.tp) % layout.pp, dp_rank = r / (layout.tp * layout.pp);
+  const int tp_rank = r % layout.tp, pp_rank = (r / layout.tp) % layout.pp,
+            dp_rank = r / (layout.tp * layout.pp);
   // Members of one group share every other coordinate; the color encodes those.
   t.tp_ = split_mpi(*world, pp_rank + layout.pp * dp_rank, tp_rank, "tp");
   t.pp_ = split_mpi(*world, tp_rank + layout.tp * dp_rank, pp_rank, "pp");

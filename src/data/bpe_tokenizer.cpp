@@ -21,7 +21,8 @@ using json = nlohmann::json;
 std::optional<std::string> unicode_to_bytes(const std::string& s) {
   static const std::unordered_map<std::string, char> table = [] {
     std::unordered_map<std::string, char> t;
-    for (int b = 0; b < 256; ++b) t[byte_to_unicode(static_cast<uint8_t>(b))] = static_cast<char>(b);
+    for (int b = 0; b < 256; ++b)
+      t[byte_to_unicode(static_cast<uint8_t>(b))] = static_cast<char>(b);
     return t;
   }();
   std::string out;
@@ -45,12 +46,13 @@ struct WordCache {
   std::unordered_map<std::string, std::vector<int32_t>> ids;
 };
 constexpr size_t kWordCacheMax = 1 << 18;
-constexpr size_t kCachedWordMax = 256;  // bytes
+constexpr size_t kCachedWordMax = 256;               // bytes
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 }  // namespace
 
-BpeTokenizer::BpeTokenizer(const std::string& text, const std::string& where, const SpecialTokenConfig& special)
+BpeTokenizer::BpeTokenizer(const std::string& text, const std::string& where,
+                           const SpecialTokenConfig& special)
     : source_(text), instance_(next_instance++) {
   json doc;
   try {
@@ -70,9 +72,11 @@ BpeTokenizer::BpeTokenizer(const std::string& text, const std::string& where, co
     const bool byte_level = decoder.is_object() && decoder.value("type", "") == "ByteLevel";
     if (!byte_level) text_decoder_ = std::make_unique<TextDecoder>(decoder, where);
     if (byte_level && !pre_->byte_level())
-      throw UserError(where + ": its decoder is ByteLevel but its pre_tokenizer has no ByteLevel step");
+      throw UserError(where +
+                      ": its decoder is ByteLevel but its pre_tokenizer has no ByteLevel step");
     if (!byte_level && pre_->byte_level())
-      throw UserError(where + ": its pre_tokenizer is ByteLevel but its decoder is " + decoder.dump().substr(0, 200));
+      throw UserError(where + ": its pre_tokenizer is ByteLevel but its decoder is " +
+                      decoder.dump().substr(0, 200));
     check_token_ids(doc, where);
     load_model(doc["model"], where);
     load_added_tokens(doc.value("added_tokens", json::array()), where);
@@ -83,7 +87,8 @@ BpeTokenizer::BpeTokenizer(const std::string& text, const std::string& where, co
   // The end-of-text token: tokenizer_config.json's choice, else the usual names.
   std::vector<std::string> names;
   if (!special.eos_token.empty()) names.push_back(special.eos_token);
-  for (const char* n : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<|im_end|>"}) names.push_back(n);
+  for (const char* n : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<|im_end|>"})
+    names.push_back(n);
   for (const std::string& n : names) {
     for (const AddedToken& t : added_)
       if (t.content == n) eos_id_ = t.id;
@@ -105,14 +110,17 @@ BpeTokenizer::~BpeTokenizer() = default;
 void BpeTokenizer::check_token_ids(const json& doc, const std::string& where) {
   const json vocab = doc.at("model").value("vocab", json::object());
   const json added = doc.value("added_tokens", json::array());
-  if (!vocab.is_object() || !added.is_array()) return;  // load_model / load_added_tokens say what is wrong
+  if (!vocab.is_object() || !added.is_array())
+    return;  // load_model / load_added_tokens say what is wrong
   std::unordered_set<int64_t> ids;
   int64_t max_id = -1;
   std::string max_text;
   auto note = [&](const json& id, const std::string& text) {
     if (!id.is_number_integer()) return;
     const int64_t v = id.get<int64_t>();
-    if (v < 0) throw UserError(where + ": token " + json(text).dump() + " has the negative id " + std::to_string(v));
+    if (v < 0)
+      throw UserError(where + ": token " + json(text).dump() + " has the negative id " +
+                      std::to_string(v));
     ids.insert(v);
     if (v > max_id) max_id = v, max_text = text;
   };
@@ -121,27 +129,31 @@ void BpeTokenizer::check_token_ids(const json& doc, const std::string& where) {
     if (t.is_object() && t.contains("id")) note(t["id"], t.value("content", std::string()));
   const int64_t defined = int64_t(ids.size());
   if (max_id >= 2 * defined)
-    throw UserError(where + ": token " + json(max_text).dump() + " has id " + std::to_string(max_id) +
-                    ", outside the vocabulary: the file defines " + std::to_string(defined) +
-                    " tokens, so ids should run from 0 to about " + std::to_string(defined - 1));
+    throw UserError(where + ": token " + json(max_text).dump() + " has id " +
+                    std::to_string(max_id) + ", outside the vocabulary: the file defines " +
+                    std::to_string(defined) + " tokens, so ids should run from 0 to about " +
+                    std::to_string(defined - 1));
 }
 
 void BpeTokenizer::load_model(const json& model, const std::string& where) {
-  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0.0)
+  if (model.contains("dropout") && !model["dropout"].is_null() &&
+      model["dropout"].get<double>() != 0.0)
     throw UserError(where + ": BPE dropout is not supported (training-time randomness)");
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (model.contains(k) && model[k].is_string() && !model[k].get<std::string>().empty())
       throw UserError(where + ": model." + k + " is not supported");
   ignore_merges_ = model.value("ignore_merges", false);
   const json& vocab = model.at("vocab");
-  if (!vocab.is_object() || vocab.empty()) throw UserError(where + ": model.vocab must be a non-empty object");
+  if (!vocab.is_object() || vocab.empty())
+    throw UserError(where + ": model.vocab must be a non-empty object");
   std::unordered_map<std::string, int32_t> by_text;
   by_text.reserve(vocab.size());
   vocab_.reserve(vocab.size());
   int32_t max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     const int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id > (1 << 30)) throw UserError(where + ": vocab id " + std::to_string(id) + " is out of range");
+    if (id < 0 || id > (1 << 30))
+      throw UserError(where + ": vocab id " + std::to_string(id) + " is out of range");
     max_id = std::max(max_id, static_cast<int32_t>(id));
     by_text.emplace(it.key(), static_cast<int32_t>(id));
   }
@@ -165,7 +177,8 @@ void BpeTokenizer::load_model(const json& model, const std::string& where) {
     auto it = vocab_.find(std::string(1, static_cast<char>(b)));
     if (it == vocab_.end())
       throw UserError(where + ": vocab has no token for byte " + std::to_string(b) + " (\"" +
-                      byte_to_unicode(static_cast<uint8_t>(b)) + "\"); not a byte-level BPE vocabulary");
+                      byte_to_unicode(static_cast<uint8_t>(b)) +
+                      "\"); not a byte-level BPE vocabulary");
     byte_id_[b] = it->second;
   }
   const json& merges = model.value("merges", json::array());
@@ -178,14 +191,16 @@ void BpeTokenizer::load_model(const json& model, const std::string& where) {
       const std::string s = m.get<std::string>();
       const size_t sp = s.find(' ');
       if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-        throw UserError(where + ": merge " + std::to_string(rank) + " \"" + s + "\" is not two tokens");
+        throw UserError(where + ": merge " + std::to_string(rank) + " \"" + s +
+                        "\" is not two tokens");
       a = s.substr(0, sp);
       b = s.substr(sp + 1);
     } else if (m.is_array() && m.size() == 2) {  // ["a", "b"]
       a = m[0].get<std::string>();
       b = m[1].get<std::string>();
     } else {
-      throw UserError(where + ": merge " + std::to_string(rank) + " is neither \"a b\" nor [\"a\", \"b\"]");
+      throw UserError(where + ": merge " + std::to_string(rank) +
+                      " is neither \"a b\" nor [\"a\", \"b\"]");
     }
     auto ia = by_text.find(a), ib = by_text.find(b), iab = by_text.find(a + b);
     if (ia == by_text.end() || ib == by_text.end() || iab == by_text.end())
@@ -217,7 +232,8 @@ void BpeTokenizer::load_text_symbols(const json& model, const std::string& where
   if (unk.is_string()) {
     auto it = vocab_.find(unk.get<std::string>());
     if (it == vocab_.end())
-      throw UserError(where + ": model.unk_token \"" + unk.get<std::string>() + "\" is not in the vocab");
+      throw UserError(where + ": model.unk_token \"" + unk.get<std::string>() +
+                      "\" is not in the vocab");
     unk_id_ = it->second;
   }
 }
@@ -236,11 +252,13 @@ void BpeTokenizer::load_bos(const json& pp, const std::string& where) {
     const std::string name = item["SpecialToken"].at("id").get<std::string>();
     const json& special = pp.at("special_tokens");
     if (!special.contains(name))
-      throw UserError(where + ": post_processor names special token \"" + name + "\" but does not define it");
+      throw UserError(where + ": post_processor names special token \"" + name +
+                      "\" but does not define it");
     for (const json& id : special[name].at("ids")) {
       const int64_t v = id.get<int64_t>();
       if (v < 0 || static_cast<size_t>(v) >= id_bytes_.size())
-        throw UserError(where + ": post_processor token \"" + name + "\" has id " + std::to_string(v) + " outside the vocabulary");
+        throw UserError(where + ": post_processor token \"" + name + "\" has id " +
+                        std::to_string(v) + " outside the vocabulary");
       bos_ids_.push_back(static_cast<int32_t>(v));
     }
   }
@@ -254,7 +272,8 @@ void BpeTokenizer::load_added_tokens(const json& added, const std::string& where
     if (id < 0 || id > (1 << 30) || content.empty())
       throw UserError(where + ": added token " + t.dump() + " has a bad id or empty content");
     if (t.value("single_word", false))
-      throw UserError(where + ": added token \"" + content + "\" sets single_word, which is not supported");
+      throw UserError(where + ": added token \"" + content +
+                      "\" sets single_word, which is not supported");
     const bool lstrip = t.value("lstrip", false), rstrip = t.value("rstrip", false);
     if (static_cast<size_t>(id) >= id_bytes_.size()) id_bytes_.resize(static_cast<size_t>(id) + 1);
     if (text_decoder_) {  // the decoder chain sees an added token's content like any token
@@ -272,11 +291,14 @@ void BpeTokenizer::load_added_tokens(const json& added, const std::string& where
     added_.push_back({content, static_cast<int32_t>(id), lstrip, rstrip});
     added_first_byte_[static_cast<unsigned char>(content[0])] = true;
   }
-  std::stable_sort(added_.begin(), added_.end(),
-                   [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
+  std::stable_sort(added_.begin(), added_.end(), [](const AddedToken& x, const AddedToken& y) {
+    return x.content.size() > y.content.size();
+  });
 }
 
-nlohmann::ordered_json BpeTokenizer::tokenizer_json() const { return nlohmann::ordered_json::parse(source_); }
+nlohmann::ordered_json BpeTokenizer::tokenizer_json() const {
+  return nlohmann::ordered_json::parse(source_);
+}
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   const size_t bad = utf8_invalid_at(text);
@@ -306,7 +328,8 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   return out;
 }
 
-void BpeTokenizer::encode_span(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+void BpeTokenizer::encode_span(std::string_view text, bool at_start,
+                               std::vector<int32_t>& out) const {
   if (text.empty()) return;
   const std::string normalized = pre_->normalize(text);
   pre_->split(normalized, at_start, [&](std::string_view word) { encode_word(word, out); });
@@ -328,7 +351,8 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out)
     // Cut before each "▁" that follows another character: no vocabulary token spans such a
     // spot, so no merge crosses it, and the pieces (short, repeating) merge and cache alone.
     size_t begin = 0;
-    for (size_t at = word.find(kSpace, 1); at != std::string_view::npos; at = word.find(kSpace, at + 1)) {
+    for (size_t at = word.find(kSpace, 1); at != std::string_view::npos;
+         at = word.find(kSpace, at + 1)) {
       if (word.substr(0, at).ends_with(kSpace)) continue;  // a run of "▁" stays together
       encode_piece(word.substr(begin, at - begin), out);
       begin = at;
@@ -346,7 +370,8 @@ void BpeTokenizer::encode_piece(std::string_view word, std::vector<int32_t>& out
       ids = text_symbols(word);
     } else {
       ids.resize(word.size());
-      for (size_t i = 0; i < word.size(); ++i) ids[i] = byte_id_[static_cast<unsigned char>(word[i])];
+      for (size_t i = 0; i < word.size(); ++i)
+        ids[i] = byte_id_[static_cast<unsigned char>(word[i])];
     }
     merge_word(ids);
     return ids;
@@ -385,7 +410,9 @@ std::vector<int32_t> BpeTokenizer::text_symbols(std::string_view word) const {
       ids.push_back(it->second);
       continue;
     }
-    if (byte_fallback_ && std::all_of(c.begin(), c.end(), [&](char b) { return byte_id_[static_cast<unsigned char>(b)] >= 0; })) {
+    if (byte_fallback_ && std::all_of(c.begin(), c.end(), [&](char b) {
+          return byte_id_[static_cast<unsigned char>(b)] >= 0;
+        })) {
       for (char b : c) ids.push_back(byte_id_[static_cast<unsigned char>(b)]);
       continue;
     }
@@ -433,7 +460,8 @@ void BpeTokenizer::merge_word(std::vector<int32_t>& ids) const {
   std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
   auto push = [&](int32_t pos) {
     if (pos < 0 || next[pos] < 0) return;
-    if (const Merge* m = find_merge(ids[pos], ids[next[pos]])) heap.push({m->rank, pos, ids[pos], ids[next[pos]]});
+    if (const Merge* m = find_merge(ids[pos], ids[next[pos]]))
+      heap.push({m->rank, pos, ids[pos], ids[next[pos]]});
   };
   for (size_t i = 0; i + 1 < n; ++i) push(static_cast<int32_t>(i));
   while (!heap.empty()) {

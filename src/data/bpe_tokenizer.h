@@ -33,7 +33,8 @@ class BpeTokenizer final : public Tokenizer {
  public:
   // `text` is the tokenizer.json file content (kept to save it back unchanged), `where`
   // names it in errors.
-  BpeTokenizer(const std::string& text, const std::string& where, const SpecialTokenConfig& special = {});
+  BpeTokenizer(const std::string& text, const std::string& where,
+               const SpecialTokenConfig& special = {});
   ~BpeTokenizer() override;
 
   // UserError if `text` is not valid UTF-8 (it names the byte offset).
@@ -75,15 +76,16 @@ class BpeTokenizer final : public Tokenizer {
   std::string source_;
   std::unique_ptr<PreTokenizer> pre_;
   std::unique_ptr<TextDecoder> text_decoder_;  // set: a text vocabulary
-  std::unordered_map<std::string, int32_t> vocab_;  // raw bytes (byte-level) or text -> id (model vocab only)
-  std::unordered_map<uint64_t, Merge> merges_;      // (left id, right id) -> rank, result
+  std::unordered_map<std::string, int32_t>
+      vocab_;  // raw bytes (byte-level) or text -> id (model vocab only)
+  std::unordered_map<uint64_t, Merge> merges_;  // (left id, right id) -> rank, result
   int32_t byte_id_[256];  // byte-level: each byte's token; text: its "<0xAB>" token or -1
   bool byte_fallback_ = false;
   int32_t unk_id_ = -1;
   bool fuse_unk_ = false;
   bool split_before_space_ = false;  // text vocabulary: see encode_word
   bool ignore_merges_ = false;
-  std::vector<AddedToken> added_;   // longest first, for leftmost-longest matching
+  std::vector<AddedToken> added_;  // longest first, for leftmost-longest matching
   bool added_first_byte_[256] = {};
   std::vector<std::string> id_bytes_;  // the bytes each id adds to a text
   std::vector<std::string> id_text_;   // text vocabulary: each id's token string

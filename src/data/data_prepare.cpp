@@ -42,7 +42,8 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
       std::error_code ec;
       if (fs::is_directory(m, ec)) {
         std::vector<std::string> found;
-        for (auto it = fs::recursive_directory_iterator(m, ec); !ec && it != fs::end(it); it.increment(ec))
+        for (auto it = fs::recursive_directory_iterator(m, ec); !ec && it != fs::end(it);
+             it.increment(ec))
           if (it->is_regular_file()) found.push_back(it->path().string());
         if (ec) throw UserError("--input " + m + ": cannot list directory: " + ec.message());
         std::sort(found.begin(), found.end());
@@ -71,15 +72,17 @@ struct PrepareJob {
 // The progress line: at most twice a second, and once at the end.
 class PrepareProgress {
  public:
-  PrepareProgress(bool on, std::chrono::steady_clock::time_point t0) : on_(on), t0_(t0), last_(t0) {}
+  PrepareProgress(bool on, std::chrono::steady_clock::time_point t0)
+      : on_(on), t0_(t0), last_(t0) {}
   void print(const PrepareReport& rep, bool final) {
     const auto now = std::chrono::steady_clock::now();
     if (!on_ || (!final && now - last_ < std::chrono::milliseconds(500))) return;
     last_ = now;
     const double s = std::max(1e-9, std::chrono::duration<double>(now - t0_).count());
-    std::fprintf(stderr, "\rprepare: %.1f MB, %lld docs, %lld tokens | %.1f MB/s, %.2fM tokens/s   %s",
-                 rep.bytes / 1e6, static_cast<long long>(rep.documents), static_cast<long long>(rep.tokens),
-                 rep.bytes / 1e6 / s, rep.tokens / 1e6 / s, final ? "\n" : "");
+    std::fprintf(
+        stderr, "\rprepare: %.1f MB, %lld docs, %lld tokens | %.1f MB/s, %.2fM tokens/s   %s",
+        rep.bytes / 1e6, static_cast<long long>(rep.documents), static_cast<long long>(rep.tokens),
+        rep.bytes / 1e6 / s, rep.tokens / 1e6 / s, final ? "\n" : "");
     std::fflush(stderr);
   }
 
@@ -95,14 +98,16 @@ void check_options(const PrepareOptions& opt) {
   if (opt.output.empty()) throw UserError("--output: a path prefix is required");
   const fs::path out_dir = fs::path(opt.output).parent_path();
   if (!out_dir.empty() && !fs::is_directory(out_dir))
-    throw UserError("--output " + opt.output + ": directory " + out_dir.string() + " does not exist");
+    throw UserError("--output " + opt.output + ": directory " + out_dir.string() +
+                    " does not exist");
 }
 
 // Reader -> workers -> ordered writer. `order` holds every batch read and not yet written, in
 // input order, and bounds them (memory stays bounded whatever the input size); `work` hands
 // the same batches to whichever worker is free. Closing both queues ends every thread.
-void run_stages(const std::vector<std::string>& files, const PrepareOptions& opt, const Tokenizer& tok,
-                OrderedWriter& writer, const std::function<void()>& on_written) {
+void run_stages(const std::vector<std::string>& files, const PrepareOptions& opt,
+                const Tokenizer& tok, OrderedWriter& writer,
+                const std::function<void()>& on_written) {
   const size_t in_flight = 3 * size_t(opt.workers);
   BoundedQueue<std::shared_ptr<PrepareJob>> order(in_flight), work(in_flight + 1);
   std::thread reader([&] {
@@ -147,8 +152,9 @@ void run_stages(const std::vector<std::string>& files, const PrepareOptions& opt
 PrepareReport prepare_dataset(const PrepareOptions& opt) {
   check_options(opt);
   const std::vector<std::string> files = expand_inputs(opt.inputs);
-  const std::unique_ptr<Tokenizer> tok =
-      opt.tokenizer == "byte" ? std::make_unique<ByteLevelTokenizer>() : load_tokenizer(opt.tokenizer);
+  const std::unique_ptr<Tokenizer> tok = opt.tokenizer == "byte"
+                                             ? std::make_unique<ByteLevelTokenizer>()
+                                             : load_tokenizer(opt.tokenizer);
   if (opt.append_eos && tok->eos_id() < 0)
     throw UserError("--append-eos: the tokenizer " + opt.tokenizer + " has no end-of-text token");
 
@@ -159,7 +165,8 @@ PrepareReport prepare_dataset(const PrepareOptions& opt) {
   OrderedWriter writer(out, opt, rep);
   PrepareProgress progress(opt.progress, t0);
   run_stages(files, opt, *tok, writer, [&] { progress.print(rep, false); });
-  if (rep.documents == 0) throw UserError("--input: no documents with any tokens; nothing to write");
+  if (rep.documents == 0)
+    throw UserError("--input: no documents with any tokens; nothing to write");
   DatasetMeta meta;
   meta.tokenizer = opt.tokenizer == "byte" ? "byte" : fs::absolute(opt.tokenizer).string();
   meta.vocab_size = tok->vocab_size();

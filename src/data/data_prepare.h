@@ -13,8 +13,8 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // files, directories (all files below) or glob patterns
   std::string format = "text";      // text: one document per file; jsonl: one per line
   std::string jsonl_key = "text";
-  std::string tokenizer = "byte";   // tokenizer.json path or "byte"
-  std::string output;               // PREFIX
+  std::string tokenizer = "byte";  // tokenizer.json path or "byte"
+  std::string output;              // PREFIX
   bool append_eos = false;
   int workers = 1;
   bool skip_bad = false;  // count and skip bad documents instead of stopping at the first

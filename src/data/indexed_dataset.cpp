@@ -58,7 +58,8 @@ IndexedDatasetWriter::~IndexedDatasetWriter() {
 }
 
 void IndexedDatasetWriter::add_document(const int32_t* ids, size_t n) {
-  if (n > static_cast<size_t>(INT32_MAX)) throw UserError("a document of " + std::to_string(n) + " tokens is too long");
+  if (n > static_cast<size_t>(INT32_MAX))
+    throw UserError("a document of " + std::to_string(n) + " tokens is too long");
   const size_t w = dtype_bytes(dtype_);
   const size_t at = buf_.size();
   buf_.resize(at + n * w);
@@ -100,9 +101,12 @@ void IndexedDatasetWriter::finish(const DatasetMeta& meta) {
     ptr += int64_t(len) * int64_t(dtype_bytes(dtype_));
   }
   for (uint64_t d = 0; d <= n; ++d) put<int64_t>(idx, static_cast<int64_t>(d));
-  nlohmann::ordered_json j = {{"format", "megatron-mmididx"},     {"dtype", dtype_name(dtype_)},
-                              {"documents", meta.documents},      {"tokens", meta.tokens},
-                              {"tokenizer", meta.tokenizer},      {"tokenizer_vocab_size", meta.vocab_size},
+  nlohmann::ordered_json j = {{"format", "megatron-mmididx"},
+                              {"dtype", dtype_name(dtype_)},
+                              {"documents", meta.documents},
+                              {"tokens", meta.tokens},
+                              {"tokenizer", meta.tokenizer},
+                              {"tokenizer_vocab_size", meta.vocab_size},
                               {"tokenizer_fingerprint", meta.fingerprint},
                               // Lets readers check ids against a vocabulary without a scan
                               // (IndexedDataset::max_token), while the .bin keeps this size.
@@ -132,12 +136,16 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   std::memcpy(&nseq, p + 18, 8);
   std::memcpy(&ndoc, p + 26, 8);
   if (version != 1) throw bad("version " + std::to_string(version) + ", expected 1");
-  if (code == 8) dtype_ = TokenDType::u16;
-  else if (code == 4) dtype_ = TokenDType::i32;
-  else throw bad("token dtype code " + std::to_string(code) + "; llmrun reads uint16 (8) and int32 (4)");
+  if (code == 8)
+    dtype_ = TokenDType::u16;
+  else if (code == 4)
+    dtype_ = TokenDType::i32;
+  else
+    throw bad("token dtype code " + std::to_string(code) +
+              "; llmrun reads uint16 (8) and int32 (4)");
   if (nseq > (size - 34) / 12 || ndoc > (size - 34 - nseq * 12) / 8)
-    throw bad("it is truncated: " + std::to_string(size) + " bytes for " + std::to_string(nseq) + " sequences and " +
-              std::to_string(ndoc) + " document indices");
+    throw bad("it is truncated: " + std::to_string(size) + " bytes for " + std::to_string(nseq) +
+              " sequences and " + std::to_string(ndoc) + " document indices");
   lengths_.resize(nseq);
   pointers_.resize(nseq);
   std::memcpy(lengths_.data(), p + 34, nseq * 4);
@@ -150,23 +158,25 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   if (ndoc == 0 || docs[0] != 0) throw bad("its document index does not start at 0");
   for (uint64_t d = 1; d < ndoc; ++d)
     if (docs[d] < docs[d - 1] || docs[d] > int64_t(nseq))
-      throw bad("document index " + std::to_string(d) + " is " + std::to_string(docs[d]) + ", outside 0.." +
-                std::to_string(nseq) + " or below the one before it");
+      throw bad("document index " + std::to_string(d) + " is " + std::to_string(docs[d]) +
+                ", outside 0.." + std::to_string(nseq) + " or below the one before it");
   if (docs.back() != int64_t(nseq))
-    throw bad("its last document ends at sequence " + std::to_string(docs.back()) + ", not at the end (" +
-              std::to_string(nseq) + ")");
+    throw bad("its last document ends at sequence " + std::to_string(docs.back()) +
+              ", not at the end (" + std::to_string(nseq) + ")");
   bin_ = std::make_unique<MappedFile>(prefix + ".bin");
   const size_t w = dtype_bytes(dtype_);
   for (uint64_t i = 0; i < nseq; ++i) {
     if (lengths_[i] < 0 || pointers_[i] < 0 ||
         uint64_t(pointers_[i]) + uint64_t(lengths_[i]) * w > bin_->size())
       throw UserError(prefix + ".bin: sequence " + std::to_string(i) + " lies outside the file (" +
-                      std::to_string(bin_->size()) + " bytes); the .bin and .idx do not belong together");
+                      std::to_string(bin_->size()) +
+                      " bytes); the .bin and .idx do not belong together");
     // Sequences lie back to back in order (Megatron's writer): one that starts inside the
     // one before it would train on the same tokens twice under two names.
     if (i > 0 && pointers_[i] < pointers_[i - 1] + int64_t(lengths_[i - 1]) * int64_t(w))
-      throw bad("sequence " + std::to_string(i) + " starts at byte " + std::to_string(pointers_[i]) +
-                ", inside sequence " + std::to_string(i - 1) + " (bytes " + std::to_string(pointers_[i - 1]) + ".." +
+      throw bad("sequence " + std::to_string(i) + " starts at byte " +
+                std::to_string(pointers_[i]) + ", inside sequence " + std::to_string(i - 1) +
+                " (bytes " + std::to_string(pointers_[i - 1]) + ".." +
                 std::to_string(pointers_[i - 1] + int64_t(lengths_[i - 1]) * int64_t(w)) + ")");
     tokens_ += lengths_[i];
   }
@@ -181,8 +191,8 @@ int64_t IndexedDataset::max_token() const {
   const auto json_time = fs::last_write_time(json_path, ec);
   if (!ec && fs::last_write_time(prefix_ + ".bin", ec) <= json_time && !ec) {
     const nlohmann::json j = nlohmann::json::parse(read_file(json_path), nullptr, false);
-    if (j.is_object() && j.value("bin_bytes", int64_t(-1)) == int64_t(bin_->size()) && j.contains("max_token") &&
-        j["max_token"].is_number_integer())
+    if (j.is_object() && j.value("bin_bytes", int64_t(-1)) == int64_t(bin_->size()) &&
+        j.contains("max_token") && j["max_token"].is_number_integer())
       return j["max_token"].get<int64_t>();
   }
   int64_t best = -1;
@@ -190,7 +200,8 @@ int64_t IndexedDataset::max_token() const {
   if (dtype_ == TokenDType::u16) {
     uint16_t m = 0;
     const auto* t = reinterpret_cast<const unsigned char*>(bin_->data());
-    for (size_t i = 0; i < n; ++i) m = std::max<uint16_t>(m, uint16_t(t[2 * i] | (t[2 * i + 1] << 8)));
+    for (size_t i = 0; i < n; ++i)
+      m = std::max<uint16_t>(m, uint16_t(t[2 * i] | (t[2 * i + 1] << 8)));
     best = n ? m : -1;
   } else {
     int32_t m = n ? INT32_MIN : -1;
@@ -212,18 +223,20 @@ void IndexedDataset::check_tokens_below(int64_t vocab, const std::string& what) 
     ids = document(d);
     for (size_t i = 0; i < ids.size(); ++i)
       if (ids[i] < 0 || ids[i] >= vocab)
-        throw UserError(what + prefix_ + ".bin: token id " + std::to_string(ids[i]) + " at document " +
-                        std::to_string(d) + ", position " + std::to_string(i) + " (byte " +
-                        std::to_string(pointers_[d] + int64_t(i * dtype_bytes(dtype_))) +
-                        ") is outside the vocabulary of " + std::to_string(vocab) +
-                        " tokens; the file is damaged or was made with another tokenizer (re-run `llmrun data "
-                        "prepare`)");
+        throw UserError(
+            what + prefix_ + ".bin: token id " + std::to_string(ids[i]) + " at document " +
+            std::to_string(d) + ", position " + std::to_string(i) + " (byte " +
+            std::to_string(pointers_[d] + int64_t(i * dtype_bytes(dtype_))) +
+            ") is outside the vocabulary of " + std::to_string(vocab) +
+            " tokens; the file is damaged or was made with another tokenizer (re-run `llmrun data "
+            "prepare`)");
   }
   // The offender lies between documents (bytes no sequence covers): never read, so harmless.
 }
 
 void IndexedDataset::read(int64_t doc, int64_t offset, int64_t n, int32_t* dst) const {
-  LLMRUN_CHECK(doc >= 0 && doc < documents() && offset >= 0 && offset + n <= lengths_[doc], "read outside a document");
+  LLMRUN_CHECK(doc >= 0 && doc < documents() && offset >= 0 && offset + n <= lengths_[doc],
+               "read outside a document");
   const std::byte* src = bin_->data() + pointers_[doc];
   if (dtype_ == TokenDType::u16) {
     for (int64_t i = 0; i < n; ++i) {
@@ -245,8 +258,9 @@ std::vector<int32_t> IndexedDataset::document(int64_t doc) const {
 DatasetMeta IndexedDataset::meta() const {
   const std::string path = prefix_ + ".json";
   if (!fs::is_regular_file(path))
-    throw UserError(path + ": missing; llmrun records which tokenizer made a dataset there: "
-                           "rebuild it with `llmrun data prepare`");
+    throw UserError(path +
+                    ": missing; llmrun records which tokenizer made a dataset there: "
+                    "rebuild it with `llmrun data prepare`");
   const nlohmann::json j = read_json_file(path);
   try {
     DatasetMeta m;

@@ -2,8 +2,8 @@
 
 #include "data/bpe_tokenizer.h"
 #include "data/tokenizer.h"
-#include "util/file_io.h"
 #include "util/error.h"
+#include "util/file_io.h"
 #include "util/json_file.h"
 
 namespace llmrun {
@@ -57,9 +57,11 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_fi
     path /= "tokenizer.json";
     // Older Llama/Mistral repos may carry only SentencePiece's binary model.
     if (!std::filesystem::exists(path) && std::filesystem::exists(dir_or_file / "tokenizer.model"))
-      throw UserError(path.string() + " is missing; the directory has only tokenizer.model (SentencePiece), "
-                      "which llmrun does not read: save the fast tokenizer once with transformers "
-                      "(AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR)) to write tokenizer.json");
+      throw UserError(
+          path.string() +
+          " is missing; the directory has only tokenizer.model (SentencePiece), "
+          "which llmrun does not read: save the fast tokenizer once with transformers "
+          "(AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR)) to write tokenizer.json");
   }
   const std::string text = read_file(path);
   json doc;
@@ -71,7 +73,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_fi
   bool byte_level = false;
   try {
     byte_level = !byte_level_mismatch(doc);
-  } catch (const json::exception&) {  // not even shaped like a byte-level BPE: let BPE loading say why
+  } catch (
+      const json::exception&) {  // not even shaped like a byte-level BPE: let BPE loading say why
   }
   if (byte_level) return std::make_unique<ByteLevelTokenizer>();
   // transformers keeps the special tokens' names (and Llama's add_bos_token) in

@@ -7,18 +7,19 @@
 
 namespace llmrun {
 
-PackedWindowSampler::PackedWindowSampler(std::shared_ptr<const IndexedDataset> ds, int64_t window, uint64_t seed,
-                                         int dp_rank, int dp_size)
+PackedWindowSampler::PackedWindowSampler(std::shared_ptr<const IndexedDataset> ds, int64_t window,
+                                         uint64_t seed, int dp_rank, int dp_size)
     : ds_(std::move(ds)), window_(window), seed_(seed), dp_rank_(dp_rank), dp_size_(dp_size) {
-  LLMRUN_CHECK(window >= 2 && dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size, "bad sampler shape");
+  LLMRUN_CHECK(window >= 2 && dp_size >= 1 && dp_rank >= 0 && dp_rank < dp_size,
+               "bad sampler shape");
   doc_start_.resize(static_cast<size_t>(ds_->documents()) + 1);
   for (int64_t d = 0; d < ds_->documents(); ++d) doc_start_[d + 1] = doc_start_[d] + ds_->length(d);
   // Windows overlap by one token: window i covers [i*(window-1), i*(window-1) + window).
   windows_ = ds_->tokens() >= window ? (ds_->tokens() - 1) / (window - 1) : 0;
   if (windows_ < dp_size)
     throw UserError(ds_->prefix() + ": " + std::to_string(ds_->tokens()) + " tokens make " +
-                    std::to_string(windows_) + " windows of seq_len + 1 = " + std::to_string(window) +
-                    " tokens, fewer than the " + std::to_string(dp_size) +
+                    std::to_string(windows_) + " windows of seq_len + 1 = " +
+                    std::to_string(window) + " tokens, fewer than the " + std::to_string(dp_size) +
                     " data-parallel ranks; add data or lower model.seq_len");
 }
 
@@ -30,7 +31,8 @@ void PackedWindowSampler::shuffle_for(uint64_t epoch) {
   // distributions), so the order is the same with every standard library.
   std::mt19937_64 rng(seed_ ^ (0x9E3779B97F4A7C15ull * (epoch + 1)));
   for (int64_t i = windows_ - 1; i > 0; --i) {
-    const auto j = static_cast<int64_t>((static_cast<unsigned __int128>(rng()) * uint64_t(i + 1)) >> 64);
+    const auto j =
+        static_cast<int64_t>((static_cast<unsigned __int128>(rng()) * uint64_t(i + 1)) >> 64);
     std::swap(order_[i], order_[j]);
   }
   order_epoch_ = epoch;

@@ -26,15 +26,15 @@ class WindowSource {
 class PackedWindowSampler final : public WindowSource {
  public:
   // UserError if the dataset holds fewer than window tokens, or too few windows for dp_size ranks.
-  PackedWindowSampler(std::shared_ptr<const IndexedDataset> ds, int64_t window, uint64_t seed, int dp_rank = 0,
-                      int dp_size = 1);
+  PackedWindowSampler(std::shared_ptr<const IndexedDataset> ds, int64_t window, uint64_t seed,
+                      int dp_rank = 0, int dp_size = 1);
 
   void next(int32_t* dst) override;
   uint64_t position() const override { return drawn_; }
   void seek(uint64_t position) override;
   int64_t tokens() const override { return ds_->tokens(); }
 
-  int64_t windows_per_epoch() const { return windows_; }          // over all ranks
+  int64_t windows_per_epoch() const { return windows_; }            // over all ranks
   int64_t windows_per_rank() const { return windows_ / dp_size_; }  // per epoch
   // The window index (into the epoch's unshuffled stream) that draw `k` of this rank reads.
   int64_t window_index(uint64_t k);

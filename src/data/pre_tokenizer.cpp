@@ -65,7 +65,8 @@ bool Regex::match_at(std::string_view text, size_t start, size_t* begin, size_t*
   if (rc < 0) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(rc, msg, sizeof msg);
-    throw std::runtime_error(std::string("regex match failed: ") + reinterpret_cast<const char*>(msg));
+    throw std::runtime_error(std::string("regex match failed: ") +
+                             reinterpret_cast<const char*>(msg));
   }
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.md);
   *begin = ov[0];
@@ -80,7 +81,8 @@ PrependScheme metaspace_prepend_scheme(const json& step, const std::string& wher
   if (scheme == "always") return PrependScheme::always;
   if (scheme == "first") return PrependScheme::first;
   if (scheme == "never") return PrependScheme::never;
-  throw UserError(where + ": Metaspace prepend_scheme \"" + scheme + "\" is not always, first or never");
+  throw UserError(where + ": Metaspace prepend_scheme \"" + scheme +
+                  "\" is not always, first or never");
 }
 
 PreTokenizer::PreTokenizer(const json& doc, const std::string& where) {
@@ -103,11 +105,14 @@ void PreTokenizer::add_normalizer(const json& n, const std::string& where) {
     norm_.push_back({NormStep::Kind::prepend, n["prepend"].get<std::string>(), ""});
   } else if (type == "Replace" && n.contains("pattern") && n["pattern"].is_object() &&
              n["pattern"].contains("String") && n["pattern"]["String"].is_string() &&
-             !n["pattern"]["String"].get<std::string>().empty() && n.contains("content") && n["content"].is_string()) {
-    norm_.push_back({NormStep::Kind::replace, n["pattern"]["String"].get<std::string>(), n["content"].get<std::string>()});
+             !n["pattern"]["String"].get<std::string>().empty() && n.contains("content") &&
+             n["content"].is_string()) {
+    norm_.push_back({NormStep::Kind::replace, n["pattern"]["String"].get<std::string>(),
+                     n["content"].get<std::string>()});
   } else {
     throw UserError(where + ": normalizer " + n.dump().substr(0, 200) +
-                    " is not supported (only NFC, Prepend, Replace with a String pattern, and Sequence of those)");
+                    " is not supported (only NFC, Prepend, Replace with a String pattern, and "
+                    "Sequence of those)");
   }
 }
 
@@ -127,11 +132,14 @@ void PreTokenizer::add(const json& pt, const std::string& where) {
         throw UserError(where + ": ByteLevel add_prefix_space after a Split step is not supported");
       add_prefix_space_ = true;
     }
-    if (pt.value("use_regex", true)) steps_.push_back({false, std::make_shared<Regex>(kGpt2Pattern, where)});
+    if (pt.value("use_regex", true))
+      steps_.push_back({false, std::make_shared<Regex>(kGpt2Pattern, where)});
     byte_level_ = true;
   } else if (type == "Split") {
-    if (byte_level_) throw UserError(where + ": a Split pre-tokenizer after ByteLevel is not supported");
-    if (pt.value("invert", false)) throw UserError(where + ": Split with invert=true is not supported");
+    if (byte_level_)
+      throw UserError(where + ": a Split pre-tokenizer after ByteLevel is not supported");
+    if (pt.value("invert", false))
+      throw UserError(where + ": Split with invert=true is not supported");
     const std::string behavior = pt.value("behavior", "");
     if (behavior != "Isolated" && behavior != "Removed")
       throw UserError(where + ": Split behavior \"" + behavior +
@@ -166,9 +174,10 @@ std::string nfc(std::string_view text) {
   for (char c : text) ascii &= static_cast<unsigned char>(c) < 0x80;
   if (ascii) return std::string(text);  // NFC leaves ASCII as it is
   utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                          static_cast<utf8proc_ssize_t>(text.size()), &out,
-                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &out,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   if (n < 0) throw UserError(std::string("cannot NFC-normalize text: ") + utf8proc_errmsg(n));
   std::string s(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
   std::free(out);
@@ -195,11 +204,15 @@ std::string PreTokenizer::normalize(std::string_view text) const {
   std::string s(text);
   for (const NormStep& n : norm_) {
     switch (n.kind) {
-      case NormStep::Kind::nfc: s = nfc(s); break;
+      case NormStep::Kind::nfc:
+        s = nfc(s);
+        break;
       case NormStep::Kind::prepend:
         if (!s.empty()) s.insert(0, n.a);  // tokenizers prepends to non-empty text only
         break;
-      case NormStep::Kind::replace: s = replace_all(s, n.a, n.b); break;
+      case NormStep::Kind::replace:
+        s = replace_all(s, n.a, n.b);
+        break;
     }
   }
   return s;
@@ -248,7 +261,8 @@ void PreTokenizer::metaspace_split(std::string_view text, bool at_start,
   }
   // Split before each replacement, which stays with the word it starts (MergedWithNext).
   size_t begin = 0;
-  for (size_t at = s.find(m.replacement, 1); at != std::string::npos; at = s.find(m.replacement, at + 1)) {
+  for (size_t at = s.find(m.replacement, 1); at != std::string::npos;
+       at = s.find(m.replacement, at + 1)) {
     out(std::string_view(s).substr(begin, at - begin));
     begin = at;
   }

@@ -3,8 +3,9 @@
 // string Replace, or a Sequence of those) and the pre-tokenizer that cuts text into the
 // words BPE merges within: for byte-level vocabularies a chain of ByteLevel (with its GPT-2
 // regex) and Split (Regex or String pattern); for text vocabularies converted from
-// SentencePiece none (the whole span is one word) or Metaspace. Regexes run on PCRE2 in UTF + Unicode-property mode with JIT, which reads the
-// Oniguruma patterns found in tokenizer.json files (\p{L}, \p{N}, (?i:...), \s+(?!\S)).
+// SentencePiece none (the whole span is one word) or Metaspace. Regexes run on PCRE2 in UTF +
+// Unicode-property mode with JIT, which reads the Oniguruma patterns found in tokenizer.json files
+// (\p{L}, \p{N}, (?i:...), \s+(?!\S)).
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -71,7 +72,8 @@ class PreTokenizer {
   // input, which Metaspace's prepend_scheme "first" asks) into words, calling on_word(word)
   // for each. Byte-level words are raw UTF-8 bytes (the caller's vocabulary is stored as
   // raw bytes); text-vocabulary words are text with spaces already replaced.
-  void split(std::string_view text, bool at_start, const std::function<void(std::string_view)>& on_word) const;
+  void split(std::string_view text, bool at_start,
+             const std::function<void(std::string_view)>& on_word) const;
 
  private:
   struct Step {
@@ -92,8 +94,10 @@ class PreTokenizer {
   };
   void add(const nlohmann::json& pt, const std::string& where);
   void add_normalizer(const nlohmann::json& n, const std::string& where);
-  void apply(size_t step, std::string_view text, const std::function<void(std::string_view)>& out) const;
-  void metaspace_split(std::string_view text, bool at_start, const std::function<void(std::string_view)>& out) const;
+  void apply(size_t step, std::string_view text,
+             const std::function<void(std::string_view)>& out) const;
+  void metaspace_split(std::string_view text, bool at_start,
+                       const std::function<void(std::string_view)>& out) const;
 
   std::vector<NormStep> norm_;
   bool byte_level_ = false;        // a ByteLevel step was seen

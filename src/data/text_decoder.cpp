@@ -28,7 +28,8 @@ std::vector<std::string> chars_of(const std::string& s) {
   return out;
 }
 
-std::string one_char(const json& step, const char* key, const std::string& fallback, const std::string& where) {
+std::string one_char(const json& step, const char* key, const std::string& fallback,
+                     const std::string& where) {
   const std::string c = step.value(key, fallback);
   if (chars_of(c).size() != 1)
     throw UserError(where + ": decoder " + step.dump() + ": \"" + key + "\" must be one character");
@@ -42,7 +43,10 @@ int byte_token_value(const std::string& token) {
   int v = 0;
   for (int i = 3; i < 5; ++i) {
     const char c = token[i];
-    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    const int d = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                         : -1;
     if (d < 0) return -1;
     v = v * 16 + d;
   }
@@ -65,7 +69,8 @@ void TextDecoder::add(const json& d, const std::string& where) {
     const json pattern = d.value("pattern", json());
     if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string() ||
         pattern["String"].get<std::string>().empty())
-      throw UserError(where + ": Replace decoder " + d.dump() + " is not supported (only a non-empty String pattern)");
+      throw UserError(where + ": Replace decoder " + d.dump() +
+                      " is not supported (only a non-empty String pattern)");
     steps_.push_back({Kind::replace, pattern["String"].get<std::string>(), d.value("content", "")});
   } else if (type == "ByteFallback") {
     steps_.push_back({Kind::byte_fallback, "", ""});
@@ -75,15 +80,17 @@ void TextDecoder::add(const json& d, const std::string& where) {
     Step s{Kind::strip, "", one_char(d, "content", " ", where)};
     s.start = d.value("start", 0);
     s.stop = d.value("stop", 0);
-    if (s.start < 0 || s.stop < 0) throw UserError(where + ": Strip decoder " + d.dump() + " has a negative count");
+    if (s.start < 0 || s.stop < 0)
+      throw UserError(where + ": Strip decoder " + d.dump() + " has a negative count");
     steps_.push_back(s);
   } else if (type == "Metaspace") {
     Step s{Kind::metaspace, one_char(d, "replacement", "\u2581", where), " "};
     s.strip_first = metaspace_prepend_scheme(d, where) != PrependScheme::never;
     steps_.push_back(s);
   } else {
-    throw UserError(where + ": decoder type \"" + type +
-                    "\" is not supported (ByteLevel, or Replace/ByteFallback/Fuse/Strip/Metaspace)");
+    throw UserError(
+        where + ": decoder type \"" + type +
+        "\" is not supported (ByteLevel, or Replace/ByteFallback/Fuse/Strip/Metaspace)");
   }
 }
 
@@ -133,7 +140,8 @@ std::string TextDecoder::decode(std::vector<std::string> tokens) const {
         for (std::string& t : tokens) {
           const std::vector<std::string> c = chars_of(t);
           size_t begin = 0, end = c.size();
-          while (begin < c.size() && begin < static_cast<size_t>(s.start) && c[begin] == s.to) ++begin;
+          while (begin < c.size() && begin < static_cast<size_t>(s.start) && c[begin] == s.to)
+            ++begin;
           for (int i = 0; i < s.stop && end > begin && c[end - 1] == s.to; ++i) --end;
           std::string kept;
           for (size_t i = begin; i < end; ++i) kept += c[i];
@@ -156,7 +164,8 @@ std::string TextDecoder::piece(const std::string& token) const {
   for (const Step& s : steps_) {
     if (s.kind == Kind::replace) replace_all(t, s.from, s.to);
     if (s.kind == Kind::metaspace) replace_all(t, s.from, " ");
-    if (s.kind == Kind::byte_fallback && byte_token_value(t) >= 0) t = std::string(1, static_cast<char>(byte_token_value(t)));
+    if (s.kind == Kind::byte_fallback && byte_token_value(t) >= 0)
+      t = std::string(1, static_cast<char>(byte_token_value(t)));
   }
   return t;
 }

@@ -28,8 +28,8 @@ class TextDecoder {
   enum class Kind { replace, byte_fallback, fuse, strip, metaspace };
   struct Step {
     Kind kind;
-    std::string from, to;  // replace; metaspace: from = the replacement character
-    int start = 0, stop = 0;  // strip: characters `to` cut from each end
+    std::string from, to;      // replace; metaspace: from = the replacement character
+    int start = 0, stop = 0;   // strip: characters `to` cut from each end
     bool strip_first = false;  // metaspace: drop the replacement in the first token
   };
   void add(const nlohmann::json& step, const std::string& where);

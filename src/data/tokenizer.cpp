@@ -7,15 +7,18 @@
 namespace llmrun {
 
 std::string special_token_text(const nlohmann::json& config, const char* key) {
-  const nlohmann::json t = config.is_object() ? config.value(key, nlohmann::json()) : nlohmann::json();
-  if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
+  const nlohmann::json t =
+      config.is_object() ? config.value(key, nlohmann::json()) : nlohmann::json();
+  if (t.is_object() && t.contains("content") && t["content"].is_string())
+    return t["content"].get<std::string>();
   return t.is_string() ? t.get<std::string>() : std::string();
 }
 
 std::vector<int32_t> Tokenizer::encode_prompt(std::string_view text) const {
   std::vector<int32_t> ids = encode(text);
   const std::vector<int32_t> bos = bos_ids();
-  if (!bos.empty() && !(ids.size() >= bos.size() && std::equal(bos.begin(), bos.end(), ids.begin())))
+  if (!bos.empty() &&
+      !(ids.size() >= bos.size() && std::equal(bos.begin(), bos.end(), ids.begin())))
     ids.insert(ids.begin(), bos.begin(), bos.end());
   return ids;
 }

@@ -23,17 +23,20 @@ class TextWindowSource final : public WindowSource {
 
 }  // namespace
 
-void check_dataset_tokenizer(const IndexedDataset& ds, const Tokenizer& tok, const std::string& what) {
+void check_dataset_tokenizer(const IndexedDataset& ds, const Tokenizer& tok,
+                             const std::string& what) {
   const DatasetMeta m = ds.meta();
   const std::string fp = tokenizer_fingerprint(tok);
   if (m.fingerprint != fp || m.vocab_size != tok.vocab_size())
     throw UserError(what + ": " + ds.prefix() + " was tokenized with " + m.tokenizer + " (vocab " +
                     std::to_string(m.vocab_size) + ", fingerprint " + m.fingerprint +
-                    "), not with data.tokenizer (vocab " + std::to_string(tok.vocab_size()) + ", fingerprint " + fp +
+                    "), not with data.tokenizer (vocab " + std::to_string(tok.vocab_size()) +
+                    ", fingerprint " + fp +
                     "); point data.tokenizer at that tokenizer or re-run `llmrun data prepare`");
 }
 
-TrainingData::TrainingData(const DataSection& data, const WindowSampling& sampling, const Tokenizer& tok)
+TrainingData::TrainingData(const DataSection& data, const WindowSampling& sampling,
+                           const Tokenizer& tok)
     : TrainingData(data.train, "data.train", sampling, tok) {}
 
 TrainingData::TrainingData(const std::vector<DataSource>& sources, const std::string& what,
@@ -50,10 +53,11 @@ TrainingData::TrainingData(const std::vector<DataSource>& sources, const std::st
       auto ds = std::make_shared<const IndexedDataset>(src.path);
       check_dataset_tokenizer(*ds, tok, name);
       ds->check_tokens_below(tok.vocab_size(), name + ": ");  // else the embedding fails mid-run
-      sources_.push_back(std::make_unique<PackedWindowSampler>(ds, window_, seed0 + 7919 * i, dp_rank, dp_size));
+      sources_.push_back(
+          std::make_unique<PackedWindowSampler>(ds, window_, seed0 + 7919 * i, dp_rank, dp_size));
     } else {
-      sources_.push_back(std::make_unique<TextWindowSource>(load_token_corpus({src.path}, tok, window_, name),
-                                                            window_, seed));
+      sources_.push_back(std::make_unique<TextWindowSource>(
+          load_token_corpus({src.path}, tok, window_, name), window_, seed));
     }
     share_.push_back(src.weight);
     total += src.weight;
@@ -98,14 +102,14 @@ void TrainingData::restore(const nlohmann::json& state) {
   try {
     const auto& positions = state.at("sampler_positions");
     if (!positions.is_array() || positions.size() != sources_.size())
-      throw UserError("data state has " + std::to_string(positions.size()) + " datasets, the recipe has " +
-                      std::to_string(sources_.size()));
+      throw UserError("data state has " + std::to_string(positions.size()) +
+                      " datasets, the recipe has " + std::to_string(sources_.size()));
     uint64_t sum = 0;
     for (const auto& p : positions) sum += p.get<uint64_t>();
     const uint64_t picks = state.at("windows_drawn").get<uint64_t>();
     if (sum != picks)
-      throw UserError("data state is inconsistent: " + std::to_string(picks) + " windows drawn but " +
-                      std::to_string(sum) + " over the datasets");
+      throw UserError("data state is inconsistent: " + std::to_string(picks) +
+                      " windows drawn but " + std::to_string(sum) + " over the datasets");
     for (size_t i = 0; i < sources_.size(); ++i) {
       drawn_[i] = positions[i].get<uint64_t>();
       sources_[i]->seek(drawn_[i]);

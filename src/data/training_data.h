@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "data/data_config.h"
 #include "data/packed_sampler.h"
 #include "data/text_corpus.h"
-#include "data/data_config.h"
 
 namespace llmrun {
 
@@ -30,8 +30,8 @@ class TrainingData {
   // The data section's train sources.
   TrainingData(const DataSection& data, const WindowSampling& sampling, const Tokenizer& tok);
   // Any list of sources; `what` names them in messages ("data.valid").
-  TrainingData(const std::vector<DataSource>& sources, const std::string& what, const WindowSampling& sampling,
-               const Tokenizer& tok);
+  TrainingData(const std::vector<DataSource>& sources, const std::string& what,
+               const WindowSampling& sampling, const Tokenizer& tok);
 
   // Fills `windows` windows of seq_len + 1 tokens each.
   void fill(int32_t* dst, int windows);
@@ -47,13 +47,14 @@ class TrainingData {
 
   int window_;
   std::vector<std::unique_ptr<WindowSource>> sources_;
-  std::vector<double> share_;     // weights normalised to sum 1
-  std::vector<uint64_t> drawn_;   // windows drawn from each source
-  uint64_t picks_ = 0;            // windows drawn in all
+  std::vector<double> share_;    // weights normalised to sum 1
+  std::vector<uint64_t> drawn_;  // windows drawn from each source
+  uint64_t picks_ = 0;           // windows drawn in all
   size_t tokens_ = 0;
 };
 
 // UserError naming `what` unless the indexed dataset at `prefix` was made by `tok`.
-void check_dataset_tokenizer(const IndexedDataset& ds, const Tokenizer& tok, const std::string& what);
+void check_dataset_tokenizer(const IndexedDataset& ds, const Tokenizer& tok,
+                             const std::string& what);
 
 }  // namespace llmrun

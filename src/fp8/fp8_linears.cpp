@@ -52,14 +52,12 @@ std::string short_float(float v) {
 }  // namespace
 
 Fp8Linears::Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend& be)
-    : recipe_(recipe),
-      compute_(recipe.amax_compute),
-      layers_(cfg.layers),
-      be_(be) {
+    : recipe_(recipe), compute_(recipe.amax_compute), layers_(cfg.layers), be_(be) {
   for (const std::string& name : recipe.skip)
     for (int k = 0; k < kLinearKinds; ++k)
       if (name == linear_kind_name(LinearKind(k))) skip_[k] = true;
-  const Fp8Format grad_format = recipe.format == Fp8Scheme::hybrid ? Fp8Format::e5m2 : Fp8Format::e4m3;
+  const Fp8Format grad_format =
+      recipe.format == Fp8Scheme::hybrid ? Fp8Format::e5m2 : Fp8Format::e4m3;
   site_first_.assign(size_t(layers_) * kBlockKinds + 1, -1);
   auto add_site = [&](size_t site, LinearKind kind, const std::string& prefix) {
     if (skip_[int(kind)]) return;
@@ -208,7 +206,9 @@ json Fp8Linears::state() const {
     for (float a : t.scaling.amax_history()) hist.push_back(float_to_json(a));
     tensors[t.name] = {{"scale", float_to_json(t.scaling.scale())}, {"amax_history", hist}};
   }
-  return {{"format", fp8_scheme_name(recipe_.format)}, {"amax_history", recipe_.amax_history}, {"tensors", tensors}};
+  return {{"format", fp8_scheme_name(recipe_.format)},
+          {"amax_history", recipe_.amax_history},
+          {"tensors", tensors}};
 }
 
 void Fp8Linears::restore(const json& j, const std::string& where) {

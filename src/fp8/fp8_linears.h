@@ -30,8 +30,8 @@
 
 #include "comm/communicator.h"
 #include "fp8/delayed_scaling.h"
-#include "fp8/fp8_config.h"
 #include "fp8/fp8_cast.h"
+#include "fp8/fp8_config.h"
 #include "model/config.h"
 #include "model/linear.h"
 

@@ -2,8 +2,8 @@
 
 namespace llmrun {
 
-BucketStore::BucketStore(Backend& backend, const std::vector<BucketLayout>& layout, int pad_multiple,
-                         bool allocate)
+BucketStore::BucketStore(Backend& backend, const std::vector<BucketLayout>& layout,
+                         int pad_multiple, bool allocate)
     : layout_(&layout) {
   for (const auto& b : layout) {
     const int64_t padded = (b.numel + pad_multiple - 1) / pad_multiple * pad_multiple;
@@ -14,7 +14,8 @@ BucketStore::BucketStore(Backend& backend, const std::vector<BucketLayout>& layo
 }
 
 void BucketStore::attach(int b, Tensor storage) {
-  LLMRUN_CHECK(storage.dtype == DType::f32 && storage.numel() == padded_[b], "attach: wrong bucket size");
+  LLMRUN_CHECK(storage.dtype == DType::f32 && storage.numel() == padded_[b],
+               "attach: wrong bucket size");
   base_[b] = storage.view({padded_[b]});
 }
 

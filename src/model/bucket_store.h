@@ -30,8 +30,8 @@ class BucketStore {
   Tensor bucket(int b) const;         // the whole (padded) bucket, 1-D
   Tensor tensor(int b, int p) const;  // parameter p of bucket b, shaped as in the layout
   const std::vector<BucketLayout>& layout() const { return *layout_; }
-  int64_t numel() const;              // unpadded elements of all buckets
-  size_t resident_bytes() const;      // bytes of the buckets that have memory now
+  int64_t numel() const;          // unpadded elements of all buckets
+  size_t resident_bytes() const;  // bytes of the buckets that have memory now
 
  private:
   const std::vector<BucketLayout>* layout_;

@@ -22,11 +22,11 @@ int64_t ModelConfig::param_count() const {
   int64_t n = int64_t(vocab) * d;  // token embedding
   if (arch == Arch::gpt2) {
     block += 4 * d + (heads + 2 * kv_heads) * hd + d + f + d;  // two LayerNorms + biases
-    n += int64_t(seq_len) * d + 2 * d;                           // positions, final LayerNorm
+    n += int64_t(seq_len) * d + 2 * d;                         // positions, final LayerNorm
   } else {
     block += 2 * d;  // two RMSNorm weights
     if (qkv_bias) block += (heads + 2 * kv_heads) * hd;
-    n += d;          // final RMSNorm
+    n += d;  // final RMSNorm
   }
   if (!tie_embeddings) n += int64_t(vocab) * d;
   return n + int64_t(layers) * block;

@@ -16,17 +16,17 @@ struct ModelConfig {
   int layers = 2;
   int d_model = 64;
   int heads = 4;
-  int kv_heads = 4;    // == heads for GPT-2
-  int ffn = 256;       // MLP hidden size
+  int kv_heads = 4;  // == heads for GPT-2
+  int ffn = 256;     // MLP hidden size
   int vocab = 256;
-  int seq_len = 64;    // maximum context (GPT-2: size of the position table)
+  int seq_len = 64;  // maximum context (GPT-2: size of the position table)
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;  // Llama: context-extension rescaling of the rotary frequencies
   float norm_eps = 1e-5f;
   bool tie_embeddings = true;  // GPT-2 always ties; Llama usually does not
   bool qkv_bias = false;       // Llama family: biases on q/k/v (Qwen 2; Megatron's --add-qkv-bias)
   bool phi3 = false;           // Llama whose files fuse q|k|v (qkv_proj) and gate|up (gate_up_proj)
-  int fixed_head_dim = 0;      // 0: d_model / heads (a tensor-parallel shard keeps the full model's)
+  int fixed_head_dim = 0;  // 0: d_model / heads (a tensor-parallel shard keeps the full model's)
 
   int head_dim() const { return fixed_head_dim > 0 ? fixed_head_dim : d_model / heads; }
   // Exact number of parameters (the sum of all tensor sizes).

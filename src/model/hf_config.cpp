@@ -32,7 +32,8 @@ class HfReader {
   bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
   const std::string& where() const { return path_; }
   const json& object(const char* key) const {
-    if (!j_[key].is_object()) fail("key \"" + std::string(key) + "\" must be an object, got " + j_[key].dump());
+    if (!j_[key].is_object())
+      fail("key \"" + std::string(key) + "\" must be an object, got " + j_[key].dump());
     return j_[key];
   }
 
@@ -122,7 +123,8 @@ ModelConfig llama_from_hf(const HfReader& r) {
   if (r.has(rope_key)) {
     const json& rp = r.object(rope_key);
     c.rope_scaling = rope_scaling_from_json(rp, r.where());
-    if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) c.rope_theta = rp["rope_theta"].get<float>();
+    if (rp.contains("rope_theta") && rp["rope_theta"].is_number())
+      c.rope_theta = rp["rope_theta"].get<float>();
   }
   if (r.has("head_dim"))
     r.require(c.d_model % c.heads == 0 && r.positive_int("head_dim") == c.d_model / c.heads,
@@ -230,8 +232,10 @@ json hf_config_json(const ModelConfig& c, int eos_token_id) {
 
 json rope_scaling_json(const RopeScaling& s) {
   switch (s.type) {
-    case RopeScaling::Type::none: return nullptr;
-    case RopeScaling::Type::linear: return {{"rope_type", "linear"}, {"factor", decimal(s.factor)}};
+    case RopeScaling::Type::none:
+      return nullptr;
+    case RopeScaling::Type::linear:
+      return {{"rope_type", "linear"}, {"factor", decimal(s.factor)}};
     case RopeScaling::Type::llama3:
       return {{"rope_type", "llama3"},
               {"factor", decimal(s.factor)},
@@ -248,7 +252,8 @@ RopeScaling rope_scaling_from_json(const json& j, const std::string& where) {
   HfReader r(j, where);
   auto fail = [&](const std::string& what) { r.fail("rope_scaling: " + what); };
   // "rope_type" since transformers 4.45, "type" before.
-  const std::string type = r.has("rope_type") ? r.string("rope_type", "") : r.string("type", "default");
+  const std::string type =
+      r.has("rope_type") ? r.string("rope_type", "") : r.string("type", "default");
   if (type == "default") return s;
   if (type != "linear" && type != "llama3")
     fail("type \"" + type + "\" is not supported (llmrun implements linear and llama3)");
@@ -256,12 +261,14 @@ RopeScaling rope_scaling_from_json(const json& j, const std::string& where) {
   if (!r.has("factor")) fail("missing key \"factor\"");
   s.factor = r.positive_float("factor", 1.0f);
   if (s.type == RopeScaling::Type::llama3) {
-    for (const char* k : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+    for (const char* k :
+         {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
       if (!r.has(k)) fail("missing key \"" + std::string(k) + "\"");
     s.low_freq_factor = r.positive_float("low_freq_factor", 1.0f);
     s.high_freq_factor = r.positive_float("high_freq_factor", 4.0f);
     s.original_max_positions = r.positive_int("original_max_position_embeddings");
-    if (!(s.high_freq_factor > s.low_freq_factor)) fail("high_freq_factor must exceed low_freq_factor");
+    if (!(s.high_freq_factor > s.low_freq_factor))
+      fail("high_freq_factor must exceed low_freq_factor");
   }
   return s;
 }
@@ -284,7 +291,8 @@ ModelConfig model_config_from_hf(const json& j, const std::string& source_path) 
   else if (type.empty())
     r.fail("missing key \"model_type\"");
   else
-    r.fail("model_type \"" + type + "\" is not supported (llmrun reads gpt2, llama, mistral, qwen2 and phi3)");
+    r.fail("model_type \"" + type +
+           "\" is not supported (llmrun reads gpt2, llama, mistral, qwen2 and phi3)");
   if (c.d_model % c.heads != 0)
     r.fail("hidden size " + std::to_string(c.d_model) + " is not a multiple of the " +
            std::to_string(c.heads) + " attention heads");

@@ -47,8 +47,8 @@ struct Split {
 class BucketBuilder {
  public:
   explicit BucketBuilder(std::string name) { b_.name = std::move(name); }
-  BucketBuilder& add(std::string hf_name, std::vector<int64_t> full, ParamInit init, const Split& split,
-                     bool hf_transposed = false) {
+  BucketBuilder& add(std::string hf_name, std::vector<int64_t> full, ParamInit init,
+                     const Split& split, bool hf_transposed = false) {
     ParamSpec p;
     p.hf_name = std::move(hf_name);
     p.full_shape = full;
@@ -88,7 +88,8 @@ class Splits {
   Split column(int64_t rows, int parts = 1) const {
     Split sp;
     const int64_t slice = rows / s_.tp;
-    for (int p = 0; p < parts; ++p) sp.ranges.push_back({p * rows + s_.tp_rank * slice, p * rows + (s_.tp_rank + 1) * slice});
+    for (int p = 0; p < parts; ++p)
+      sp.ranges.push_back({p * rows + s_.tp_rank * slice, p * rows + (s_.tp_rank + 1) * slice});
     return sp;
   }
   Split row(int64_t cols) const {
@@ -124,12 +125,15 @@ class Splits {
     return sp;
   }
   // Phi-3's fused q|k|v rows: this rank's query heads, then its key and value heads (split,
-  // never replicated: one tensor cannot be partly replicated; layout_problem refuses tp > kv_heads).
+  // never replicated: one tensor cannot be partly replicated; layout_problem refuses tp >
+  // kv_heads).
   Split fused_qkv() const {
     const int64_t q = int64_t(c_.heads) * c_.head_dim(), kv = int64_t(c_.kv_heads) * c_.head_dim();
     const int64_t qs = q / s_.tp, kvs = kv / s_.tp, r = s_.tp_rank;
     Split sp;
-    sp.ranges = {{r * qs, (r + 1) * qs}, {q + r * kvs, q + (r + 1) * kvs}, {q + kv + r * kvs, q + kv + (r + 1) * kvs}};
+    sp.ranges = {{r * qs, (r + 1) * qs},
+                 {q + r * kvs, q + (r + 1) * kvs},
+                 {q + kv + r * kvs, q + kv + (r + 1) * kvs}};
     return sp;
   }
   Split vocab() const {
@@ -168,7 +172,8 @@ BucketLayout llama_block(const ModelConfig& c, const Splits& s, int i) {
   BucketBuilder b("block." + std::to_string(i));
   if (c.phi3)  // the same tensors as below, under Phi-3's fused names (and so one bucket order)
     return b.add(p + "input_layernorm.weight", {d}, kOnes, s.replicated())
-        .add(p + "self_attn.qkv_proj.weight", {(c.heads + 2 * c.kv_heads) * hd, d}, kNormal, s.fused_qkv())
+        .add(p + "self_attn.qkv_proj.weight", {(c.heads + 2 * c.kv_heads) * hd, d}, kNormal,
+             s.fused_qkv())
         .add(p + "self_attn.o_proj.weight", {d, c.heads * hd}, kResidual, s.row(c.heads * hd))
         .add(p + "post_attention_layernorm.weight", {d}, kOnes, s.replicated())
         .add(p + "mlp.gate_up_proj.weight", {2 * f, d}, kNormal, s.column(f, 2))
@@ -213,7 +218,8 @@ std::vector<BucketLayout> model_layout(const ModelConfig& c, const ModelShard& s
   BucketBuilder head("head");
   if (shard.head) {
     if (gpt2)
-      head.add("transformer.ln_f.weight", {d}, kOnes, s.replicated()).add("transformer.ln_f.bias", {d}, kZeros, s.replicated());
+      head.add("transformer.ln_f.weight", {d}, kOnes, s.replicated())
+          .add("transformer.ln_f.bias", {d}, kZeros, s.replicated());
     else
       head.add("model.norm.weight", {d}, kOnes, s.replicated());
     if (!c.tie_embeddings) head.add("lm_head.weight", {v, d}, kNormal, s.vocab());
@@ -222,7 +228,8 @@ std::vector<BucketLayout> model_layout(const ModelConfig& c, const ModelShard& s
   if (shard.head && c.tie_embeddings && !shard.embedding) {
     // A pipeline's last stage without the embedding keeps its own copy of the tied table.
     BucketBuilder copy("head");
-    for (ParamSpec& p : head_bucket.params) copy.add(p.hf_name, p.full_shape, p.init, s.replicated());
+    for (ParamSpec& p : head_bucket.params)
+      copy.add(p.hf_name, p.full_shape, p.init, s.replicated());
     head_bucket = copy.add(token_table, {v, d}, kNormal, s.vocab()).done();
     head_bucket.params.back().tied_copy = true;
   }

@@ -36,14 +36,14 @@ struct TensorShard {
 };
 
 struct ParamSpec {
-  std::string hf_name;             // Hugging Face tensor name
-  std::vector<int64_t> shape;      // this rank's tensor, llmrun layout
+  std::string hf_name;              // Hugging Face tensor name
+  std::vector<int64_t> shape;       // this rank's tensor, llmrun layout
   std::vector<int64_t> full_shape;  // the whole tensor (== shape without tensor parallelism)
   TensorShard shard;
-  int64_t offset = 0;              // in elements from the bucket start
+  int64_t offset = 0;  // in elements from the bucket start
   ParamInit init = ParamInit::normal;
-  bool decay = true;               // weight decay applies (matrices and embeddings only)
-  bool hf_transposed = false;      // Hugging Face stores the transpose (GPT-2 Conv1D)
+  bool decay = true;           // weight decay applies (matrices and embeddings only)
+  bool hf_transposed = false;  // Hugging Face stores the transpose (GPT-2 Conv1D)
   // The last pipeline stage's copy of a tied token table (the head): kept equal to the first
   // stage's table by summing their gradients; not a tensor of its own in checkpoints.
   bool tied_copy = false;

@@ -10,9 +10,12 @@ std::optional<Recompute> recompute_from_name(std::string_view name) {
 
 const char* recompute_name(Recompute r) {
   switch (r) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
   }
   return "?";
 }

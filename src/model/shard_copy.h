@@ -12,7 +12,8 @@ namespace llmrun {
 
 // Calls run(full_offset, local_offset, count) for each contiguous run of elements that
 // spec's local tensor shares with the full one, in local order.
-void for_each_shard_run(const ParamSpec& spec, const std::function<void(int64_t, int64_t, int64_t)>& run);
+void for_each_shard_run(const ParamSpec& spec,
+                        const std::function<void(int64_t, int64_t, int64_t)>& run);
 
 // local (spec.numel() elements) = this rank's part of full (spec.full_numel() elements).
 void extract_shard(Backend& be, const ParamSpec& spec, const Tensor& full, Tensor local);

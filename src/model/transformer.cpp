@@ -22,7 +22,8 @@ Transformer::Transformer(Backend& backend, const ModelConfig& cfg, const StoreOp
   pp_ = parallel.pp;
   comm_.sequence_parallel = parallel.shard.sequence_parallel;
   const int tp_size = parallel.tp ? parallel.tp->size() : 1;
-  LLMRUN_CHECK(tp_size == shard_.tp, "Transformer: tensor-parallel group size differs from the shard's tp");
+  LLMRUN_CHECK(tp_size == shard_.tp,
+               "Transformer: tensor-parallel group size differs from the shard's tp");
 }
 
 void Transformer::init_weights(uint64_t seed) {
@@ -42,10 +43,12 @@ void Transformer::init_weights(uint64_t seed) {
         host.assign(host.size(), 1.0f);
       } else if (spec.init != ParamInit::zeros) {
         std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + index.at(spec.hf_name));
-        std::normal_distribution<float> dist(0.0f, spec.init == ParamInit::normal ? std_normal : std_residual);
+        std::normal_distribution<float> dist(
+            0.0f, spec.init == ParamInit::normal ? std_normal : std_residual);
         for (float& v : host) v = dist(rng);
       }
-      extract_shard(be_, spec, Tensor(host.data(), DType::f32, {spec.full_numel()}), params_.tensor(b, p));
+      extract_shard(be_, spec, Tensor(host.data(), DType::f32, {spec.full_numel()}),
+                    params_.tensor(b, p));
     }
   }
 }
@@ -91,7 +94,8 @@ void Transformer::plan_activations(int batch, int seq) {
   const int64_t qkv_cols = int64_t(bc.heads + 2 * bc.kv_heads) * bc.head_dim();
   const int64_t up_cols = cfg_.arch == Arch::gpt2 ? f : 2 * f;
   const bool sp = tp_active() && comm_.sequence_parallel;
-  LLMRUN_CHECK(!sp || n % shard_.tp == 0, "sequence parallelism: batch * seq tokens must divide by tp");
+  LLMRUN_CHECK(!sp || n % shard_.tp == 0,
+               "sequence parallelism: batch * seq tokens must divide by tp");
   const int64_t rows = sp ? n / shard_.tp : n;
   batch_ = batch;
   seq_ = seq;
@@ -186,7 +190,8 @@ void Transformer::upload_positions(int64_t n, int seq, int first_position) {
   std::vector<int32_t> pos(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(first_position + i % seq);
   upload_ids(positions_.slice(0, n), pos.data(), n);
-  if (tp_active()) upload_ids(row_positions_, pos.data() + (rows_ == n ? 0 : rows_ * shard_.tp_rank), rows_);
+  if (tp_active())
+    upload_ids(row_positions_, pos.data() + (rows_ == n ? 0 : rows_ * shard_.tp_rank), rows_);
 }
 
 void Transformer::upload_ids(Tensor dst, const int32_t* host, int64_t n) {
@@ -198,7 +203,9 @@ void Transformer::upload_tokens(const int32_t* tokens, int64_t n) {
   if (!tp_active()) return;
   std::vector<int32_t> local(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
-    local[i] = tokens[i] >= vocab_.first && tokens[i] < vocab_.second ? int32_t(tokens[i] - vocab_.first) : -1;
+    local[i] = tokens[i] >= vocab_.first && tokens[i] < vocab_.second
+                   ? int32_t(tokens[i] - vocab_.first)
+                   : -1;
   upload_ids(m_->local_ids, local.data(), n);
 }
 
@@ -240,8 +247,8 @@ void Transformer::embed(Tensor x0, const Tensor& ids, const Tensor& positions) {
   if (cfg_.arch == Arch::gpt2) be_.embedding_fwd(x0, positions, params_.tensor(0, 1), true);
 }
 
-void Transformer::head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits,
-                               bool training) {
+void Transformer::head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd,
+                               Tensor logits, bool training) {
   const HeadTensors e = head_tensors(cfg_, params_);
   if (cfg_.arch == Arch::gpt2)
     be_.layernorm_fwd(norm, mean, rstd, x, e.norm_w, e.norm_b, cfg_.norm_eps);
@@ -251,7 +258,8 @@ void Transformer::head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor
   const bool gather = training && tp_active() && comm_.sequence_parallel;
   if (gather) comm_.tp->all_gather(norm, m_->head_input);
   (training ? linear_or_fp32(linear_) : inference_linear())
-      .forward(be_, {cfg_.layers, LinearKind::lm_head}, logits, gather ? m_->head_input : norm, e.head, nullptr, false);
+      .forward(be_, {cfg_.layers, LinearKind::lm_head}, logits, gather ? m_->head_input : norm,
+               e.head, nullptr, false);
 }
 
 void Transformer::forward(const int32_t* tokens, int batch, int seq) {
@@ -275,13 +283,15 @@ void Transformer::forward_chunk(int slot, const int32_t* tokens, const Tensor* i
     be_.copy(m.acts[size_t(m.begin)].input, *input);
   }
 
-  const AttentionShape shape{batch_, seq_, block_cfg_.heads, block_cfg_.kv_heads, block_cfg_.head_dim()};
+  const AttentionShape shape{batch_, seq_, block_cfg_.heads, block_cfg_.kv_heads,
+                             block_cfg_.head_dim()};
   for (int l = m.begin; l < m.end; ++l) {
     BlockActivations& a = m.acts[size_t(l)];
     acquire(l + 1, P::forward);
     block_forward(
         be_, block_cfg_, block_tensors(cfg_, params_, l), a, positions_,
-        [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, comm_, linear_, l);
+        [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, comm_,
+        linear_, l);
     release(l + 1, P::forward);
   }
   if (ends_model(m)) {
@@ -299,7 +309,8 @@ void Transformer::upload_targets(const int32_t* targets) {
   std::vector<int32_t> local(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const int32_t t = targets[i];
-    local[i] = t < 0 ? -1 : (t >= vocab_.first && t < vocab_.second ? int32_t(t - vocab_.first) : -2);
+    local[i] =
+        t < 0 ? -1 : (t >= vocab_.first && t < vocab_.second ? int32_t(t - vocab_.first) : -2);
   }
   upload_ids(local_targets_, local.data(), n);
 }
@@ -323,7 +334,8 @@ double Transformer::backward(const int32_t* targets, float grad_scale) {
   return 0;
 }
 
-double Transformer::backward_chunk(int slot, const int32_t* targets, const Tensor* d_output, float grad_scale) {
+double Transformer::backward_chunk(int slot, const int32_t* targets, const Tensor* d_output,
+                                   float grad_scale) {
   m_ = slots_[size_t(slot)].get();
   MicroState& m = *m_;
   upload_positions(int64_t(batch_) * seq_, seq_, 0);
@@ -341,15 +353,16 @@ double Transformer::backward_chunk(int slot, const int32_t* targets, const Tenso
     // d(norm) is this rank's columns' share, summed over the group (reduce-scattered to this
     // rank's rows under sequence parallelism).
     const bool scatter = tp_active() && comm_.sequence_parallel;
-    linear_or_fp32(linear_).backward(be_, {cfg_.layers, LinearKind::lm_head}, scatter ? comm_.partial : scratch_.d_norm,
-                                     ge.head, Tensor(), m.logits, m.head_input, e.head);
+    linear_or_fp32(linear_).backward(be_, {cfg_.layers, LinearKind::lm_head},
+                                     scatter ? comm_.partial : scratch_.d_norm, ge.head, Tensor(),
+                                     m.logits, m.head_input, e.head);
     if (scatter)
       comm_.tp->reduce_scatter(comm_.partial, scratch_.d_norm);
     else if (tp_active())
       comm_.tp->all_reduce(scratch_.d_norm, ReduceOp::sum);
     if (cfg_.arch == Arch::gpt2)
-      be_.layernorm_bwd(d_resid_, ge.norm_w, ge.norm_b, scratch_.d_norm, last, e.norm_w, m.final_mean,
-                        m.final_rstd, false);
+      be_.layernorm_bwd(d_resid_, ge.norm_w, ge.norm_b, scratch_.d_norm, last, e.norm_w,
+                        m.final_mean, m.final_rstd, false);
     else
       be_.rmsnorm_bwd(d_resid_, ge.norm_w, scratch_.d_norm, last, e.norm_w, m.final_rstd, false);
     release(head_bucket(), P::backward);
@@ -357,18 +370,20 @@ double Transformer::backward_chunk(int slot, const int32_t* targets, const Tenso
     be_.copy(d_resid_, *d_output);
   }
 
-  const AttentionShape shape{batch_, seq_, block_cfg_.heads, block_cfg_.kv_heads, block_cfg_.head_dim()};
+  const AttentionShape shape{batch_, seq_, block_cfg_.heads, block_cfg_.kv_heads,
+                             block_cfg_.head_dim()};
   for (int l = m.end - 1; l >= m.begin; --l) {
     acquire(l + 1, P::backward);
     BlockActivations& a = m.acts[size_t(l)];
     if (recompute_ == Recompute::full)
       block_forward(
           be_, block_cfg_, block_tensors(cfg_, params_, l), a, positions_,
-          [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, comm_, linear_, l);
+          [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); },
+          comm_, linear_, l);
     else if (recompute_ == Recompute::selective)
       be_.attention_fwd(a.attn, a.lse, a.qkv, shape);
-    block_backward(be_, block_cfg_, block_tensors(cfg_, params_, l), block_tensors(cfg_, grads_, l), a, scratch_,
-                   d_resid_, positions_, shape, comm_, linear_, l);
+    block_backward(be_, block_cfg_, block_tensors(cfg_, params_, l), block_tensors(cfg_, grads_, l),
+                   a, scratch_, d_resid_, positions_, shape, comm_, linear_, l);
     release(l + 1, P::backward);
   }
 
@@ -399,7 +414,9 @@ bool Transformer::tied_across_stages(int bucket) const {
 void Transformer::sync_tied_grads(int bucket) {
   LLMRUN_CHECK(tied_across_stages(bucket) && pp_ != nullptr, "sync_tied_grads: not a tied bucket");
   const int n = static_cast<int>(layout_[size_t(bucket)].params.size());
-  const Tensor mine = grads_.tensor(bucket, bucket == 0 ? 0 : n - 1).view({layout_[size_t(bucket)].params[bucket == 0 ? 0 : size_t(n) - 1].numel()});
+  const Tensor mine =
+      grads_.tensor(bucket, bucket == 0 ? 0 : n - 1)
+          .view({layout_[size_t(bucket)].params[bucket == 0 ? 0 : size_t(n) - 1].numel()});
   const int peer = shard_.embedding ? pp_->size() - 1 : 0;
   Buffer theirs = be_.allocate(mine.bytes());
   const Tensor t = theirs.as(DType::f32, {mine.numel()});
@@ -410,7 +427,8 @@ void Transformer::sync_tied_grads(int bucket) {
 }
 
 KvCache Transformer::make_cache(int max_tokens) {
-  LLMRUN_CHECK(!tp_active() && shard_.head && shard_.embedding, "generation runs on one rank holding the whole model");
+  LLMRUN_CHECK(!tp_active() && shard_.head && shard_.embedding,
+               "generation runs on one rank holding the whole model");
   KvCache c;
   c.max_tokens = max_tokens;
   const size_t bytes = size_t(max_tokens) * cfg_.kv_heads * cfg_.head_dim() * 4;
@@ -446,17 +464,19 @@ void Transformer::forward_cached(const int32_t* tokens, int n, KvCache& cache, T
       Tensor q = scratch_.d_attn;  // free during generation; [n, heads*head_dim]
       be_.copy_cols(q, qkv, 0);
       be_.copy_cols(k_all.slice(cache.length, total), qkv, int64_t(cfg_.heads) * hd);
-      be_.copy_cols(v_all.slice(cache.length, total), qkv, int64_t(cfg_.heads + cfg_.kv_heads) * hd);
+      be_.copy_cols(v_all.slice(cache.length, total), qkv,
+                    int64_t(cfg_.heads + cfg_.kv_heads) * hd);
       be_.attention_cached(attn, q, k_all.slice(0, total), v_all.slice(0, total), cache.length,
                            cfg_.heads, cfg_.kv_heads, hd);
     };
-    block_forward(be_, cfg_, block_tensors(cfg_, params_, l), m.acts[size_t(l)], positions_, core, {},
-                  &inference_linear(), l);
+    block_forward(be_, cfg_, block_tensors(cfg_, params_, l), m.acts[size_t(l)], positions_, core,
+                  {}, &inference_linear(), l);
   }
   cache.length = total;
 
-  head_forward(chunk_output(slot).slice(n - 1, n), m.final_norm.slice(0, 1), m.final_mean.slice(0, 1),
-               m.final_rstd.slice(0, 1), last_logits.view({1, cfg_.vocab}));
+  head_forward(chunk_output(slot).slice(n - 1, n), m.final_norm.slice(0, 1),
+               m.final_mean.slice(0, 1), m.final_rstd.slice(0, 1),
+               last_logits.view({1, cfg_.vocab}));
 }
 
 }  // namespace llmrun

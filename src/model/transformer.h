@@ -96,8 +96,8 @@ class Transformer {
   // backend (the caller checked the positions). attention(layer, qkv, attn) is the attention
   // core of every layer: the caller owns the KV cache (a paged pool). Only the rows
   // logit_rows (i32 [n_logits] on the backend) go through the final norm and head, into
-  // logits [n_logits, vocab]. The same block_forward as training runs; the buffers are one inference
-  // set (no backward state) sized by reserve_batch and shared by all layers.
+  // logits [n_logits, vocab]. The same block_forward as training runs; the buffers are one
+  // inference set (no backward state) sized by reserve_batch and shared by all layers.
   using LayerAttention = std::function<void(int layer, const Tensor& qkv, Tensor attn)>;
   void reserve_batch(int max_tokens, int max_logit_rows);
   void forward_batch(const Tensor& ids, const Tensor& positions, const LayerAttention& attention,
@@ -157,20 +157,22 @@ class Transformer {
   bool tp_active() const { return comm_.active(); }
   void upload_ids(Tensor dst, const int32_t* host, int64_t n);
   void upload_tokens(const int32_t* tokens, int64_t n);  // m_->ids (+ this rank's m_->local_ids)
-  void embed(Tensor x0, const Tensor& ids, const Tensor& positions);  // token (+ position) embedding
-  void embed_training(Tensor x0);  // vocab-parallel under tensor parallelism
+  void embed(Tensor x0, const Tensor& ids,
+             const Tensor& positions);  // token (+ position) embedding
+  void embed_training(Tensor x0);       // vocab-parallel under tensor parallelism
   // Summed cross-entropy of m_->logits against targets_, which become grad_scale * dLoss/dlogits.
   double cross_entropy(float grad_scale);
   void upload_targets(const int32_t* targets);  // targets_ (+ local_targets_)
   // Final norm of rows x, then logits = norm @ head^T (training: of every tensor-parallel
   // rank's rows, into this rank's vocabulary columns; otherwise the batch-invariant
   // inference linear).
-  void head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits, bool training = false);
+  void head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor rstd, Tensor logits,
+                    bool training = false);
 
   Backend& be_;
   ModelConfig cfg_;
   ModelShard shard_;
-  ModelConfig block_cfg_;  // one tensor-parallel rank's share of every block
+  ModelConfig block_cfg_;              // one tensor-parallel rank's share of every block
   std::pair<int64_t, int64_t> vocab_;  // token-table rows this rank holds
   BlockComm comm_;
   std::vector<BucketLayout> layout_;
@@ -181,12 +183,13 @@ class Transformer {
 
   Communicator* pp_ = nullptr;
   int batch_ = 0, seq_ = 0;
-  int64_t rows_ = 0;  // residual-stream rows on this rank: batch * seq, / tp with sequence parallelism
+  int64_t rows_ =
+      0;  // residual-stream rows on this rank: batch * seq, / tp with sequence parallelism
   size_t activation_bytes_ = 0;
   std::vector<Buffer> arena_;  // shared buffers
   std::vector<std::unique_ptr<MicroState>> slots_;
-  MicroState* m_ = nullptr;    // the unit being computed
-  BlockActivations shared_;    // recompute's buffers, shared by all layers and slots
+  MicroState* m_ = nullptr;  // the unit being computed
+  BlockActivations shared_;  // recompute's buffers, shared by all layers and slots
   BlockScratch scratch_;
   Tensor targets_, positions_, losses_, d_resid_;
   // Tensor parallelism: targets as this rank's vocabulary slice sees them, the positions of
@@ -197,7 +200,7 @@ class Transformer {
   struct BatchPlan {
     int max_tokens = 0, max_logit_rows = 0;
     std::vector<Buffer> arena;
-    Tensor resid[2];  // ping-pong residual stream [max_tokens, d]
+    Tensor resid[2];         // ping-pong residual stream [max_tokens, d]
     BlockActivations layer;  // intermediates shared by every layer
     Tensor gathered, norm, mean, rstd;
   } batch_plan_;

@@ -5,7 +5,8 @@ namespace llmrun {
 
 void Transformer::reserve_batch(int max_tokens, int max_logit_rows) {
   LLMRUN_CHECK(max_tokens > 0 && max_logit_rows > 0, "reserve_batch: sizes must be positive");
-  LLMRUN_CHECK(!tp_active() && shard_.head && shard_.embedding, "serving runs on one rank holding the whole model");
+  LLMRUN_CHECK(!tp_active() && shard_.head && shard_.embedding,
+               "serving runs on one rank holding the whole model");
   BatchPlan& p = batch_plan_;
   if (p.max_tokens >= max_tokens && p.max_logit_rows >= max_logit_rows) return;
   p = BatchPlan{};
@@ -26,8 +27,9 @@ void Transformer::reserve_batch(int max_tokens, int max_logit_rows) {
   p.max_logit_rows = max_logit_rows;
 }
 
-void Transformer::forward_batch(const Tensor& ids, const Tensor& pos, const LayerAttention& attention,
-                                const Tensor& logit_rows, Tensor logits) {
+void Transformer::forward_batch(const Tensor& ids, const Tensor& pos,
+                                const LayerAttention& attention, const Tensor& logit_rows,
+                                Tensor logits) {
   BatchPlan& p = batch_plan_;
   const int n = static_cast<int>(ids.numel()), n_logits = static_cast<int>(logit_rows.numel());
   LLMRUN_CHECK(ids.dtype == DType::i32 && pos.dtype == DType::i32 && pos.numel() == n &&
@@ -36,15 +38,18 @@ void Transformer::forward_batch(const Tensor& ids, const Tensor& pos, const Laye
   LLMRUN_CHECK(n > 0 && n <= p.max_tokens && n_logits >= 0 && n_logits <= p.max_logit_rows,
                "forward_batch: " + std::to_string(n) + " tokens / " + std::to_string(n_logits) +
                    " logit rows exceed reserve_batch");
-  LLMRUN_CHECK(logits.rows() == n_logits && logits.cols() == cfg_.vocab, "forward_batch: logits " + logits.shape_str());
+  LLMRUN_CHECK(logits.rows() == n_logits && logits.cols() == cfg_.vocab,
+               "forward_batch: logits " + logits.shape_str());
   embed(p.resid[0].slice(0, n), ids, pos);
 
   BlockActivations a = first_rows(p.layer, n);
   for (int l = 0; l < cfg_.layers; ++l) {
     a.input = p.resid[l % 2].slice(0, n);
     a.output = p.resid[(l + 1) % 2].slice(0, n);
-    block_forward(be_, cfg_, block_tensors(cfg_, params_, l), a, pos,
-                  [&](const Tensor& qkv, Tensor attn) { attention(l, qkv, attn); }, {}, &inference_linear(), l);
+    block_forward(
+        be_, cfg_, block_tensors(cfg_, params_, l), a, pos,
+        [&](const Tensor& qkv, Tensor attn) { attention(l, qkv, attn); }, {}, &inference_linear(),
+        l);
   }
   if (n_logits == 0) return;
   // Gather the rows that need logits (an embedding lookup over the residual stream).

@@ -14,9 +14,9 @@ void norm_forward(Backend& be, const ModelConfig& cfg, Tensor out, Tensor mean, 
     be.rmsnorm_fwd(out, rstd, x, w, cfg.norm_eps);
 }
 
-void norm_backward(Backend& be, const ModelConfig& cfg, Tensor dx, const Tensor& dw, const Tensor& db,
-                   const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                   const Tensor& rstd) {
+void norm_backward(Backend& be, const ModelConfig& cfg, Tensor dx, const Tensor& dw,
+                   const Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
+                   const Tensor& mean, const Tensor& rstd) {
   if (cfg.arch == Arch::gpt2)
     be.layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, /*accumulate_dx=*/true);
   else
@@ -46,21 +46,24 @@ Tensor sum_partials(const BlockComm& comm, Tensor partial, Tensor rows) {
 
 // y = residual + x W^T + b for a row-parallel W: every rank's partial product summed over the
 // group, the bias added once (by tp rank 0, before the sum).
-void row_parallel_residual(Backend& be, LinearRunner& lin, LinearSite site, const BlockComm& comm, Tensor y,
-                           const Tensor& residual, const Tensor& x, const Tensor& W, const Tensor& b) {
+void row_parallel_residual(Backend& be, LinearRunner& lin, LinearSite site, const BlockComm& comm,
+                           Tensor y, const Tensor& residual, const Tensor& x, const Tensor& W,
+                           const Tensor& b) {
   if (!comm.active()) {
     be.copy(y, residual);
     lin.forward(be, site, y, x, W, bias_or_null(b), /*accumulate=*/true);
     return;
   }
-  lin.forward(be, site, comm.partial, x, W, comm.tp->rank() == 0 ? bias_or_null(b) : nullptr, false);
+  lin.forward(be, site, comm.partial, x, W, comm.tp->rank() == 0 ? bias_or_null(b) : nullptr,
+              false);
   be.add(y, sum_partials(comm, comm.partial, y), residual);
 }
 
 // Backward of a column-parallel linear y = x W^T + b whose input x is `norm` (this rank's rows):
 // weight and bias gradients from all rows, then dx = dy W summed over the group into d_norm.
-void column_parallel_backward(Backend& be, LinearRunner& lin, LinearSite site, const BlockComm& comm,
-                              Tensor d_norm, const Tensor& dW, const Tensor& db, const Tensor& dy, const Tensor& norm,
+void column_parallel_backward(Backend& be, LinearRunner& lin, LinearSite site,
+                              const BlockComm& comm, Tensor d_norm, const Tensor& dW,
+                              const Tensor& db, const Tensor& dy, const Tensor& norm,
                               const Tensor& W) {
   if (!comm.active()) {
     lin.backward(be, site, d_norm, dW, db, dy, norm, W);
@@ -73,8 +76,9 @@ void column_parallel_backward(Backend& be, LinearRunner& lin, LinearSite site, c
 
 }  // namespace
 
-BlockActivations allocate_block_activations(const ModelConfig& cfg, int64_t n, const TensorAllocator& alloc,
-                                            int64_t n_rows, bool with_attention) {
+BlockActivations allocate_block_activations(const ModelConfig& cfg, int64_t n,
+                                            const TensorAllocator& alloc, int64_t n_rows,
+                                            bool with_attention) {
   if (n_rows < 0) n_rows = n;
   const int64_t d = cfg.d_model, f = cfg.ffn;
   const int64_t attn_cols = int64_t(cfg.heads) * cfg.head_dim();
@@ -97,58 +101,74 @@ BlockActivations allocate_block_activations(const ModelConfig& cfg, int64_t n, c
 
 BlockActivations first_rows(const BlockActivations& full, int64_t n) {
   BlockActivations a;
-  for (auto [dst, src] : {std::pair{&a.norm1, &full.norm1}, {&a.norm1_mean, &full.norm1_mean},
-                          {&a.norm1_rstd, &full.norm1_rstd}, {&a.qkv, &full.qkv}, {&a.attn, &full.attn},
-                          {&a.mid, &full.mid}, {&a.norm2, &full.norm2}, {&a.norm2_mean, &full.norm2_mean},
-                          {&a.norm2_rstd, &full.norm2_rstd}, {&a.up, &full.up}, {&a.act, &full.act}})
+  for (auto [dst, src] : {std::pair{&a.norm1, &full.norm1},
+                          {&a.norm1_mean, &full.norm1_mean},
+                          {&a.norm1_rstd, &full.norm1_rstd},
+                          {&a.qkv, &full.qkv},
+                          {&a.attn, &full.attn},
+                          {&a.mid, &full.mid},
+                          {&a.norm2, &full.norm2},
+                          {&a.norm2_mean, &full.norm2_mean},
+                          {&a.norm2_rstd, &full.norm2_rstd},
+                          {&a.up, &full.up},
+                          {&a.act, &full.act}})
     *dst = src->slice(0, n);
   return a;
 }
 
 void block_forward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, BlockActivations& a,
-                   const Tensor& positions, const AttentionCore& core, const BlockComm& comm, LinearRunner* linear,
-                   int layer) {
+                   const Tensor& positions, const AttentionCore& core, const BlockComm& comm,
+                   LinearRunner* linear, int layer) {
   LinearRunner& lin = linear_or_fp32(linear);
   norm_forward(be, cfg, a.norm1, a.norm1_mean, a.norm1_rstd, a.input, w.norm1_w, w.norm1_b);
-  lin.forward(be, {layer, LinearKind::qkv}, a.qkv, all_rows(comm, a.norm1), w.qkv_w, bias_or_null(w.qkv_b), false);
+  lin.forward(be, {layer, LinearKind::qkv}, a.qkv, all_rows(comm, a.norm1), w.qkv_w,
+              bias_or_null(w.qkv_b), false);
   if (cfg.arch == Arch::llama)
-    be.rope(a.qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta, cfg.rope_scaling, false);
+    be.rope(a.qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta,
+            cfg.rope_scaling, false);
   core(a.qkv, a.attn);
-  row_parallel_residual(be, lin, {layer, LinearKind::out}, comm, a.mid, a.input, a.attn, w.out_w, w.out_b);
+  row_parallel_residual(be, lin, {layer, LinearKind::out}, comm, a.mid, a.input, a.attn, w.out_w,
+                        w.out_b);
 
   norm_forward(be, cfg, a.norm2, a.norm2_mean, a.norm2_rstd, a.mid, w.norm2_w, w.norm2_b);
-  lin.forward(be, {layer, LinearKind::up}, a.up, all_rows(comm, a.norm2), w.up_w, bias_or_null(w.up_b), false);
+  lin.forward(be, {layer, LinearKind::up}, a.up, all_rows(comm, a.norm2), w.up_w,
+              bias_or_null(w.up_b), false);
   if (cfg.arch == Arch::gpt2)
     be.gelu_fwd(a.act, a.up);
   else
     be.swiglu_fwd(a.act, a.up);
-  row_parallel_residual(be, lin, {layer, LinearKind::down}, comm, a.output, a.mid, a.act, w.down_w, w.down_b);
+  row_parallel_residual(be, lin, {layer, LinearKind::down}, comm, a.output, a.mid, a.act, w.down_w,
+                        w.down_b);
 }
 
-void block_backward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, const BlockTensors& g,
-                    const BlockActivations& a, const BlockScratch& s, Tensor d_resid,
-                    const Tensor& positions, const AttentionShape& shape, const BlockComm& comm,
-                    LinearRunner* linear, int layer) {
+void block_backward(Backend& be, const ModelConfig& cfg, const BlockTensors& w,
+                    const BlockTensors& g, const BlockActivations& a, const BlockScratch& s,
+                    Tensor d_resid, const Tensor& positions, const AttentionShape& shape,
+                    const BlockComm& comm, LinearRunner* linear, int layer) {
   LinearRunner& lin = linear_or_fp32(linear);
   // MLP half: d_resid is dL/d(output) = dL/d(mid) through the skip connection. A row-parallel
   // GEMM's output gradient is the same on every rank: all of it, gathered under sequence
   // parallelism (so its bias gradient is whole on every rank too).
-  lin.backward(be, {layer, LinearKind::down}, s.d_act, g.down_w, g.down_b, all_rows(comm, d_resid), a.act, w.down_w);
+  lin.backward(be, {layer, LinearKind::down}, s.d_act, g.down_w, g.down_b, all_rows(comm, d_resid),
+               a.act, w.down_w);
   if (cfg.arch == Arch::gpt2)
     be.gelu_bwd(s.d_up, s.d_act, a.up);
   else
     be.swiglu_bwd(s.d_up, s.d_act, a.up);
-  column_parallel_backward(be, lin, {layer, LinearKind::up}, comm, s.d_norm, g.up_w, g.up_b, s.d_up, a.norm2, w.up_w);
+  column_parallel_backward(be, lin, {layer, LinearKind::up}, comm, s.d_norm, g.up_w, g.up_b, s.d_up,
+                           a.norm2, w.up_w);
   norm_backward(be, cfg, d_resid, g.norm2_w, g.norm2_b, s.d_norm, a.mid, w.norm2_w, a.norm2_mean,
                 a.norm2_rstd);
 
   // Attention half: d_resid is now dL/d(mid).
-  lin.backward(be, {layer, LinearKind::out}, s.d_attn, g.out_w, g.out_b, all_rows(comm, d_resid), a.attn, w.out_w);
+  lin.backward(be, {layer, LinearKind::out}, s.d_attn, g.out_w, g.out_b, all_rows(comm, d_resid),
+               a.attn, w.out_w);
   be.attention_bwd(s.d_qkv, s.d_attn, a.qkv, a.attn, a.lse, shape);
   if (cfg.arch == Arch::llama)
-    be.rope(s.d_qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta, cfg.rope_scaling, true);
-  column_parallel_backward(be, lin, {layer, LinearKind::qkv}, comm, s.d_norm, g.qkv_w, g.qkv_b, s.d_qkv, a.norm1,
-                           w.qkv_w);
+    be.rope(s.d_qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta,
+            cfg.rope_scaling, true);
+  column_parallel_backward(be, lin, {layer, LinearKind::qkv}, comm, s.d_norm, g.qkv_w, g.qkv_b,
+                           s.d_qkv, a.norm1, w.qkv_w);
   norm_backward(be, cfg, d_resid, g.norm1_w, g.norm1_b, s.d_norm, a.input, w.norm1_w, a.norm1_mean,
                 a.norm1_rstd);
 }

@@ -17,15 +17,15 @@ namespace llmrun {
 // parallelism the qkv/attn/up/act columns are this rank's heads and hidden units; under
 // sequence parallelism the residual stream and norms hold only this rank's N / tp rows.
 struct BlockActivations {
-  Tensor input;                           // [N, d] residual stream into the block
-  Tensor norm1, norm1_mean, norm1_rstd;   // [N, d], [N], [N]
-  Tensor qkv;                             // [N, qkv_cols], after RoPE
-  Tensor attn, lse;                       // [N, heads*head_dim], [batch, heads, seq]
-  Tensor mid;                             // [N, d] residual after attention
+  Tensor input;                          // [N, d] residual stream into the block
+  Tensor norm1, norm1_mean, norm1_rstd;  // [N, d], [N], [N]
+  Tensor qkv;                            // [N, qkv_cols], after RoPE
+  Tensor attn, lse;                      // [N, heads*head_dim], [batch, heads, seq]
+  Tensor mid;                            // [N, d] residual after attention
   Tensor norm2, norm2_mean, norm2_rstd;
-  Tensor up;                              // [N, ffn] (GPT-2) or [N, 2 ffn] (Llama)
-  Tensor act;                             // [N, ffn]
-  Tensor output;                          // [N, d] residual stream out of the block
+  Tensor up;      // [N, ffn] (GPT-2) or [N, 2 ffn] (Llama)
+  Tensor act;     // [N, ffn]
+  Tensor output;  // [N, d] residual stream out of the block
 };
 
 // Backward temporaries, shared by all blocks.
@@ -55,8 +55,9 @@ using TensorAllocator = std::function<Tensor(DType, std::initializer_list<int64_
 // norms: n / tp under sequence parallelism, else n), except input/output (the residual
 // stream, owned by the caller) and lse (training only: its shape depends on batch and seq).
 // with_attention = false leaves attn empty (selective recompute shares one across layers).
-BlockActivations allocate_block_activations(const ModelConfig& cfg, int64_t n, const TensorAllocator& alloc,
-                                            int64_t n_rows = -1, bool with_attention = true);
+BlockActivations allocate_block_activations(const ModelConfig& cfg, int64_t n,
+                                            const TensorAllocator& alloc, int64_t n_rows = -1,
+                                            bool with_attention = true);
 // The first n rows of every activation of `a` (buffers planned for more tokens).
 BlockActivations first_rows(const BlockActivations& a, int64_t n);
 
@@ -70,9 +71,9 @@ void block_forward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, B
 
 // d_resid holds dL/d(output) on entry and dL/d(input) on return. Parameter gradients are
 // accumulated into g.
-void block_backward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, const BlockTensors& g,
-                    const BlockActivations& a, const BlockScratch& s, Tensor d_resid,
-                    const Tensor& positions, const AttentionShape& shape, const BlockComm& comm = {},
-                    LinearRunner* linear = nullptr, int layer = 0);
+void block_backward(Backend& be, const ModelConfig& cfg, const BlockTensors& w,
+                    const BlockTensors& g, const BlockActivations& a, const BlockScratch& s,
+                    Tensor d_resid, const Tensor& positions, const AttentionShape& shape,
+                    const BlockComm& comm = {}, LinearRunner* linear = nullptr, int layer = 0);
 
 }  // namespace llmrun

@@ -6,8 +6,8 @@
 namespace llmrun {
 
 std::string TrainingLayout::describe() const {
-  std::string s = "tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " dp" + std::to_string(dp) + " zero" +
-                  std::to_string(zero);
+  std::string s = "tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " dp" +
+                  std::to_string(dp) + " zero" + std::to_string(zero);
   if (pp > 1) {
     s += std::string(" ") + schedule_name(schedule);
     if (schedule == PipelineSchedule::interleaved) s += " V" + std::to_string(virtual_stages);
@@ -24,33 +24,42 @@ std::optional<LayoutProblem> layout_problem(const TrainingShape& s, const Traini
   const ModelConfig& m = s.model;
   const std::string tp = "tp=" + std::to_string(l.tp);
   if (m.heads % l.tp != 0)
-    return LayoutProblem{"parallel.tp", "model.heads=" + std::to_string(m.heads) + " is not divisible by " + tp +
+    return LayoutProblem{"parallel.tp", "model.heads=" + std::to_string(m.heads) +
+                                            " is not divisible by " + tp +
                                             " (each rank needs whole query heads)"};
   if (m.kv_heads % l.tp != 0 && l.tp % m.kv_heads != 0)
-    return LayoutProblem{"parallel.tp", "model.kv_heads=" + std::to_string(m.kv_heads) + " and " + tp +
-                                            ": tp must divide the key/value heads or be a multiple of them "
-                                            "(they are split, or replicated when tp > kv_heads)"};
+    return LayoutProblem{"parallel.tp",
+                         "model.kv_heads=" + std::to_string(m.kv_heads) + " and " + tp +
+                             ": tp must divide the key/value heads or be a multiple of them "
+                             "(they are split, or replicated when tp > kv_heads)"};
   if (m.phi3 && m.kv_heads < l.tp)
-    return LayoutProblem{"parallel.tp", "Phi-3 keeps q, k and v in one tensor, whose key/value heads cannot be "
-                                        "replicated: " + tp + " must not exceed model.kv_heads=" + std::to_string(m.kv_heads)};
+    return LayoutProblem{"parallel.tp",
+                         "Phi-3 keeps q, k and v in one tensor, whose key/value heads cannot be "
+                         "replicated: " +
+                             tp + " must not exceed model.kv_heads=" + std::to_string(m.kv_heads)};
   if (m.ffn % l.tp != 0)
-    return LayoutProblem{"parallel.tp", "model.ffn=" + std::to_string(m.ffn) + " is not divisible by " + tp};
+    return LayoutProblem{"parallel.tp",
+                         "model.ffn=" + std::to_string(m.ffn) + " is not divisible by " + tp};
   if (m.vocab < l.tp)
     return LayoutProblem{"parallel.tp", tp + " exceeds model.vocab=" + std::to_string(m.vocab) +
                                             " (each rank holds a slice of the vocabulary)"};
   if (l.zero >= 2 && l.pp > 1)
-    return LayoutProblem{"parallel.zero", "ZeRO-2/3 shard gradients across micro-batches, which pipeline "
-                                          "parallelism keeps in flight: use zero 0 or 1 with pp > 1"};
+    return LayoutProblem{"parallel.zero",
+                         "ZeRO-2/3 shard gradients across micro-batches, which pipeline "
+                         "parallelism keeps in flight: use zero 0 or 1 with pp > 1"};
   if (l.sequence_parallel && l.tp == 1)
-    return LayoutProblem{"parallel.sequence_parallel", "needs parallel.tp > 1 (it shards along tensor-parallel ranks)"};
-  if (l.sequence_parallel && (int64_t(s.micro_batch) * m.seq_len) % l.tp != 0)
     return LayoutProblem{"parallel.sequence_parallel",
-                         "micro_batch x seq_len = " + std::to_string(int64_t(s.micro_batch) * m.seq_len) +
-                             " tokens do not split evenly over " + tp};
+                         "needs parallel.tp > 1 (it shards along tensor-parallel ranks)"};
+  if (l.sequence_parallel && (int64_t(s.micro_batch) * m.seq_len) % l.tp != 0)
+    return LayoutProblem{
+        "parallel.sequence_parallel",
+        "micro_batch x seq_len = " + std::to_string(int64_t(s.micro_batch) * m.seq_len) +
+            " tokens do not split evenly over " + tp};
   if (s.global_batch % (s.micro_batch * l.dp) != 0)
-    return LayoutProblem{"train.global_batch", std::to_string(s.global_batch) +
-                                                   " is not a multiple of train.micro_batch x dp = " +
-                                                   std::to_string(s.micro_batch * l.dp)};
+    return LayoutProblem{"train.global_batch",
+                         std::to_string(s.global_batch) +
+                             " is not a multiple of train.micro_batch x dp = " +
+                             std::to_string(s.micro_batch * l.dp)};
   try {
     virtual_stage_layers(m.layers, l.pp, l.virtual_stages, l.pp_layers);
   } catch (const UserError& e) {
@@ -61,9 +70,11 @@ std::optional<LayoutProblem> layout_problem(const TrainingShape& s, const Traini
     if (l.pp > 1 || l.schedule == PipelineSchedule::interleaved)
       check_pipeline_shape(l.schedule, {l.pp, micro_batches_per_step(s, l), l.virtual_stages});
     else if (l.virtual_stages != 1)
-      return LayoutProblem{"parallel.virtual_stages", "needs parallel.pp_schedule=interleaved and pp >= 2"};
+      return LayoutProblem{"parallel.virtual_stages",
+                           "needs parallel.pp_schedule=interleaved and pp >= 2"};
   } catch (const UserError& e) {
-    return LayoutProblem{l.virtual_stages != 1 ? "parallel.virtual_stages" : "parallel.pp_schedule", e.what()};
+    return LayoutProblem{l.virtual_stages != 1 ? "parallel.virtual_stages" : "parallel.pp_schedule",
+                         e.what()};
   }
   return std::nullopt;
 }

@@ -34,7 +34,7 @@ struct TrainingShape {
   int global_batch = 1;  // sequences per optimizer step
   std::string compute = "fp32";
   Offload offload_optimizer = Offload::none;
-  Offload offload_params = Offload::none;  // ZeRO-3 parameter shards
+  Offload offload_params = Offload::none;   // ZeRO-3 parameter shards
   int64_t offload_buffer_bytes = 64 << 20;  // nvme staging memory
 };
 

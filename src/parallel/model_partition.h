@@ -10,11 +10,14 @@
 namespace llmrun {
 
 struct PipelinePartition {
-  int stages = 1, chunks = 1;      // pp, virtual stages per rank
-  std::vector<int> first_block;    // per virtual stage v (= chunk * stages + stage), size stages*chunks + 1
+  int stages = 1, chunks = 1;  // pp, virtual stages per rank
+  std::vector<int>
+      first_block;  // per virtual stage v (= chunk * stages + stage), size stages*chunks + 1
   int virtual_stage(int stage, int chunk) const { return chunk * stages + stage; }
   int begin(int stage, int chunk) const { return first_block[size_t(virtual_stage(stage, chunk))]; }
-  int end(int stage, int chunk) const { return first_block[size_t(virtual_stage(stage, chunk)) + 1]; }
+  int end(int stage, int chunk) const {
+    return first_block[size_t(virtual_stage(stage, chunk)) + 1];
+  }
 };
 
 PipelinePartition pipeline_partition(const ParallelSection& p, int layers);

@@ -19,7 +19,9 @@ PipelineRunner::PipelineRunner(Transformer& model, Communicator& pp, PipelineSch
   rows_ = int64_t(batch) * seq / (s.sequence_parallel ? s.tp : 1);
 }
 
-Tensor PipelineRunner::tensor(int buffer) { return storage_[size_t(buffer)].as(DType::f32, {rows_, d_}); }
+Tensor PipelineRunner::tensor(int buffer) {
+  return storage_[size_t(buffer)].as(DType::f32, {rows_, d_});
+}
 
 void PipelineRunner::recycle_finished_sends(bool wait_all) {
   for (size_t i = 0; i < sends_.size();) {
@@ -46,7 +48,8 @@ int PipelineRunner::take_buffer() {
 }
 
 int PipelineRunner::tag(int micro, int sender_virtual_stage, bool backward) const {
-  return (micro * shape_.stages * shape_.virtual_stages + sender_virtual_stage) * 2 + (backward ? 1 : 0);
+  return (micro * shape_.stages * shape_.virtual_stages + sender_virtual_stage) * 2 +
+         (backward ? 1 : 0);
 }
 
 void PipelineRunner::receive(Tensor dst, int peer, int t) {
@@ -55,8 +58,8 @@ void PipelineRunner::receive(Tensor dst, int peer, int t) {
   idle_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double PipelineRunner::run(const std::vector<const int32_t*>& inputs, const std::vector<const int32_t*>& targets,
-                           float grad_scale) {
+double PipelineRunner::run(const std::vector<const int32_t*>& inputs,
+                           const std::vector<const int32_t*>& targets, float grad_scale) {
   const int stage = pp_.rank(), last_vs = shape_.stages * shape_.virtual_stages - 1;
   std::map<Unit, int> slots, activations_in, grads_in, grads_out;
   std::map<Unit, std::unique_ptr<CommRequest>> forward_sends;
@@ -67,10 +70,12 @@ double PipelineRunner::run(const std::vector<const int32_t*>& inputs, const std:
     switch (op.kind) {
       case PipeOpKind::recv_forward:
         activations_in[u] = take_buffer();
-        receive(tensor(activations_in[u]), pipe_peer_stage(shape_, stage, op), tag(op.micro, vs - 1, false));
+        receive(tensor(activations_in[u]), pipe_peer_stage(shape_, stage, op),
+                tag(op.micro, vs - 1, false));
         break;
       case PipeOpKind::forward: {
-        const int slot = model_.acquire_slot(part_.begin(stage, op.chunk), part_.end(stage, op.chunk), batch_, seq_);
+        const int slot = model_.acquire_slot(part_.begin(stage, op.chunk),
+                                             part_.end(stage, op.chunk), batch_, seq_);
         slots[u] = slot;
         if (vs == 0) {
           model_.forward_chunk(slot, inputs[size_t(op.micro)], nullptr);
@@ -83,17 +88,18 @@ double PipelineRunner::run(const std::vector<const int32_t*>& inputs, const std:
         break;
       }
       case PipeOpKind::send_forward:
-        forward_sends[u] = pp_.isend(model_.chunk_output(slots.at(u)), pipe_peer_stage(shape_, stage, op),
-                                     tag(op.micro, vs, false));
+        forward_sends[u] = pp_.isend(model_.chunk_output(slots.at(u)),
+                                     pipe_peer_stage(shape_, stage, op), tag(op.micro, vs, false));
         break;
       case PipeOpKind::recv_backward:
         grads_in[u] = take_buffer();
-        receive(tensor(grads_in[u]), pipe_peer_stage(shape_, stage, op), tag(op.micro, vs + 1, true));
+        receive(tensor(grads_in[u]), pipe_peer_stage(shape_, stage, op),
+                tag(op.micro, vs + 1, true));
         break;
       case PipeOpKind::backward: {
         const Tensor d_out = vs == last_vs ? Tensor() : tensor(grads_in.at(u));
-        loss += model_.backward_chunk(slots.at(u), targets[size_t(op.micro)], vs == last_vs ? nullptr : &d_out,
-                                      grad_scale);
+        loss += model_.backward_chunk(slots.at(u), targets[size_t(op.micro)],
+                                      vs == last_vs ? nullptr : &d_out, grad_scale);
         if (vs != last_vs) {
           free_.push_back(grads_in.at(u));
           grads_in.erase(u);
@@ -111,8 +117,9 @@ double PipelineRunner::run(const std::vector<const int32_t*>& inputs, const std:
         break;
       }
       case PipeOpKind::send_backward:
-        sends_.push_back({grads_out.at(u), pp_.isend(tensor(grads_out.at(u)), pipe_peer_stage(shape_, stage, op),
-                                                     tag(op.micro, vs, true))});
+        sends_.push_back(
+            {grads_out.at(u), pp_.isend(tensor(grads_out.at(u)), pipe_peer_stage(shape_, stage, op),
+                                        tag(op.micro, vs, true))});
         grads_out.erase(u);
         break;
     }

@@ -12,15 +12,15 @@
 
 #include "comm/communicator.h"
 #include "model/transformer.h"
-#include "parallel/schedule.h"
 #include "parallel/model_partition.h"
+#include "parallel/schedule.h"
 
 namespace llmrun {
 
 class PipelineRunner {
  public:
-  PipelineRunner(Transformer& model, Communicator& pp, PipelineSchedule schedule, const PipelinePartition& part,
-                 int micro_batches, int batch, int seq);
+  PipelineRunner(Transformer& model, Communicator& pp, PipelineSchedule schedule,
+                 const PipelinePartition& part, int micro_batches, int batch, int seq);
 
   // One step: micro-batch m's tokens are inputs[m] and targets[m] ([batch, seq] each; only
   // the stages holding the embedding / the head read them). Returns the loss summed over the
@@ -35,7 +35,7 @@ class PipelineRunner {
 
  private:
   using Unit = std::pair<int, int>;  // (micro-batch, chunk)
-  struct PendingSend {  // a gradient on its way to the previous stage
+  struct PendingSend {               // a gradient on its way to the previous stage
     int buffer;
     std::unique_ptr<CommRequest> req;
   };

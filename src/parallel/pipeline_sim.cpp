@@ -32,15 +32,19 @@ bool is_backward_message(PipeOpKind k) {
 
 }  // namespace
 
-PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape, const std::vector<std::vector<PipeOp>>& ops,
+PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape,
+                                         const std::vector<std::vector<PipeOp>>& ops,
                                          double t_forward, double t_backward, double t_p2p) {
-  return simulate_pipeline_ops(shape, ops, StageTimes::uniform(shape.stages, t_forward, t_backward), t_p2p);
+  return simulate_pipeline_ops(shape, ops, StageTimes::uniform(shape.stages, t_forward, t_backward),
+                               t_p2p);
 }
 
-PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape, const std::vector<std::vector<PipeOp>>& ops,
+PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape,
+                                         const std::vector<std::vector<PipeOp>>& ops,
                                          const StageTimes& times, double t_p2p) {
   const int P = shape.stages;
-  if (static_cast<int>(ops.size()) != P) throw std::logic_error("simulate_pipeline: one op list per stage needed");
+  if (static_cast<int>(ops.size()) != P)
+    throw std::logic_error("simulate_pipeline: one op list per stage needed");
   if (static_cast<int>(times.forward.size()) != P || static_cast<int>(times.backward.size()) != P)
     throw std::logic_error("simulate_pipeline: one forward and one backward time per stage needed");
   const double V = shape.virtual_stages;
@@ -79,8 +83,8 @@ PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape, const std::
           const int expected_sender = back ? v + 1 : v - 1;
           if (m.sender_virtual != expected_sender || m.micro != op.micro)
             throw std::logic_error("pipeline schedule: " + describe(shape, p, op) +
-                                   " received micro " + std::to_string(m.micro) + " from virtual stage " +
-                                   std::to_string(m.sender_virtual));
+                                   " received micro " + std::to_string(m.micro) +
+                                   " from virtual stage " + std::to_string(m.sender_virtual));
           q.pop_front();
           sim.waiting[size_t(p)] += std::max(0.0, m.arrival - clock[p]);
           clock[p] = std::max(clock[p], m.arrival);
@@ -102,15 +106,16 @@ PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape, const std::
     if (!moved) {
       std::string blocked;
       for (int p = 0; p < P; ++p)
-        if (next[p] < ops[p].size()) blocked += (blocked.empty() ? "" : "; ") + describe(shape, p, ops[p][next[p]]);
+        if (next[p] < ops[p].size())
+          blocked += (blocked.empty() ? "" : "; ") + describe(shape, p, ops[p][next[p]]);
       throw std::logic_error("pipeline schedule deadlocks: " + blocked);
     }
   }
   for (const auto& [key, q] : channels)
     if (!q.empty())
-      throw std::logic_error("pipeline schedule: stage " + std::to_string(std::get<0>(key)) + " sent micro " +
-                             std::to_string(q.front().micro) + " that stage " + std::to_string(std::get<1>(key)) +
-                             " never receives");
+      throw std::logic_error("pipeline schedule: stage " + std::to_string(std::get<0>(key)) +
+                             " sent micro " + std::to_string(q.front().micro) + " that stage " +
+                             std::to_string(std::get<1>(key)) + " never receives");
 
   double busy = 0;
   for (int p = 0; p < P; ++p) {
@@ -121,13 +126,14 @@ PipelineSimulation simulate_pipeline_ops(const PipelineShape& shape, const std::
   return sim;
 }
 
-PipelineSimulation simulate_pipeline(PipelineSchedule s, const PipelineShape& shape, double t_forward,
-                                     double t_backward, double t_p2p) {
-  return simulate_pipeline(s, shape, StageTimes::uniform(shape.stages, t_forward, t_backward), t_p2p);
+PipelineSimulation simulate_pipeline(PipelineSchedule s, const PipelineShape& shape,
+                                     double t_forward, double t_backward, double t_p2p) {
+  return simulate_pipeline(s, shape, StageTimes::uniform(shape.stages, t_forward, t_backward),
+                           t_p2p);
 }
 
-PipelineSimulation simulate_pipeline(PipelineSchedule s, const PipelineShape& shape, const StageTimes& times,
-                                     double t_p2p) {
+PipelineSimulation simulate_pipeline(PipelineSchedule s, const PipelineShape& shape,
+                                     const StageTimes& times, double t_p2p) {
   std::vector<std::vector<PipeOp>> ops;
   for (int p = 0; p < shape.stages; ++p) ops.push_back(pipeline_ops(s, shape, p));
   return simulate_pipeline_ops(shape, ops, times, t_p2p);

@@ -31,7 +31,8 @@ char cell_char(const PipeOp& op) {
 
 }  // namespace
 
-std::string render_pipeline_timeline(const PipelineSimulation& sim, PipelineSchedule s, int max_width) {
+std::string render_pipeline_timeline(const PipelineSimulation& sim, PipelineSchedule s,
+                                     int max_width) {
   const PipelineShape& shape = sim.shape;
   const bool chunks = shape.virtual_stages > 1;
   double unit = 0;
@@ -40,15 +41,18 @@ std::string render_pipeline_timeline(const PipelineSimulation& sim, PipelineSche
       const double d = iv.end - iv.start;
       if (d > 0 && (unit == 0 || d < unit)) unit = d;
     }
-  std::string out = std::string("pipeline schedule ") + schedule_name(s) + ": " + std::to_string(shape.stages) +
-                    " stages, " + std::to_string(shape.micro_batches) + " micro-batches, " +
+  std::string out = std::string("pipeline schedule ") + schedule_name(s) + ": " +
+                    std::to_string(shape.stages) + " stages, " +
+                    std::to_string(shape.micro_batches) + " micro-batches, " +
                     std::to_string(shape.virtual_stages) + " chunk(s) per stage\n";
   if (unit == 0) return out + "(nothing runs)\n";
   const int columns = static_cast<int>(std::lround(sim.makespan / unit));
 
   const std::string row_prefix_example = "stage " + std::to_string(shape.stages - 1) + " | ";
-  const int label_width = static_cast<int>(std::to_string(shape.micro_batches - 1).size()) + 1 + (chunks ? 1 : 0);
-  const bool labelled = static_cast<int>(row_prefix_example.size()) + columns * (label_width + 1) <= max_width;
+  const int label_width =
+      static_cast<int>(std::to_string(shape.micro_batches - 1).size()) + 1 + (chunks ? 1 : 0);
+  const bool labelled =
+      static_cast<int>(row_prefix_example.size()) + columns * (label_width + 1) <= max_width;
 
   for (int p = 0; p < shape.stages; ++p) {
     std::vector<const PipeOp*> cells(columns, nullptr);
@@ -86,7 +90,8 @@ std::string render_pipeline_timeline(const PipelineSimulation& sim, PipelineSche
   }
   out += "; . = idle\n";
   const double analytic = bubble_fraction(s, shape);
-  out += "bubble (idle share of the step): " + percent(sim.bubble_fraction) + " simulated, " + percent(analytic) +
+  out += "bubble (idle share of the step): " + percent(sim.bubble_fraction) + " simulated, " +
+         percent(analytic) +
          (s == PipelineSchedule::interleaved ? " from (P-1)/(V*M+P-1)\n" : " from (P-1)/(M+P-1)\n");
   return out;
 }

@@ -14,6 +14,7 @@
 
 namespace llmrun {
 
-std::string render_pipeline_timeline(const PipelineSimulation& sim, PipelineSchedule s, int max_width = 160);
+std::string render_pipeline_timeline(const PipelineSimulation& sim, PipelineSchedule s,
+                                     int max_width = 160);
 
 }  // namespace llmrun

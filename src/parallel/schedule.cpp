@@ -15,42 +15,57 @@ PipelineSchedule parse_pipeline_schedule(const std::string& name) {
 
 const char* schedule_name(PipelineSchedule s) {
   switch (s) {
-    case PipelineSchedule::gpipe: return "gpipe";
-    case PipelineSchedule::one_f_one_b: return "1f1b";
-    case PipelineSchedule::interleaved: return "interleaved";
+    case PipelineSchedule::gpipe:
+      return "gpipe";
+    case PipelineSchedule::one_f_one_b:
+      return "1f1b";
+    case PipelineSchedule::interleaved:
+      return "interleaved";
   }
   return "?";
 }
 
 const char* pipe_op_kind_name(PipeOpKind k) {
   switch (k) {
-    case PipeOpKind::recv_forward: return "recv_forward";
-    case PipeOpKind::forward: return "forward";
-    case PipeOpKind::send_forward: return "send_forward";
-    case PipeOpKind::recv_backward: return "recv_backward";
-    case PipeOpKind::backward: return "backward";
-    case PipeOpKind::send_backward: return "send_backward";
+    case PipeOpKind::recv_forward:
+      return "recv_forward";
+    case PipeOpKind::forward:
+      return "forward";
+    case PipeOpKind::send_forward:
+      return "send_forward";
+    case PipeOpKind::recv_backward:
+      return "recv_backward";
+    case PipeOpKind::backward:
+      return "backward";
+    case PipeOpKind::send_backward:
+      return "send_backward";
   }
   return "?";
 }
 
 void check_pipeline_shape(PipelineSchedule s, const PipelineShape& shape) {
   const std::string where = std::string("pipeline schedule ") + schedule_name(s) + ": ";
-  if (shape.stages < 1) throw UserError(where + "parallel.pp must be >= 1, got " + std::to_string(shape.stages));
+  if (shape.stages < 1)
+    throw UserError(where + "parallel.pp must be >= 1, got " + std::to_string(shape.stages));
   if (shape.micro_batches < 1)
-    throw UserError(where + "needs at least one micro-batch per step, got " + std::to_string(shape.micro_batches));
+    throw UserError(where + "needs at least one micro-batch per step, got " +
+                    std::to_string(shape.micro_batches));
   if (shape.virtual_stages < 1)
-    throw UserError(where + "parallel.virtual_stages must be >= 1, got " + std::to_string(shape.virtual_stages));
+    throw UserError(where + "parallel.virtual_stages must be >= 1, got " +
+                    std::to_string(shape.virtual_stages));
   if (s != PipelineSchedule::interleaved) {
     if (shape.virtual_stages != 1)
       throw UserError(where + "parallel.virtual_stages=" + std::to_string(shape.virtual_stages) +
-                      " needs the interleaved schedule (set parallel.schedule=interleaved or virtual_stages=1)");
+                      " needs the interleaved schedule (set parallel.schedule=interleaved or "
+                      "virtual_stages=1)");
     return;
   }
   if (shape.stages < 2)
-    throw UserError(where + "needs parallel.pp >= 2 (with one stage there is nothing to interleave; use 1f1b)");
+    throw UserError(
+        where + "needs parallel.pp >= 2 (with one stage there is nothing to interleave; use 1f1b)");
   if (shape.virtual_stages < 2)
-    throw UserError(where + "needs parallel.virtual_stages >= 2, got " + std::to_string(shape.virtual_stages));
+    throw UserError(where + "needs parallel.virtual_stages >= 2, got " +
+                    std::to_string(shape.virtual_stages));
   if (shape.micro_batches % shape.stages != 0)
     throw UserError(where + "the micro-batches per step (" + std::to_string(shape.micro_batches) +
                     ") must be a multiple of parallel.pp (" + std::to_string(shape.stages) +
@@ -83,8 +98,10 @@ struct OpListBuilder {
 int warmup_units(PipelineSchedule s, const PipelineShape& shape, int stage) {
   const int P = shape.stages, M = shape.micro_batches, V = shape.virtual_stages;
   switch (s) {
-    case PipelineSchedule::gpipe: return M;
-    case PipelineSchedule::one_f_one_b: return std::min(P - stage - 1, M);
+    case PipelineSchedule::gpipe:
+      return M;
+    case PipelineSchedule::one_f_one_b:
+      return std::min(P - stage - 1, M);
     case PipelineSchedule::interleaved:
       if (M == P) return M * V;
       return std::min((P - stage - 1) * 2 + (V - 1) * P, M * V);
@@ -142,11 +159,16 @@ int pipe_peer_stage(const PipelineShape& shape, int stage, const PipeOp& op) {
   int peer = -1;
   switch (op.kind) {
     case PipeOpKind::send_forward:
-    case PipeOpKind::recv_backward: peer = v + 1; break;
+    case PipeOpKind::recv_backward:
+      peer = v + 1;
+      break;
     case PipeOpKind::recv_forward:
-    case PipeOpKind::send_backward: peer = v - 1; break;
+    case PipeOpKind::send_backward:
+      peer = v - 1;
+      break;
     case PipeOpKind::forward:
-    case PipeOpKind::backward: LLMRUN_CHECK(false, "pipe_peer_stage asked about a compute op");
+    case PipeOpKind::backward:
+      LLMRUN_CHECK(false, "pipe_peer_stage asked about a compute op");
   }
   LLMRUN_CHECK(peer >= 0 && peer < total, "pipeline op has no peer at this virtual stage");
   return peer % shape.stages;
@@ -159,7 +181,8 @@ double bubble_fraction(PipelineSchedule s, const PipelineShape& shape) {
 }
 
 int max_in_flight(PipelineSchedule s, const PipelineShape& shape, int stage) {
-  const int units = shape.micro_batches * (s == PipelineSchedule::interleaved ? shape.virtual_stages : 1);
+  const int units =
+      shape.micro_batches * (s == PipelineSchedule::interleaved ? shape.virtual_stages : 1);
   const int warmup = warmup_units(s, shape, stage);
   return warmup >= units ? units : warmup + 1;
 }

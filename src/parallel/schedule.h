@@ -15,7 +15,14 @@ enum class PipelineSchedule { gpipe, one_f_one_b, interleaved };
 PipelineSchedule parse_pipeline_schedule(const std::string& name);
 const char* schedule_name(PipelineSchedule s);
 
-enum class PipeOpKind { recv_forward, forward, send_forward, recv_backward, backward, send_backward };
+enum class PipeOpKind {
+  recv_forward,
+  forward,
+  send_forward,
+  recv_backward,
+  backward,
+  send_backward
+};
 const char* pipe_op_kind_name(PipeOpKind k);
 
 // One instruction of a stage's list. `micro` is the micro-batch (0..M-1), `chunk` the model

@@ -10,9 +10,11 @@ namespace llmrun {
 // Block count of every virtual stage (size stages * virtual_stages). Throws UserError when
 // pp_layers has the wrong length, a count below 1 or the wrong sum, or when there are fewer
 // layers than virtual stages.
-std::vector<int> virtual_stage_layers(int layers, int stages, int virtual_stages, const std::vector<int>& pp_layers = {});
+std::vector<int> virtual_stage_layers(int layers, int stages, int virtual_stages,
+                                      const std::vector<int>& pp_layers = {});
 
 // Global block indices of chunk `chunk` of `stage`, in order.
-std::vector<int> chunk_blocks(const std::vector<int>& per_virtual_stage, int stages, int stage, int chunk);
+std::vector<int> chunk_blocks(const std::vector<int>& per_virtual_stage, int stages, int stage,
+                              int chunk);
 
 }  // namespace llmrun

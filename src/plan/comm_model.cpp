@@ -39,13 +39,16 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
     c.stage = st.stage;
     auto add = [&](const std::string& group, const std::string& what, double payload, double factor,
                    bool outside_pipeline = false) {
-      if (payload > 0 && factor > 0) c.items.push_back({group, what, payload, payload * factor, outside_pipeline});
+      if (payload > 0 && factor > 0)
+        c.items.push_back({group, what, payload, payload * factor, outside_pipeline});
     };
     // Data parallel: ZeRO decides what moves and how often.
     const double g = 4.0 * double(st.param_elements), w = param_bytes * double(st.param_elements);
     if (l.dp > 1) {
       switch (l.zero) {
-        case 0: add("dp", "all-reduce gradients (once per step)", g, 2 * D, true); break;
+        case 0:
+          add("dp", "all-reduce gradients (once per step)", g, 2 * D, true);
+          break;
         case 1:
           add("dp", "reduce-scatter gradients (once per step)", g, D, true);
           add("dp", "all-gather updated parameters (once per step)", w, D, true);
@@ -55,7 +58,8 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
           add("dp", "all-gather updated parameters (once per step)", w, D, true);
           break;
         default:
-          add("dp", "all-gather parameters (forward and backward of every micro-batch)", 2 * w * M, D, true);
+          add("dp", "all-gather parameters (forward and backward of every micro-batch)", 2 * w * M,
+              D, true);
           add("dp", "reduce-scatter gradients (every micro-batch)", g * M, D, true);
       }
     }
@@ -66,12 +70,16 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
     if (l.tp > 1) {
       const double blocks = double(st.blocks.size());
       const std::string kind = l.sequence_parallel ? "reduce-scatter + all-gather" : "all-reduce";
-      add("tp", kind + " of [tokens, d], 2 per block forward and 2 backward", 4 * blocks * act * M, 2 * T);
+      add("tp", kind + " of [tokens, d], 2 per block forward and 2 backward", 4 * blocks * act * M,
+          2 * T);
       if (st.embedding) add("tp", kind + " of the vocab-parallel embedding output", act * M, 2 * T);
       if (st.head) {
-        if (l.sequence_parallel) add("tp", "all-gather of the head input and reduce-scatter of its gradient", 2 * act * M, T);
+        if (l.sequence_parallel)
+          add("tp", "all-gather of the head input and reduce-scatter of its gradient", 2 * act * M,
+              T);
         // Vocab-parallel cross-entropy: max, sum of exponentials and target logit per token.
-        add("tp", "all-reduce of the cross-entropy's max, sum and target logit", 3 * 4.0 * n * M, 2 * T);
+        add("tp", "all-reduce of the cross-entropy's max, sum and target logit", 3 * 4.0 * n * M,
+            2 * T);
       }
     }
     // Pipeline: [tokens, d] (a sequence-parallel shard of it) per send in the op list.
@@ -81,11 +89,13 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
       for (const PipeOp& op : pipeline_ops(l.schedule, pipe, st.stage))
         sends += op.kind == PipeOpKind::send_forward || op.kind == PipeOpKind::send_backward;
       const double msg = l.sequence_parallel ? act / l.tp : act;
-      add("pp", "send activations and gradients (" + std::to_string(sends) + " messages)", msg * sends, 1.0);
+      add("pp", "send activations and gradients (" + std::to_string(sends) + " messages)",
+          msg * sends, 1.0);
       // The two copies of a tied token table sum their gradients once per step.
       if (m.tie_embeddings && (st.embedding || st.head)) {
         const double table = 4.0 * double(vocab_rows(m.vocab, l.tp, 0)) * m.d_model;
-        add("pp", "all-reduce of the tied token table's gradient (first and last stage)", table, 1.0, true);
+        add("pp", "all-reduce of the tied token table's gradient (first and last stage)", table,
+            1.0, true);
       }
     }
     out.push_back(std::move(c));

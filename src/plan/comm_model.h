@@ -10,11 +10,12 @@
 namespace llmrun {
 
 struct CommItem {
-  std::string group;  // "dp", "tp", "pp"
-  std::string what;   // e.g. "all-reduce gradients (once per step)"
+  std::string group;   // "dp", "tp", "pp"
+  std::string what;    // e.g. "all-reduce gradients (once per step)"
   double payload = 0;  // bytes of the collective's buffers over the step
   double sent = 0;     // bytes this rank sends over the step
-  bool outside_pipeline = false;  // data-parallel (and tied-table) traffic: added to the step time, not simulated
+  bool outside_pipeline =
+      false;  // data-parallel (and tied-table) traffic: added to the step time, not simulated
 };
 
 struct StageComm {

@@ -20,17 +20,18 @@ std::string params_line(const Recipe& r, const StageMemory& s) {
   } else if (r.memory.offload_params == Offload::cpu) {
     o << "    params: 0  # " << describe_bytes(s.params_offloaded) << " of shards in host memory\n";
   } else {
-    const double staging =
-        double(r.memory.offload_buffer_mb << 20) / (r.memory.offload_optimizer == Offload::nvme ? 2 : 1);
+    const double staging = double(r.memory.offload_buffer_mb << 20) /
+                           (r.memory.offload_optimizer == Offload::nvme ? 2 : 1);
     const double held = std::min(staging, s.params_offloaded);
-    o << "    params: " << describe_number(held) << "  # " << describe_bytes(held) << " of staging; "
-      << describe_bytes(s.params_offloaded) << " in files under nvme_path\n";
+    o << "    params: " << describe_number(held) << "  # " << describe_bytes(held)
+      << " of staging; " << describe_bytes(s.params_offloaded) << " in files under nvme_path\n";
   }
   return o.str();
 }
 
 std::string bytes_line(const char* name, double bytes) {
-  return std::string("    ") + name + ": " + describe_number(bytes) + "  # " + describe_bytes(bytes) + "\n";
+  return std::string("    ") + name + ": " + describe_number(bytes) + "  # " +
+         describe_bytes(bytes) + "\n";
 }
 
 }  // namespace
@@ -38,7 +39,8 @@ std::string bytes_line(const char* name, double bytes) {
 void check_recipe_memory_budget(const Recipe& r) {
   if (r.memory.budget_bytes <= 0) return;
   const TrainingLayout l = training_layout(r);
-  const std::string problem = memory_budget_problem(plan_memory(training_shape(r), l), l, r.memory.budget_bytes);
+  const std::string problem =
+      memory_budget_problem(plan_memory(training_shape(r), l), l, r.memory.budget_bytes);
   if (!problem.empty()) throw UserError(r.source + ": " + problem);
 }
 
@@ -47,10 +49,11 @@ std::string describe_memory_per_rank(const Recipe& r) {
   const std::vector<StageMemory> stages = plan_memory(training_shape(r), training_layout(r));
   const StageMemory& top = peak_stage(stages);
   std::ostringstream o;
-  o << "  memory_per_rank:  # ZeRO-" << r.parallel.zero << " over dp=" << r.parallel.dp << ", pipeline stage "
-    << top.stage << " (the largest; llmrun plan shows every stage)\n"
-    << params_line(r, top) << bytes_line("grads", top.grads) << bytes_line("optimizer", top.optimizer)
-    << bytes_line("activations", top.activations) << bytes_line("peak", top.peak);
+  o << "  memory_per_rank:  # ZeRO-" << r.parallel.zero << " over dp=" << r.parallel.dp
+    << ", pipeline stage " << top.stage << " (the largest; llmrun plan shows every stage)\n"
+    << params_line(r, top) << bytes_line("grads", top.grads)
+    << bytes_line("optimizer", top.optimizer) << bytes_line("activations", top.activations)
+    << bytes_line("peak", top.peak);
   return o.str();
 }
 

@@ -16,8 +16,12 @@ std::vector<TrainingLayout> candidates(int nproc) {
     if (nproc % tp) continue;
     for (int pp = 1; pp <= nproc / tp; ++pp) {
       if ((nproc / tp) % pp) continue;
-      std::vector<std::pair<PipelineSchedule, int>> schedules = {{PipelineSchedule::one_f_one_b, 1}};
-      if (pp > 1) schedules = {{PipelineSchedule::gpipe, 1}, {PipelineSchedule::one_f_one_b, 1}, {PipelineSchedule::interleaved, 2}};
+      std::vector<std::pair<PipelineSchedule, int>> schedules = {
+          {PipelineSchedule::one_f_one_b, 1}};
+      if (pp > 1)
+        schedules = {{PipelineSchedule::gpipe, 1},
+                     {PipelineSchedule::one_f_one_b, 1},
+                     {PipelineSchedule::interleaved, 2}};
       for (const auto& [schedule, V] : schedules)
         for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
           for (int zero = 0; zero <= 3; ++zero)
@@ -40,7 +44,8 @@ std::vector<TrainingLayout> candidates(int nproc) {
 
 }  // namespace
 
-LayoutSearch search_layouts(const TrainingShape& s, int nproc, int64_t budget_bytes, const PerfAssumptions& a) {
+LayoutSearch search_layouts(const TrainingShape& s, int nproc, int64_t budget_bytes,
+                            const PerfAssumptions& a) {
   LayoutSearch result;
   std::map<std::string, size_t> group;
   auto exclude = [&](const std::string& reason, const TrainingLayout& l) {
@@ -55,21 +60,26 @@ LayoutSearch search_layouts(const TrainingShape& s, int nproc, int64_t budget_by
       continue;
     }
     if (l.zero > 0 && l.dp == 1) {
-      exclude("parallel.zero: ZeRO shards over data-parallel ranks; with dp=1 every stage is ZeRO-0", l);
+      exclude(
+          "parallel.zero: ZeRO shards over data-parallel ranks; with dp=1 every stage is ZeRO-0",
+          l);
       continue;
     }
     const std::vector<StageMemory> mem = plan_memory(s, l);
     const double peak = peak_stage(mem).peak;
     if (budget_bytes > 0 && peak > double(budget_bytes)) {
-      exclude("predicted peak memory per rank above the budget of " + format_bytes(double(budget_bytes)), l);
+      exclude("predicted peak memory per rank above the budget of " +
+                  format_bytes(double(budget_bytes)),
+              l);
       continue;
     }
     result.ranked.push_back({l, predict_step(s, l, a), peak});
   }
-  std::stable_sort(result.ranked.begin(), result.ranked.end(), [](const RankedLayout& x, const RankedLayout& y) {
-    if (x.step.step_s != y.step.step_s) return x.step.step_s < y.step.step_s;
-    return x.peak_bytes < y.peak_bytes;
-  });
+  std::stable_sort(result.ranked.begin(), result.ranked.end(),
+                   [](const RankedLayout& x, const RankedLayout& y) {
+                     if (x.step.step_s != y.step.step_s) return x.step.step_s < y.step.step_s;
+                     return x.peak_bytes < y.peak_bytes;
+                   });
   return result;
 }
 

@@ -24,10 +24,11 @@ struct ExcludedLayouts {
 
 struct LayoutSearch {
   int considered = 0;
-  std::vector<RankedLayout> ranked;      // fastest first (ties: less memory first)
+  std::vector<RankedLayout> ranked;       // fastest first (ties: less memory first)
   std::vector<ExcludedLayouts> excluded;  // grouped by reason, in order of first appearance
 };
 
-LayoutSearch search_layouts(const TrainingShape& s, int nproc, int64_t budget_bytes, const PerfAssumptions& a);
+LayoutSearch search_layouts(const TrainingShape& s, int nproc, int64_t budget_bytes,
+                            const PerfAssumptions& a);
 
 }  // namespace llmrun

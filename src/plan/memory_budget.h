@@ -23,7 +23,8 @@ std::string memory_budget_problem(const std::vector<StageMemory>& stages, const 
 // Empty when `ranks` ranks of the planned peak (plus what they offload to host memory when
 // the offload targets are host memory) fit `physical_bytes`; else the refusal message with
 // the numbers. `physical_source` says where the limit came from.
-std::string physical_memory_problem(const std::vector<StageMemory>& stages, int ranks, bool offload_to_host,
-                                    double physical_bytes, const std::string& physical_source);
+std::string physical_memory_problem(const std::vector<StageMemory>& stages, int ranks,
+                                    bool offload_to_host, double physical_bytes,
+                                    const std::string& physical_source);
 
 }  // namespace llmrun

@@ -7,7 +7,9 @@
 
 namespace llmrun {
 
-int64_t vocab_rows(int64_t vocab, int tp, int rank) { return vocab / tp + (rank < vocab % tp ? 1 : 0); }
+int64_t vocab_rows(int64_t vocab, int tp, int rank) {
+  return vocab / tp + (rank < vocab % tp ? 1 : 0);
+}
 
 namespace {
 
@@ -41,8 +43,10 @@ RankDims rank_dims(const TrainingShape& s, const TrainingLayout& l) {
 
 int64_t block_params(const RankDims& x) {
   const int64_t d = x.d;
-  if (x.gpt2)  // ln_1, c_attn (+bias), c_proj (+replicated bias), ln_2, c_fc (+bias), c_proj (+replicated bias)
-    return 2 * d + x.qkv_cols * d + x.qkv_cols + d * x.attn_cols + d + 2 * d + x.f * d + x.f + d * x.f + d;
+  if (x.gpt2)  // ln_1, c_attn (+bias), c_proj (+replicated bias), ln_2, c_fc (+bias), c_proj
+               // (+replicated bias)
+    return 2 * d + x.qkv_cols * d + x.qkv_cols + d * x.attn_cols + d + 2 * d + x.f * d + x.f +
+           d * x.f + d;
   return 2 * d + x.qkv_cols * d + (x.qkv_bias ? x.qkv_cols : 0) + d * x.attn_cols + 2 * x.f * d +
          d * x.f;  // norms, qkv (+bias), o, gate|up, down
 }
@@ -52,9 +56,10 @@ double block_saved(const RankDims& x, Recompute r) {
   const double input = double(x.n_seq) * x.d;
   if (r == Recompute::full) return input;  // everything else is rebuilt from the block's input
   // norm outputs with their mean and rstd, qkv after RoPE, mid residual, up/gate and activation.
-  double f = input + 2 * (double(x.n_seq) * x.d + 2.0 * x.n_seq) + double(x.n) * x.qkv_cols + double(x.n_seq) * x.d +
-             double(x.n) * x.up_cols + double(x.n) * x.f;
-  if (r == Recompute::none) f += double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq;  // attention out, LSE
+  double f = input + 2 * (double(x.n_seq) * x.d + 2.0 * x.n_seq) + double(x.n) * x.qkv_cols +
+             double(x.n_seq) * x.d + double(x.n) * x.up_cols + double(x.n) * x.f;
+  if (r == Recompute::none)
+    f += double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq;  // attention out, LSE
   return f;
 }
 
@@ -76,7 +81,8 @@ void plan_persistent(const StagePlan& sp, StageMemory& st) {
   const RankDims& x = sp.x;
   const ModelConfig& m = s.model;
   const double param_bytes = s.compute == "fp32" ? 4 : 2;
-  const double master_bytes = s.compute == "fp32" ? 0 : 4;  // fp32 weights are their own master copy
+  const double master_bytes =
+      s.compute == "fp32" ? 0 : 4;  // fp32 weights are their own master copy
   auto padded = [&](int64_t n) { return (n + l.dp - 1) / l.dp * l.dp; };
   // Parameters, bucket by bucket.
   std::vector<int64_t> buckets;
@@ -84,7 +90,8 @@ void plan_persistent(const StagePlan& sp, StageMemory& st) {
   for (size_t i = 0; i < st.blocks.size(); ++i) buckets.push_back(block_params(x));
   if (st.head) {
     int64_t n = x.gpt2 ? 2 * x.d : x.d;  // final norm
-    if (!m.tie_embeddings || sp.pipelined()) n += x.vocab * x.d;  // head, or the last stage's tied copy
+    if (!m.tie_embeddings || sp.pipelined())
+      n += x.vocab * x.d;  // head, or the last stage's tied copy
     buckets.push_back(n);
   }
   for (int64_t n : buckets) {
@@ -124,7 +131,8 @@ double unit_floats(const StagePlan& sp, int chunk, Recompute r) {
   const int v = virtual_stage(sp.pipe, sp.stage, chunk);
   if (v == 0) f += double(x.n) * (sp.l.tp > 1 ? 2 : 1);
   if (v == sp.l.pp * sp.l.virtual_stages - 1)
-    f += double(x.n_seq) * (x.d + 2) + (x.n_seq < x.n ? double(x.n) * x.d : 0) + double(x.n) * x.vocab;
+    f += double(x.n_seq) * (x.d + 2) + (x.n_seq < x.n ? double(x.n) * x.d : 0) +
+         double(x.n) * x.vocab;
   return f;
 }
 
@@ -132,7 +140,8 @@ double unit_floats(const StagePlan& sp, int chunk, Recompute r) {
 void plan_in_flight(const StagePlan& sp, StageMemory& st) {
   const int V = sp.l.virtual_stages;
   for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
-    for (int c = 0; c < V; ++c) st.act_per_micro[static_cast<int>(r)] += 4.0 * unit_floats(sp, c, r);
+    for (int c = 0; c < V; ++c)
+      st.act_per_micro[static_cast<int>(r)] += 4.0 * unit_floats(sp, c, r);
   // Walk this stage's instruction list: a forward takes a unit, a backward frees it. The
   // model keeps a pool of units per chunk (a freed unit serves the next micro-batch of the
   // same chunk), so each chunk costs its own most-alive count.
@@ -141,10 +150,12 @@ void plan_in_flight(const StagePlan& sp, StageMemory& st) {
   std::vector<int> alive(size_t(V), 0), most(size_t(V), 0);
   for (const PipeOp& op : pipeline_ops(sched, sp.pipe, sp.stage)) {
     int& a = alive[size_t(op.chunk)];
-    if (op.kind == PipeOpKind::forward) most[size_t(op.chunk)] = std::max(most[size_t(op.chunk)], ++a);
+    if (op.kind == PipeOpKind::forward)
+      most[size_t(op.chunk)] = std::max(most[size_t(op.chunk)], ++a);
     if (op.kind == PipeOpKind::backward) --a;
   }
-  for (int c = 0; c < V; ++c) st.act_in_flight += 4.0 * unit_floats(sp, c, sp.l.recompute) * most[size_t(c)];
+  for (int c = 0; c < V; ++c)
+    st.act_in_flight += 4.0 * unit_floats(sp, c, sp.l.recompute) * most[size_t(c)];
 }
 
 // Floats used once whatever is in flight.
@@ -156,8 +167,10 @@ double workspace_floats(const StagePlan& sp, const StageMemory& st) {
   if (!st.blocks.empty()) {
     // Backward scratch shared by all blocks: d_norm, d_attn, d_qkv, d_act, d_up.
     ws += double(x.n_seq) * x.d + double(x.n) * (x.attn_cols + x.qkv_cols + x.f + x.up_cols);
-    if (l.recompute == Recompute::selective) ws += double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq;
-    if (l.recompute == Recompute::full) ws += block_saved(x, Recompute::none) - double(x.n_seq) * x.d;
+    if (l.recompute == Recompute::selective)
+      ws += double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq;
+    if (l.recompute == Recompute::full)
+      ws += block_saved(x, Recompute::none) - double(x.n_seq) * x.d;
   }
   // Tensor parallelism: the row-parallel partial sum (and its sequence-parallel gather), the
   // local targets, the rows' positions and the vocab-parallel cross-entropy's max and sums.
@@ -171,7 +184,8 @@ double workspace_floats(const StagePlan& sp, const StageMemory& st) {
 }  // namespace
 
 std::vector<StageMemory> plan_memory(const TrainingShape& s, const TrainingLayout& l) {
-  if (const auto problem = layout_problem(s, l)) throw UserError(problem->key + ": " + problem->reason);
+  if (const auto problem = layout_problem(s, l))
+    throw UserError(problem->key + ": " + problem->reason);
   const ModelConfig& m = s.model;
   const RankDims x = rank_dims(s, l);
   const int P = l.pp, V = l.virtual_stages;
@@ -192,8 +206,9 @@ std::vector<StageMemory> plan_memory(const TrainingShape& s, const TrainingLayou
     st.act_workspace = 4.0 * workspace_floats(sp, st);
     st.activations = st.act_in_flight + st.act_workspace;
     st.peak = st.params + st.grads + st.optimizer + st.buffers + st.activations;
-    st.kv_cache_per_sequence = 2.0 * 4.0 * double(st.blocks.size()) * double(std::max(m.kv_heads / l.tp, 1)) *
-                               m.head_dim() * double(m.seq_len);
+    st.kv_cache_per_sequence = 2.0 * 4.0 * double(st.blocks.size()) *
+                               double(std::max(m.kv_heads / l.tp, 1)) * m.head_dim() *
+                               double(m.seq_len);
     out.push_back(std::move(st));
   }
   return out;

@@ -26,17 +26,19 @@ struct StageMemory {
   int buckets = 0;             // non-empty buckets
   // Persistent bytes.
   double params = 0, grads = 0;
-  double optimizer = 0;            // AdamW m + v (+ fp32 master copy unless compute is fp32) in device memory
+  double optimizer = 0;  // AdamW m + v (+ fp32 master copy unless compute is fp32) in device memory
   double optimizer_offloaded = 0;  // the same state held in host memory (cpu) or on disk (nvme)
-  double params_offloaded = 0;     // ZeRO-3 parameter shards held in host memory (cpu) or on disk (nvme)
-  double buffers = 0;              // ZeRO-2/3 gather/reduce slots and receive shards: an upper bound
+  double params_offloaded =
+      0;               // ZeRO-3 parameter shards held in host memory (cpu) or on disk (nvme)
+  double buffers = 0;  // ZeRO-2/3 gather/reduce slots and receive shards: an upper bound
   // Activations: saved for backward by one micro-batch through all of the stage's blocks.
   std::array<double, 3> act_per_micro{};  // indexed by Recompute: none, selective, full
-  int max_in_flight = 1;                   // schedule's bound, in units (interleaved: micro-batch x chunk)
-  double act_in_flight = 0;    // most saved bytes alive at once over the schedule (layout's recompute)
-  double act_workspace = 0;    // used once whatever is in flight: backward scratch, head, recompute
-  double activations = 0;      // act_in_flight + act_workspace
-  double peak = 0;             // params + grads + optimizer + buffers + activations
+  int max_in_flight = 1;  // schedule's bound, in units (interleaved: micro-batch x chunk)
+  double act_in_flight =
+      0;  // most saved bytes alive at once over the schedule (layout's recompute)
+  double act_workspace = 0;  // used once whatever is in flight: backward scratch, head, recompute
+  double activations = 0;    // act_in_flight + act_workspace
+  double peak = 0;           // params + grads + optimizer + buffers + activations
   double kv_cache_per_sequence = 0;  // serving: k and v of the stage's layers at seq_len, fp32
 };
 

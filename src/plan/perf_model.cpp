@@ -9,7 +9,8 @@
 
 namespace llmrun {
 
-StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l, const PerfAssumptions& a) {
+StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l,
+                            const PerfAssumptions& a) {
   if (!(a.peak_flops > 0) || !(a.bandwidth > 0) || !(a.tp_bandwidth > 0))
     throw UserError("plan: the peak FLOP/s and bandwidths must be positive");
   const ModelConfig& m = s.model;
@@ -18,7 +19,8 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l, con
   const int M = micro_batches_per_step(s, l);
   const double tokens = double(s.micro_batch) * m.seq_len;
   // Per token, one tensor-parallel rank's forward FLOPs of one block and of the head.
-  const double heads = double(m.heads / l.tp), kv = std::max(m.kv_heads / l.tp, 1), hd = m.head_dim();
+  const double heads = double(m.heads / l.tp), kv = std::max(m.kv_heads / l.tp, 1),
+               hd = m.head_dim();
   const double d = m.d_model, f = double(m.ffn / l.tp), up = m.arch == Arch::gpt2 ? f : 2 * f;
   const double block_weights = (heads + 2 * kv) * hd * d + d * heads * hd + up * d + d * f;
   const double attention_fwd = 4.0 * m.seq_len * heads * hd;
@@ -35,8 +37,10 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l, con
   for (const StageMemory& st : mem) {
     const double blocks = double(st.blocks.size());
     double fwd = tokens * (blocks * block_fwd + (st.head ? head_fwd : 0)) / a.peak_flops;
-    double bwd = tokens * (blocks * (2 * block_fwd + recompute) + (st.head ? 2 * head_fwd : 0)) / a.peak_flops;
-    const double tp_each = 2 * blocks * act * T / a.tp_bandwidth;  // two all-reduces per block each way
+    double bwd = tokens * (blocks * (2 * block_fwd + recompute) + (st.head ? 2 * head_fwd : 0)) /
+                 a.peak_flops;
+    const double tp_each =
+        2 * blocks * act * T / a.tp_bandwidth;  // two all-reduces per block each way
     fwd += tp_each;
     bwd += tp_each;
     times.forward.push_back(fwd);
@@ -50,7 +54,8 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l, con
   p.compute_s = (p.forward_s + p.backward_s) * M;
   if (l.pp > 1) {
     const double msg = (l.sequence_parallel ? act / l.tp : act) / a.bandwidth;
-    const PipelineSimulation sim = simulate_pipeline(l.schedule, {l.pp, M, l.virtual_stages}, times, msg);
+    const PipelineSimulation sim =
+        simulate_pipeline(l.schedule, {l.pp, M, l.virtual_stages}, times, msg);
     p.pipeline_s = sim.makespan;
     p.bubble = sim.bubble_fraction;
     p.stage_waiting = sim.waiting;

@@ -8,9 +8,9 @@
 // the stage's forward and backward at `tp_bandwidth`. The pipeline (each stage's own times,
 // point-to-point messages at `bandwidth`) is simulated with the schedule's op lists, which
 // gives the bubble and how long each stage waits on its neighbours (a stage without the head
-// waits for the one with it, beyond the schedule's own bubble). Data-parallel traffic (and the tied-embedding all-reduce) runs at
-// `bandwidth` after the pipeline: nothing is assumed to overlap, so predictions are upper
-// bounds when communication overlaps the backward in reality.
+// waits for the one with it, beyond the schedule's own bubble). Data-parallel traffic (and the
+// tied-embedding all-reduce) runs at `bandwidth` after the pipeline: nothing is assumed to overlap,
+// so predictions are upper bounds when communication overlaps the backward in reality.
 #include <string>
 #include <vector>
 
@@ -19,26 +19,30 @@
 namespace llmrun {
 
 struct PerfAssumptions {
-  double peak_flops = 0;         // FLOP/s one rank reaches in dense fp32 GEMMs
-  std::string peak_source;       // where that number came from, for the report
-  double tp_bandwidth = 150e9;   // bytes/s a rank sends inside its tensor-parallel group (NVLink-class)
-  double bandwidth = 25e9;       // bytes/s a rank sends to data/pipeline-parallel peers (200 Gb/s InfiniBand)
+  double peak_flops = 0;    // FLOP/s one rank reaches in dense fp32 GEMMs
+  std::string peak_source;  // where that number came from, for the report
+  double tp_bandwidth =
+      150e9;  // bytes/s a rank sends inside its tensor-parallel group (NVLink-class)
+  double bandwidth =
+      25e9;  // bytes/s a rank sends to data/pipeline-parallel peers (200 Gb/s InfiniBand)
 };
 
 struct StepPrediction {
-  double forward_s = 0, backward_s = 0;  // one micro-batch on the slowest stage, tp collectives included
-  double compute_s = 0;    // all micro-batches' compute on the slowest stage
-  double tp_comm_s = 0;    // of which tensor-parallel collectives
-  double pipeline_s = 0;   // simulated makespan of the forward/backward pipeline
-  double bubble = 0;       // its idle share, all stages together
+  double forward_s = 0,
+         backward_s = 0;  // one micro-batch on the slowest stage, tp collectives included
+  double compute_s = 0;   // all micro-batches' compute on the slowest stage
+  double tp_comm_s = 0;   // of which tensor-parallel collectives
+  double pipeline_s = 0;  // simulated makespan of the forward/backward pipeline
+  double bubble = 0;      // its idle share, all stages together
   std::vector<double> stage_waiting;  // per stage, share of the step blocked in receives
-  double dp_comm_s = 0;    // data-parallel (and tied-embedding) traffic after the pipeline
+  double dp_comm_s = 0;  // data-parallel (and tied-embedding) traffic after the pipeline
   double step_s = 0;
   double tokens_per_s = 0;
   double model_flops = 0;  // per step, whole job: 6N + attention per token (train_flops_per_token)
   double mfu = 0;          // model_flops / (step_s * ranks * peak_flops)
 };
 
-StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l, const PerfAssumptions& a);
+StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l,
+                            const PerfAssumptions& a);
 
 }  // namespace llmrun

@@ -50,7 +50,8 @@ std::string block_range(const std::vector<int>& blocks) {
   return s;
 }
 
-void table_row(std::ostringstream& o, const std::string& label, const std::vector<std::string>& cells) {
+void table_row(std::ostringstream& o, const std::string& label,
+               const std::vector<std::string>& cells) {
   std::string line = "  " + label;
   line.resize(44, ' ');
   for (const std::string& c : cells) {
@@ -76,16 +77,24 @@ nlohmann::json layout_json(const TrainingLayout& l) {
 }
 
 nlohmann::json step_json(const StepPrediction& s) {
-  return {{"forward_s", s.forward_s}, {"backward_s", s.backward_s}, {"compute_s", s.compute_s},
-          {"tp_comm_s", s.tp_comm_s}, {"pipeline_s", s.pipeline_s}, {"bubble", s.bubble},
-          {"dp_comm_s", s.dp_comm_s}, {"step_s", s.step_s},         {"tokens_per_s", s.tokens_per_s},
-          {"model_flops", s.model_flops}, {"mfu", s.mfu}, {"stage_waiting", s.stage_waiting}};
+  return {{"forward_s", s.forward_s},
+          {"backward_s", s.backward_s},
+          {"compute_s", s.compute_s},
+          {"tp_comm_s", s.tp_comm_s},
+          {"pipeline_s", s.pipeline_s},
+          {"bubble", s.bubble},
+          {"dp_comm_s", s.dp_comm_s},
+          {"step_s", s.step_s},
+          {"tokens_per_s", s.tokens_per_s},
+          {"model_flops", s.model_flops},
+          {"mfu", s.mfu},
+          {"stage_waiting", s.stage_waiting}};
 }
 
 }  // namespace
 
-Plan make_plan(const std::string& source, const TrainingShape& s, const TrainingLayout& l, const PerfAssumptions& a,
-               int64_t budget_bytes) {
+Plan make_plan(const std::string& source, const TrainingShape& s, const TrainingLayout& l,
+               const PerfAssumptions& a, int64_t budget_bytes) {
   Plan p;
   p.source = source;
   p.shape = s;
@@ -104,14 +113,19 @@ std::string plan_text(const Plan& p) {
   const TrainingLayout& l = p.layout;
   std::ostringstream o;
   o << "plan for " << p.source << "\n";
-  o << "model: " << arch_name(m.arch) << ", " << m.layers << " layers, d_model " << m.d_model << ", " << m.heads
-    << " heads (" << m.kv_heads << " kv), ffn " << m.ffn << ", vocab " << m.vocab << ", seq_len " << m.seq_len << ", "
-    << m.param_count() << " parameters, compute " << p.shape.compute << "\n";
-  o << "layout: " << l.world() << " ranks = tp " << l.tp << " x pp " << l.pp << " x dp " << l.dp << ", ZeRO-" << l.zero
-    << ", recompute " << recompute_name(l.recompute) << ", sequence_parallel " << (l.sequence_parallel ? "on" : "off");
-  if (l.pp > 1) o << ", schedule " << schedule_name(l.schedule) << " with " << l.virtual_stages << " chunk(s) per stage";
-  o << "\nbatch: " << p.shape.global_batch << " sequences per step = " << p.micro_batches << " micro-batches of "
-    << p.shape.micro_batch << " per data-parallel rank x dp " << l.dp << "\n\n";
+  o << "model: " << arch_name(m.arch) << ", " << m.layers << " layers, d_model " << m.d_model
+    << ", " << m.heads << " heads (" << m.kv_heads << " kv), ffn " << m.ffn << ", vocab " << m.vocab
+    << ", seq_len " << m.seq_len << ", " << m.param_count() << " parameters, compute "
+    << p.shape.compute << "\n";
+  o << "layout: " << l.world() << " ranks = tp " << l.tp << " x pp " << l.pp << " x dp " << l.dp
+    << ", ZeRO-" << l.zero << ", recompute " << recompute_name(l.recompute)
+    << ", sequence_parallel " << (l.sequence_parallel ? "on" : "off");
+  if (l.pp > 1)
+    o << ", schedule " << schedule_name(l.schedule) << " with " << l.virtual_stages
+      << " chunk(s) per stage";
+  o << "\nbatch: " << p.shape.global_batch << " sequences per step = " << p.micro_batches
+    << " micro-batches of " << p.shape.micro_batch << " per data-parallel rank x dp " << l.dp
+    << "\n\n";
 
   o << "memory per rank in bytes (tensor-parallel rank 0; every data-parallel rank alike)\n";
   std::vector<std::string> head;
@@ -131,13 +145,19 @@ std::string plan_text(const Plan& p) {
   row("optimizer (AdamW m+v" + std::string(p.shape.compute == "fp32" ? "" : " + fp32 master") + ")",
       [](const StageMemory& s) { return bytes_cell(s.optimizer); });
   if (p.shape.offload_optimizer != Offload::none)
-    row(std::string("optimizer offloaded to ") + offload_name(p.shape.offload_optimizer), [](const StageMemory& s) { return bytes_cell(s.optimizer_offloaded); });
+    row(std::string("optimizer offloaded to ") + offload_name(p.shape.offload_optimizer),
+        [](const StageMemory& s) { return bytes_cell(s.optimizer_offloaded); });
   if (p.shape.offload_params != Offload::none)
-    row(std::string("parameters offloaded to ") + offload_name(p.shape.offload_params), [](const StageMemory& s) { return bytes_cell(s.params_offloaded); });
-  if (l.zero >= 2) row("ZeRO buffers (upper bound)", [](const StageMemory& s) { return bytes_cell(s.buffers); });
-  row("activations / micro-batch, none", [](const StageMemory& s) { return bytes_cell(s.act_per_micro[0]); });
-  row("activations / micro-batch, selective", [](const StageMemory& s) { return bytes_cell(s.act_per_micro[1]); });
-  row("activations / micro-batch, full", [](const StageMemory& s) { return bytes_cell(s.act_per_micro[2]); });
+    row(std::string("parameters offloaded to ") + offload_name(p.shape.offload_params),
+        [](const StageMemory& s) { return bytes_cell(s.params_offloaded); });
+  if (l.zero >= 2)
+    row("ZeRO buffers (upper bound)", [](const StageMemory& s) { return bytes_cell(s.buffers); });
+  row("activations / micro-batch, none",
+      [](const StageMemory& s) { return bytes_cell(s.act_per_micro[0]); });
+  row("activations / micro-batch, selective",
+      [](const StageMemory& s) { return bytes_cell(s.act_per_micro[1]); });
+  row("activations / micro-batch, full",
+      [](const StageMemory& s) { return bytes_cell(s.act_per_micro[2]); });
   row(l.virtual_stages > 1 ? "in flight (micro-batch x chunk units)" : "micro-batches in flight",
       [](const StageMemory& s) { return std::to_string(s.max_in_flight); });
   row("activations in flight (" + std::string(recompute_name(l.recompute)) + ")",
@@ -145,45 +165,51 @@ std::string plan_text(const Plan& p) {
   row("activation workspace", [](const StageMemory& s) { return bytes_cell(s.act_workspace); });
   row("activations", [](const StageMemory& s) { return bytes_cell(s.activations); });
   row("peak", [](const StageMemory& s) { return bytes_cell(s.peak); });
-  row("KV cache / sequence (serve, seq_len)", [](const StageMemory& s) { return bytes_cell(s.kv_cache_per_sequence); });
+  row("KV cache / sequence (serve, seq_len)",
+      [](const StageMemory& s) { return bytes_cell(s.kv_cache_per_sequence); });
   if (p.budget_bytes > 0) {
     const std::string problem = memory_budget_problem(p.memory, l, p.budget_bytes);
-    o << "budget: " << format_bytes(double(p.budget_bytes)) << " per rank: "
-      << (problem.empty() ? "every rank fits" : "does NOT fit") << "\n";
+    o << "budget: " << format_bytes(double(p.budget_bytes))
+      << " per rank: " << (problem.empty() ? "every rank fits" : "does NOT fit") << "\n";
   }
 
-  o << "\ncommunication per step, bytes each rank sends (ring collectives; payload = buffer bytes)\n";
+  o << "\ncommunication per step, bytes each rank sends (ring collectives; payload = buffer "
+       "bytes)\n";
   bool any = false;
   for (const StageComm& c : p.comm)
     for (const CommItem& i : c.items) {
       any = true;
-      o << "  stage " << c.stage << "  " << i.group << "  " << i.what << ": payload " << bytes_cell(i.payload)
-        << ", sent " << bytes_cell(i.sent) << "\n";
+      o << "  stage " << c.stage << "  " << i.group << "  " << i.what << ": payload "
+        << bytes_cell(i.payload) << ", sent " << bytes_cell(i.sent) << "\n";
     }
   if (!any) o << "  none (one rank)\n";
 
   const PerfAssumptions& a = p.assumptions;
   const StepPrediction& s = p.step;
-  o << "\npredicted step (peak " << sci(a.peak_flops) << " FLOP/s per rank from " << a.peak_source << "; tp link "
-    << sci(a.tp_bandwidth) << " B/s, dp/pp link " << sci(a.bandwidth) << " B/s; no overlap assumed)\n";
-  o << "  slowest stage, one micro-batch: forward " << sci(s.forward_s) << " s, backward " << sci(s.backward_s)
-    << " s (tensor-parallel collectives " << sci(s.tp_comm_s) << " s of the step)\n";
+  o << "\npredicted step (peak " << sci(a.peak_flops) << " FLOP/s per rank from " << a.peak_source
+    << "; tp link " << sci(a.tp_bandwidth) << " B/s, dp/pp link " << sci(a.bandwidth)
+    << " B/s; no overlap assumed)\n";
+  o << "  slowest stage, one micro-batch: forward " << sci(s.forward_s) << " s, backward "
+    << sci(s.backward_s) << " s (tensor-parallel collectives " << sci(s.tp_comm_s)
+    << " s of the step)\n";
   o << "  pipeline: " << sci(s.pipeline_s) << " s, bubble " << fixed(100 * s.bubble, 1) << "%";
   if (!s.stage_waiting.empty()) {
     o << "; share of the step each stage waits on its neighbours:";
-    for (size_t i = 0; i < s.stage_waiting.size(); ++i) o << " " << i << ": " << fixed(100 * s.stage_waiting[i], 1) << "%";
+    for (size_t i = 0; i < s.stage_waiting.size(); ++i)
+      o << " " << i << ": " << fixed(100 * s.stage_waiting[i], 1) << "%";
   }
   o << "\n";
   o << "  data-parallel communication: " << sci(s.dp_comm_s) << " s\n";
-  o << "  step: " << sci(s.step_s) << " s, " << sci(s.tokens_per_s) << " tokens/s, MFU " << fixed(100 * s.mfu, 1)
-    << "%\n";
+  o << "  step: " << sci(s.step_s) << " s, " << sci(s.tokens_per_s) << " tokens/s, MFU "
+    << fixed(100 * s.mfu, 1) << "%\n";
 
   if (l.pp > 1) {
     const PipelineShape shape{l.pp, p.micro_batches, l.virtual_stages};
     // Unit times (backward = 2 forwards, free messages): the schedule's own shape and bubble.
     o << "\n"
-      << render_pipeline_timeline(simulate_pipeline(l.schedule, shape, l.virtual_stages, 2.0 * l.virtual_stages, 0),
-                                  l.schedule);
+      << render_pipeline_timeline(
+             simulate_pipeline(l.schedule, shape, l.virtual_stages, 2.0 * l.virtual_stages, 0),
+             l.schedule);
   }
   return o.str();
 }
@@ -202,7 +228,10 @@ nlohmann::json plan_json(const Plan& p) {
                       {"optimizer_offloaded", s.optimizer_offloaded},
                       {"params_offloaded", s.params_offloaded},
                       {"buffers", s.buffers},
-                      {"act_per_micro", {{"none", s.act_per_micro[0]}, {"selective", s.act_per_micro[1]}, {"full", s.act_per_micro[2]}}},
+                      {"act_per_micro",
+                       {{"none", s.act_per_micro[0]},
+                        {"selective", s.act_per_micro[1]},
+                        {"full", s.act_per_micro[2]}}},
                       {"max_in_flight", s.max_in_flight},
                       {"act_in_flight", s.act_in_flight},
                       {"act_workspace", s.act_workspace},
@@ -213,8 +242,12 @@ nlohmann::json plan_json(const Plan& p) {
   for (const StageComm& c : p.comm) {
     nlohmann::json items = nlohmann::json::array();
     for (const CommItem& i : c.items)
-      items.push_back({{"group", i.group}, {"what", i.what}, {"payload", i.payload}, {"sent", i.sent}});
-    comm.push_back({{"stage", c.stage}, {"dp_sent", c.sent("dp")}, {"tp_sent", c.sent("tp")}, {"pp_sent", c.sent("pp")},
+      items.push_back(
+          {{"group", i.group}, {"what", i.what}, {"payload", i.payload}, {"sent", i.sent}});
+    comm.push_back({{"stage", c.stage},
+                    {"dp_sent", c.sent("dp")},
+                    {"tp_sent", c.sent("tp")},
+                    {"pp_sent", c.sent("pp")},
                     {"items", items}});
   }
   nlohmann::json j{{"recipe", p.source},
@@ -230,16 +263,19 @@ nlohmann::json plan_json(const Plan& p) {
                    {"step", step_json(p.step)},
                    {"peak_bytes", peak_stage(p.memory).peak}};
   if (p.layout.pp > 1)
-    j["pipeline"] = {{"bubble_formula", bubble_fraction(p.layout.schedule, {p.layout.pp, p.micro_batches, p.layout.virtual_stages})}};
+    j["pipeline"] = {{"bubble_formula",
+                      bubble_fraction(p.layout.schedule,
+                                      {p.layout.pp, p.micro_batches, p.layout.virtual_stages})}};
   if (p.budget_bytes > 0)
-    j["budget"] = {{"bytes", p.budget_bytes}, {"fits", memory_budget_problem(p.memory, p.layout, p.budget_bytes).empty()}};
+    j["budget"] = {{"bytes", p.budget_bytes},
+                   {"fits", memory_budget_problem(p.memory, p.layout, p.budget_bytes).empty()}};
   return j;
 }
 
 std::string search_text(const LayoutSearch& s, int nproc, int top) {
   std::ostringstream o;
-  o << "layouts for " << nproc << " ranks: " << s.considered << " considered, " << s.ranked.size() << " valid, "
-    << s.considered - static_cast<int>(s.ranked.size()) << " excluded\n";
+  o << "layouts for " << nproc << " ranks: " << s.considered << " considered, " << s.ranked.size()
+    << " valid, " << s.considered - static_cast<int>(s.ranked.size()) << " excluded\n";
   size_t width = 6;
   for (int i = 0; i < static_cast<int>(s.ranked.size()) && i < top; ++i)
     width = std::max(width, s.ranked[i].layout.describe().size() + 2);
@@ -263,10 +299,12 @@ std::string search_text(const LayoutSearch& s, int nproc, int top) {
     line += bytes_cell(r.peak_bytes);
     o << line << "\n";
   }
-  if (static_cast<int>(s.ranked.size()) > top) o << "(" << s.ranked.size() - top << " more valid layouts; --top N shows more)\n";
+  if (static_cast<int>(s.ranked.size()) > top)
+    o << "(" << s.ranked.size() - top << " more valid layouts; --top N shows more)\n";
   if (!s.excluded.empty()) o << "excluded:\n";
   for (const ExcludedLayouts& e : s.excluded) {
-    o << "  " << e.layouts.size() << " x " << e.reason << "\n      e.g. " << e.layouts.front().describe();
+    o << "  " << e.layouts.size() << " x " << e.reason << "\n      e.g. "
+      << e.layouts.front().describe();
     if (e.layouts.size() > 1) o << "; " << e.layouts.back().describe();
     o << "\n";
   }
@@ -276,7 +314,9 @@ std::string search_text(const LayoutSearch& s, int nproc, int top) {
 nlohmann::json search_json(const LayoutSearch& s) {
   nlohmann::json ranked = nlohmann::json::array(), excluded = nlohmann::json::array();
   for (const RankedLayout& r : s.ranked)
-    ranked.push_back({{"layout", layout_json(r.layout)}, {"step", step_json(r.step)}, {"peak_bytes", r.peak_bytes}});
+    ranked.push_back({{"layout", layout_json(r.layout)},
+                      {"step", step_json(r.step)},
+                      {"peak_bytes", r.peak_bytes}});
   for (const ExcludedLayouts& e : s.excluded) {
     nlohmann::json layouts = nlohmann::json::array();
     for (const TrainingLayout& l : e.layouts) layouts.push_back(l.describe());

@@ -24,8 +24,8 @@ struct Plan {
   int64_t budget_bytes = 0;
 };
 
-Plan make_plan(const std::string& source, const TrainingShape& s, const TrainingLayout& l, const PerfAssumptions& a,
-               int64_t budget_bytes);
+Plan make_plan(const std::string& source, const TrainingShape& s, const TrainingLayout& l,
+               const PerfAssumptions& a, int64_t budget_bytes);
 
 std::string plan_text(const Plan& p);
 nlohmann::json plan_json(const Plan& p);

@@ -18,9 +18,9 @@ const char* const kColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a
 
 struct PlotSeries {
   const Series* points;
-  double scale;         // MFU is stored as a fraction and drawn in percent
-  std::string label;    // legend text and data-series attribute
-  std::string quantity; // data-quantity attribute
+  double scale;          // MFU is stored as a fraction and drawn in percent
+  std::string label;     // legend text and data-series attribute
+  std::string quantity;  // data-quantity attribute
   const char* color;
   const char* dash;
 };
@@ -32,7 +32,8 @@ struct Panel {
 
 constexpr double kLeft = 80, kRight = 24, kPanelTop = 34, kPanelBottom = 46, kGap = 14;
 
-void draw_panel(SvgDocument& svg, const Panel& p, double top, const ChartOptions& o, const AxisTicks& xt) {
+void draw_panel(SvgDocument& svg, const Panel& p, double top, const ChartOptions& o,
+                const AxisTicks& xt) {
   const double x0 = kLeft, x1 = o.width - kRight;
   const double y0 = top + kPanelTop, y1 = top + o.panel_height - kPanelBottom;
 
@@ -67,7 +68,8 @@ void draw_panel(SvgDocument& svg, const Panel& p, double top, const ChartOptions
     std::vector<std::pair<double, double>> pts;
     for (const auto& [step, v] : *s.points) pts.emplace_back(px(step), py(v * s.scale));
     svg.polyline(pts, s.color, 1.8, s.dash, s.label, s.quantity);
-    if (pts.size() == 1) svg.circle(pts[0].first, pts[0].second, 3, s.color);  // a lone point draws no line
+    if (pts.size() == 1)
+      svg.circle(pts[0].first, pts[0].second, 3, s.color);  // a lone point draws no line
   }
 
   if (p.series.size() > 1) {
@@ -100,7 +102,8 @@ std::vector<std::string> distinct_labels(const std::vector<std::string>& paths) 
     std::vector<std::string> labels;
     for (const auto& comps : parts) {
       std::filesystem::path tail;
-      for (size_t i = comps.size() > k ? comps.size() - k : 0; i < comps.size(); ++i) tail /= comps[i];
+      for (size_t i = comps.size() > k ? comps.size() - k : 0; i < comps.size(); ++i)
+        tail /= comps[i];
       labels.push_back(tail.string());
     }
     if (std::set<std::string>(labels.begin(), labels.end()).size() == labels.size()) return labels;
@@ -114,15 +117,18 @@ std::string render_curves_svg(const std::vector<MetricsLog>& logs, const ChartOp
   const std::vector<std::string> names = distinct_labels(paths);
   const bool several = logs.size() > 1;
 
-  Panel loss{"Loss", "loss", {}}, tps{"Throughput", "tokens/s", {}}, mfu{"Model FLOPs utilisation", "MFU (%)", {}};
+  Panel loss{"Loss", "loss", {}}, tps{"Throughput", "tokens/s", {}},
+      mfu{"Model FLOPs utilisation", "MFU (%)", {}};
   for (size_t i = 0; i < logs.size(); ++i) {
     const MetricsLog& l = logs[i];
     const char* color = kColors[i % std::size(kColors)];
     const std::string prefix = several ? names[i] + " " : "";
     if (!l.loss.empty()) loss.series.push_back({&l.loss, 1, prefix + "loss", "loss", color, ""});
-    if (!l.val_loss.empty()) loss.series.push_back({&l.val_loss, 1, prefix + "val_loss", "val_loss", color, "6 4"});
+    if (!l.val_loss.empty())
+      loss.series.push_back({&l.val_loss, 1, prefix + "val_loss", "val_loss", color, "6 4"});
     const std::string name = several ? names[i] : "";
-    if (!l.tokens_per_s.empty()) tps.series.push_back({&l.tokens_per_s, 1, name, "tokens_per_s", color, ""});
+    if (!l.tokens_per_s.empty())
+      tps.series.push_back({&l.tokens_per_s, 1, name, "tokens_per_s", color, ""});
     if (!l.mfu.empty()) mfu.series.push_back({&l.mfu, 100, name, "mfu", color, ""});
   }
   std::vector<const Panel*> panels;
@@ -140,7 +146,8 @@ std::string render_curves_svg(const std::vector<MetricsLog>& logs, const ChartOp
 
   const double title_h = o.title.empty() ? 0 : 30;
   SvgDocument svg(o.width, title_h + double(panels.size()) * (o.panel_height + kGap));
-  if (!o.title.empty()) svg.text(o.width / 2, 22, o.title, SvgDocument::Anchor::middle, 16, 0, "bold");
+  if (!o.title.empty())
+    svg.text(o.width / 2, 22, o.title, SvgDocument::Anchor::middle, 16, 0, "bold");
   for (size_t i = 0; i < panels.size(); ++i)
     draw_panel(svg, *panels[i], title_h + double(i) * (o.panel_height + kGap), o, xt);
   return svg.str();

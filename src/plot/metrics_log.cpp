@@ -13,11 +13,13 @@ namespace llmrun {
 namespace {
 
 // Appends (step, j[key]) when the key is present; null means a non-finite value, left out.
-void take(const nlohmann::json& j, const char* key, double step, Series& out, const std::string& where) {
+void take(const nlohmann::json& j, const char* key, double step, Series& out,
+          const std::string& where) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return;
   if (!it->is_number())
-    throw UserError(where + ": \"" + key + "\" is " + it->dump() + ", expected a number (is this a llmrun metrics file?)");
+    throw UserError(where + ": \"" + key + "\" is " + it->dump() +
+                    ", expected a number (is this a llmrun metrics file?)");
   out.emplace_back(step, it->get<double>());
 }
 
@@ -26,7 +28,8 @@ void take(const nlohmann::json& j, const char* key, double step, Series& out, co
 MetricsLog read_metrics_log(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
-    throw UserError(path + ": is a directory, expected a metrics JSONL file (logging.metrics in the recipe)");
+    throw UserError(
+        path + ": is a directory, expected a metrics JSONL file (logging.metrics in the recipe)");
   const std::string text = read_file(path);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     throw UserError(path + ": file is empty (no step was logged yet?)");
@@ -48,9 +51,12 @@ MetricsLog read_metrics_log(const std::string& path) {
         spdlog::warn("{}: skipping the unfinished last line", where);
         break;
       }
-      throw UserError(where + ": not valid JSON; each line must be one JSON object such as {\"step\": 10, \"loss\": 2.5}");
+      throw UserError(where +
+                      ": not valid JSON; each line must be one JSON object such as {\"step\": 10, "
+                      "\"loss\": 2.5}");
     }
-    if (!j.is_object()) throw UserError(where + ": expected a JSON object, found " + std::string(j.type_name()));
+    if (!j.is_object())
+      throw UserError(where + ": expected a JSON object, found " + std::string(j.type_name()));
     if (!j.contains("loss") && !j.contains("val_loss")) continue;
     const auto step_it = j.find("step");
     if (step_it == j.end() || !step_it->is_number_integer())

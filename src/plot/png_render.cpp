@@ -45,23 +45,27 @@ void write_png_from_svg(const std::string& svg, const std::string& png_path) {
     w.write(svg);
     w.close();
   }
-  std::vector<std::string> argv = {"rsvg-convert", "--format", "png", "--background-color", "white",
-                                   "--output", tmp.paths[1].string(), tmp.paths[0].string()};
+  std::vector<std::string> argv = {
+      "rsvg-convert",        "--format",           "png", "--background-color", "white", "--output",
+      tmp.paths[1].string(), tmp.paths[0].string()};
   std::vector<char*> c_argv;
   for (auto& a : argv) c_argv.push_back(a.data());
   c_argv.push_back(nullptr);
   pid_t pid = 0;
   const int err = posix_spawnp(&pid, "rsvg-convert", nullptr, nullptr, c_argv.data(), environ);
   if (err == ENOENT)
-    throw UserError("writing " + png_path +
-                    " needs rsvg-convert, which is not installed (Debian: apt-get install librsvg2-bin, or run "
-                    "scripts/install-deps.sh); or write an .svg instead");
-  if (err != 0) throw UserError("cannot start rsvg-convert for " + png_path + ": " + std::strerror(err));
+    throw UserError(
+        "writing " + png_path +
+        " needs rsvg-convert, which is not installed (Debian: apt-get install librsvg2-bin, or run "
+        "scripts/install-deps.sh); or write an .svg instead");
+  if (err != 0)
+    throw UserError("cannot start rsvg-convert for " + png_path + ": " + std::strerror(err));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !fs::exists(tmp.paths[1]))
-    throw UserError("rsvg-convert failed to render " + png_path + " (its message is above); the .svg route needs no tool");
+    throw UserError("rsvg-convert failed to render " + png_path +
+                    " (its message is above); the .svg route needs no tool");
   fsync_path(tmp.paths[1]);
   std::error_code ec;
   fs::rename(tmp.paths[1], out, ec);

@@ -18,15 +18,27 @@ std::string xml_escape(std::string_view s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         // Control characters other than tab/newline are not allowed in XML 1.0 at all.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') out += '?';
-        else out += c;
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n')
+          out += '?';
+        else
+          out += c;
     }
   }
   return out;
@@ -46,7 +58,8 @@ void SvgDocument::attr(std::string_view name, std::string_view value) {
 
 void SvgDocument::attr(std::string_view name, double value) { attr(name, num(value)); }
 
-void SvgDocument::rect(double x, double y, double w, double h, std::string_view fill, std::string_view stroke) {
+void SvgDocument::rect(double x, double y, double w, double h, std::string_view fill,
+                       std::string_view stroke) {
   body_ += "<rect";
   attr("x", x);
   attr("y", y);
@@ -57,8 +70,8 @@ void SvgDocument::rect(double x, double y, double w, double h, std::string_view 
   body_ += "/>\n";
 }
 
-void SvgDocument::line(double x1, double y1, double x2, double y2, std::string_view stroke, double width,
-                       std::string_view dash) {
+void SvgDocument::line(double x1, double y1, double x2, double y2, std::string_view stroke,
+                       double width, std::string_view dash) {
   body_ += "<line";
   attr("x1", x1);
   attr("y1", y1);
@@ -70,8 +83,8 @@ void SvgDocument::line(double x1, double y1, double x2, double y2, std::string_v
   body_ += "/>\n";
 }
 
-void SvgDocument::text(double x, double y, std::string_view content, Anchor anchor, double size, double rotate_deg,
-                       std::string_view weight) {
+void SvgDocument::text(double x, double y, std::string_view content, Anchor anchor, double size,
+                       double rotate_deg, std::string_view weight) {
   static const char* anchors[] = {"start", "middle", "end"};
   body_ += "<text";
   attr("x", x);
@@ -94,9 +107,9 @@ void SvgDocument::text(double x, double y, std::string_view content, Anchor anch
   body_ += "</text>\n";
 }
 
-void SvgDocument::polyline(const std::vector<std::pair<double, double>>& points, std::string_view stroke,
-                           double width, std::string_view dash, std::string_view series_label,
-                           std::string_view quantity) {
+void SvgDocument::polyline(const std::vector<std::pair<double, double>>& points,
+                           std::string_view stroke, double width, std::string_view dash,
+                           std::string_view series_label, std::string_view quantity) {
   body_ += "<polyline";
   attr("class", "series");
   attr("data-series", xml_escape(series_label));
@@ -127,7 +140,8 @@ void SvgDocument::circle(double cx, double cy, double r, std::string_view fill) 
 }
 
 std::string SvgDocument::str() const {
-  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\"";
+  std::string out =
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\"";
   const std::string w = num(width_), h = num(height_);
   out += " width=\"" + w + "\" height=\"" + h + "\" viewBox=\"0 0 " + w + " " + h + "\"";
   out += " font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";

@@ -18,11 +18,13 @@ class SvgDocument {
             std::string_view dash = "");
   enum class Anchor { start, middle, end };
   // rotate_deg turns the text around its anchor point (y-axis labels use -90).
-  void text(double x, double y, std::string_view content, Anchor anchor = Anchor::start, double size = 12,
-            double rotate_deg = 0, std::string_view weight = "normal");
-  // One data series; class="series", data-series and data-quantity name it for whoever reads the file.
-  void polyline(const std::vector<std::pair<double, double>>& points, std::string_view stroke, double width,
-                std::string_view dash, std::string_view series_label, std::string_view quantity);
+  void text(double x, double y, std::string_view content, Anchor anchor = Anchor::start,
+            double size = 12, double rotate_deg = 0, std::string_view weight = "normal");
+  // One data series; class="series", data-series and data-quantity name it for whoever reads the
+  // file.
+  void polyline(const std::vector<std::pair<double, double>>& points, std::string_view stroke,
+                double width, std::string_view dash, std::string_view series_label,
+                std::string_view quantity);
   void circle(double cx, double cy, double r, std::string_view fill);
 
   std::string str() const;  // the complete document

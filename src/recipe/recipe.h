@@ -36,14 +36,14 @@ struct CheckpointSection {
 
 struct LoggingSection {
   int every = 1;
-  std::string metrics;  // JSONL path, empty: none
+  std::string metrics;      // JSONL path, empty: none
   std::string tensorboard;  // event file directory (`true`: checkpoint.dir/tb), empty: none
 };
 
 struct LaunchSection {
   int nproc = 1;  // ranks; under mpirun/srun, the world size it was given
   std::vector<std::string> mpirun_args;
-  double timeout_s = 300;  // a collective waiting longer aborts every rank
+  double timeout_s = 300;        // a collective waiting longer aborts every rank
   std::string backend = "auto";  // auto (CUDA when built and a device is visible) | cpu | cuda
 };
 

@@ -1,7 +1,7 @@
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <charconv>
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -97,7 +97,8 @@ void describe_model(std::ostream& o, const Recipe& r) {
   if (m.arch == Arch::llama) o << "  rope_theta: " << num(m.rope_theta) << "\n";
   // Only a model.from dir brings a scaling; shown as a comment, since it is not a recipe key.
   if (m.rope_scaling.type != RopeScaling::Type::none)
-    o << "  # rope_scaling: " << rope_scaling_name(m.rope_scaling.type) << ", factor " << num(m.rope_scaling.factor)
+    o << "  # rope_scaling: " << rope_scaling_name(m.rope_scaling.type) << ", factor "
+      << num(m.rope_scaling.factor)
       << (m.rope_scaling.type == RopeScaling::Type::llama3
               ? ", low_freq_factor " + num(m.rope_scaling.low_freq_factor) + ", high_freq_factor " +
                     num(m.rope_scaling.high_freq_factor) + ", original_max_position_embeddings " +
@@ -119,7 +120,8 @@ void describe_data_and_train(std::ostream& o, const Recipe& r) {
   }
   if (!r.data.valid.empty()) {
     o << "  valid:\n";
-    for (const DataSource& s : r.data.valid) o << "    - {path: " << str(s.path) << ", weight: " << num(s.weight) << "}\n";
+    for (const DataSource& s : r.data.valid)
+      o << "    - {path: " << str(s.path) << ", weight: " << num(s.weight) << "}\n";
   }
   o << "train:\n"
     << "  steps: " << t.steps << "\n"
@@ -142,9 +144,10 @@ void describe_data_and_train(std::ostream& o, const Recipe& r) {
 void describe_outputs(std::ostream& o, const Recipe& r) {
   const Fp8Section& f8 = r.precision.fp8;
   o << "precision:\n  compute: " << r.precision.compute << "\n"
-    << "  fp8:\n    enabled: " << (f8.enabled ? "true" : "false") << "\n    format: " << fp8_scheme_name(f8.format)
-    << "\n    amax_history: " << f8.amax_history << "\n    amax_compute: " << amax_compute_name(f8.amax_compute)
-    << "\n    margin: " << f8.margin << "\n    skip: [";
+    << "  fp8:\n    enabled: " << (f8.enabled ? "true" : "false")
+    << "\n    format: " << fp8_scheme_name(f8.format) << "\n    amax_history: " << f8.amax_history
+    << "\n    amax_compute: " << amax_compute_name(f8.amax_compute) << "\n    margin: " << f8.margin
+    << "\n    skip: [";
   for (size_t i = 0; i < f8.skip.size(); ++i) o << (i ? ", " : "") << f8.skip[i];
   o << "]\n";
   o << "checkpoint:\n  dir: " << str(r.checkpoint.dir) << "\n  every: " << r.checkpoint.every
@@ -156,27 +159,28 @@ void describe_outputs(std::ostream& o, const Recipe& r) {
 
 // parallel, memory and launch.
 void describe_ranks(std::ostream& o, const Recipe& r) {
-  o << "parallel:\n  tp: " << r.parallel.tp << "\n  pp: " << r.parallel.pp << "\n  dp: " << r.parallel.dp
-    << "\n  zero: " << r.parallel.zero << "\n  sequence_parallel: " << (r.parallel.sequence_parallel ? "true" : "false")
-    << "\n  pp_schedule: " << schedule_name(r.parallel.pp_schedule) << "\n  virtual_stages: " << r.parallel.virtual_stages << "\n";
+  o << "parallel:\n  tp: " << r.parallel.tp << "\n  pp: " << r.parallel.pp
+    << "\n  dp: " << r.parallel.dp << "\n  zero: " << r.parallel.zero
+    << "\n  sequence_parallel: " << (r.parallel.sequence_parallel ? "true" : "false")
+    << "\n  pp_schedule: " << schedule_name(r.parallel.pp_schedule)
+    << "\n  virtual_stages: " << r.parallel.virtual_stages << "\n";
   if (!r.parallel.pp_layers.empty()) {
     o << "  pp_layers: [";
-    for (size_t i = 0; i < r.parallel.pp_layers.size(); ++i) o << (i ? ", " : "") << r.parallel.pp_layers[i];
+    for (size_t i = 0; i < r.parallel.pp_layers.size(); ++i)
+      o << (i ? ", " : "") << r.parallel.pp_layers[i];
     o << "]\n";
   }
   o << "memory:\n  recompute: " << recompute_name(r.memory.recompute) << "\n";
   if (r.memory.budget_bytes > 0) o << "  budget_bytes: " << r.memory.budget_bytes << "\n";
   o << "  offload:\n    optimizer: " << offload_name(r.memory.offload_optimizer)
-    << "\n    params: " << offload_name(r.memory.offload_params)
-    << "\n";
+    << "\n    params: " << offload_name(r.memory.offload_params) << "\n";
   if (!r.memory.nvme_path.empty()) o << "    nvme_path: " << str(r.memory.nvme_path) << "\n";
   o << "    buffer_mb: " << r.memory.offload_buffer_mb << "\n";
   o << "launch:\n  nproc: " << r.launch.nproc << "\n  backend: " << r.launch.backend
-    << "\n  timeout_s: " << num(r.launch.timeout_s)
-    << "\n  mpirun_args: [";
-  for (size_t i = 0; i < r.launch.mpirun_args.size(); ++i) o << (i ? ", " : "") << str(r.launch.mpirun_args[i]);
+    << "\n  timeout_s: " << num(r.launch.timeout_s) << "\n  mpirun_args: [";
+  for (size_t i = 0; i < r.launch.mpirun_args.size(); ++i)
+    o << (i ? ", " : "") << str(r.launch.mpirun_args[i]);
   o << "]\n";
-
 }
 
 void describe_derived(std::ostream& o, const Recipe& r) {

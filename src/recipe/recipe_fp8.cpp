@@ -31,7 +31,8 @@ void read_fp8(const MapReader& precision, Locator& loc, Fp8Section& fp8) {
   fp8.amax_history = int(f.integer("amax_history", 1, 1 << 16).value_or(fp8.amax_history));
   const std::string amax = f.string("amax_compute").value_or(amax_compute_name(fp8.amax_compute));
   const std::optional<AmaxCompute> compute = amax_compute_from_name(amax);
-  if (!compute) loc.fail("precision.fp8.amax_compute", "'" + amax + "' is not one of max, most_recent");
+  if (!compute)
+    loc.fail("precision.fp8.amax_compute", "'" + amax + "' is not one of max, most_recent");
   fp8.amax_compute = *compute;
   // A scale is fp8_max / amax / 2^margin: beyond 2^64 the margin only loses the whole range.
   fp8.margin = int(f.integer("margin", 0, 64).value_or(fp8.margin));

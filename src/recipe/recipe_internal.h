@@ -82,7 +82,8 @@ std::string yaml_error(const std::string& where, const YAML::ParserException& e)
 std::string yaml_error_text(const YAML::ParserException& e);  // the same without the place
 
 // The parallel, launch and memory sections (recipe_parallel.cpp); needs train read first.
-void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::path& base, Recipe& r);
+void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::path& base,
+                   Recipe& r);
 
 // precision.fp8 (recipe_fp8.cpp), from the precision section's reader.
 void read_fp8(const MapReader& precision, Locator& loc, Fp8Section& fp8);

@@ -128,7 +128,8 @@ void read_model_from(const MapReader& m, const Locator& loc, const fs::path& bas
   r.model_from = resolve(*m.string("from"), "model.from", base, loc);
   std::error_code ec;
   if (!fs::is_directory(r.model_from, ec))
-    loc.fail("model.from", r.model_from + " is not a directory (expected a Hugging Face model dir)");
+    loc.fail("model.from",
+             r.model_from + " is not a directory (expected a Hugging Face model dir)");
   ModelConfig c;
   try {
     c = load_model_config(r.model_from);
@@ -136,22 +137,28 @@ void read_model_from(const MapReader& m, const Locator& loc, const fs::path& bas
     loc.fail("model.from", e.what());
   }
   const std::string cfg = fs::path(r.model_from) / "config.json";
-  auto agree = [&](const char* key, const std::string& recipe_value, const std::string& config_value) {
+  auto agree = [&](const char* key, const std::string& recipe_value,
+                   const std::string& config_value) {
     if (recipe_value != config_value)
-      loc.fail(std::string("model.") + key,
-               recipe_value + " conflicts with " + config_value + " in " + cfg + " (model.from); drop the key");
+      loc.fail(std::string("model.") + key, recipe_value + " conflicts with " + config_value +
+                                                " in " + cfg + " (model.from); drop the key");
   };
   if (m.has("arch")) agree("arch", *m.string("arch"), arch_name(c.arch));
-  const std::pair<const char*, int> ints[] = {{"layers", c.layers}, {"d_model", c.d_model}, {"heads", c.heads},
-                                              {"kv_heads", c.kv_heads}, {"ffn", c.ffn}, {"vocab", c.vocab},
-                                              {"seq_len", c.seq_len}};
+  const std::pair<const char*, int> ints[] = {
+      {"layers", c.layers}, {"d_model", c.d_model}, {"heads", c.heads},    {"kv_heads", c.kv_heads},
+      {"ffn", c.ffn},       {"vocab", c.vocab},     {"seq_len", c.seq_len}};
   for (const auto& [key, v] : ints)
     if (m.has(key)) agree(key, std::to_string(*m.integer(key, 1, INT64_MAX)), std::to_string(v));
-  if (m.has("rope_theta")) agree("rope_theta", std::to_string(float(*m.number("rope_theta"))), std::to_string(c.rope_theta));
-  if (m.has("norm_eps")) agree("norm_eps", std::to_string(float(*m.number("norm_eps"))), std::to_string(c.norm_eps));
+  if (m.has("rope_theta"))
+    agree("rope_theta", std::to_string(float(*m.number("rope_theta"))),
+          std::to_string(c.rope_theta));
+  if (m.has("norm_eps"))
+    agree("norm_eps", std::to_string(float(*m.number("norm_eps"))), std::to_string(c.norm_eps));
   if (m.has("tie_embeddings"))
-    agree("tie_embeddings", *m.boolean("tie_embeddings") ? "true" : "false", c.tie_embeddings ? "true" : "false");
-  if (m.has("qkv_bias")) agree("qkv_bias", *m.boolean("qkv_bias") ? "true" : "false", c.qkv_bias ? "true" : "false");
+    agree("tie_embeddings", *m.boolean("tie_embeddings") ? "true" : "false",
+          c.tie_embeddings ? "true" : "false");
+  if (m.has("qkv_bias"))
+    agree("qkv_bias", *m.boolean("qkv_bias") ? "true" : "false", c.qkv_bias ? "true" : "false");
   r.model = c;
   vocab = c.vocab;
 }
@@ -183,7 +190,8 @@ void read_model(const YAML::Node& node, Locator& loc, const fs::path& base, Reci
           "model.heads");
     }
     if (m.has("rope_theta")) loc.fail("model.rope_theta", "GPT-2 uses learned positions, not RoPE");
-    if (m.has("qkv_bias")) loc.fail("model.qkv_bias", "GPT-2 has biases on every linear layer already");
+    if (m.has("qkv_bias"))
+      loc.fail("model.qkv_bias", "GPT-2 has biases on every linear layer already");
     if (tie == false) {
       loc.fail("model.tie_embeddings", "GPT-2 always ties the LM head to the token embedding");
     }
@@ -238,7 +246,8 @@ void read_data(const YAML::Node& node, Locator& loc, const fs::path& base, DataS
   const MapReader m(node, "data", loc, {"tokenizer", "train", "valid"});
   // Keeps a tokenizer that model.from already chose unless the recipe names one.
   d.tokenizer = m.string("tokenizer").value_or(d.tokenizer);
-  if (d.tokenizer != "byte" && m.has("tokenizer")) d.tokenizer = resolve(d.tokenizer, "data.tokenizer", base, loc);
+  if (d.tokenizer != "byte" && m.has("tokenizer"))
+    d.tokenizer = resolve(d.tokenizer, "data.tokenizer", base, loc);
   if (!m.has("train")) loc.fail("data.train", "missing (required): a file or directory of text");
   d.train = read_sources(m.node("train"), "data.train", loc, base);
   if (m.has("valid")) d.valid = read_sources(m.node("valid"), "data.valid", loc, base);
@@ -257,7 +266,8 @@ void read_train(const YAML::Node& node, Locator& loc, TrainSection& t) {
   t.warmup = m.integer("warmup", 0, INT64_MAX).value_or(t.warmup);
   if (const std::optional<std::string> name = m.string("schedule")) {
     const std::optional<LrDecay> decay = lr_decay_from_name(*name);
-    if (!decay) loc.fail("train.schedule", "expected cosine, linear or constant, got '" + *name + "'");
+    if (!decay)
+      loc.fail("train.schedule", "expected cosine, linear or constant, got '" + *name + "'");
     t.schedule = *decay;
   }
   t.weight_decay = m.number("weight_decay").value_or(t.weight_decay);
@@ -286,7 +296,8 @@ void read_rest(const MapReader& top, Locator& loc, const fs::path& base, Recipe&
   recipe_detail::read_fp8(p, loc, r.precision.fp8);
   if (r.precision.compute != "fp32" && r.precision.compute != "bf16")
     loc.fail("precision.compute", "'" + r.precision.compute + "' is not one of fp32, bf16");
-  const MapReader c(top.node("checkpoint"), "checkpoint", loc, {"dir", "every", "keep", "resume", "async"});
+  const MapReader c(top.node("checkpoint"), "checkpoint", loc,
+                    {"dir", "every", "keep", "resume", "async"});
   r.checkpoint.dir = resolve(c.string("dir", true).value_or(""), "checkpoint.dir", base, loc);
   r.checkpoint.every = c.integer("every", 0, INT64_MAX).value_or(r.checkpoint.every);
   r.checkpoint.keep = to_int(c.integer("keep", 0, INT_MAX), r.checkpoint.keep);
@@ -295,8 +306,10 @@ void read_rest(const MapReader& top, Locator& loc, const fs::path& base, Recipe&
     r.checkpoint.resume = resolve(r.checkpoint.resume, "checkpoint.resume", base, loc);
   r.checkpoint.async = c.boolean("async").value_or(r.checkpoint.async);
   for (const char* key : {"every", "resume", "async"}) {
-    if (c.has(key) && r.checkpoint.dir.empty() && (std::string(key) != "resume" || r.checkpoint.resume == "auto"))
-      loc.fail(std::string("checkpoint.") + key, "needs checkpoint.dir (where checkpoints are written)");
+    if (c.has(key) && r.checkpoint.dir.empty() &&
+        (std::string(key) != "resume" || r.checkpoint.resume == "auto"))
+      loc.fail(std::string("checkpoint.") + key,
+               "needs checkpoint.dir (where checkpoints are written)");
   }
   const MapReader l(top.node("logging"), "logging", loc, {"every", "metrics", "tensorboard"});
   r.logging.every = to_int(l.integer("every", 1, INT_MAX), r.logging.every);
@@ -310,7 +323,8 @@ void read_rest(const MapReader& top, Locator& loc, const fs::path& base, Recipe&
       loc.fail("logging.tensorboard", "true needs checkpoint.dir (events go to checkpoint.dir/tb)");
     r.logging.tensorboard = tb_on ? r.checkpoint.dir + "/tb" : "";
   } else {
-    r.logging.tensorboard = resolve(l.string("tensorboard", true).value_or(""), "logging.tensorboard", base, loc);
+    r.logging.tensorboard =
+        resolve(l.string("tensorboard", true).value_or(""), "logging.tensorboard", base, loc);
   }
 }
 

@@ -1,11 +1,11 @@
+#include <yaml-cpp/depthguard.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <set>
-
-#include <yaml-cpp/depthguard.h>
 
 #include "recipe/recipe_internal.h"
 #include "util/error.h"
@@ -60,7 +60,8 @@ std::string show(const YAML::Node& n) {
 std::string yaml_error_text(const YAML::ParserException& e) {
   if (const auto* deep = dynamic_cast<const YAML::DeepRecursion*>(&e))
     return "nested more than " + std::to_string(deep->depth()) +
-           " levels deep, past the YAML reader's limit; a recipe nests a few levels (section: {key: value})";
+           " levels deep, past the YAML reader's limit; a recipe nests a few levels (section: "
+           "{key: value})";
   return printable(e.msg);
 }
 

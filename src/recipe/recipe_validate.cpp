@@ -101,7 +101,8 @@ void check_data(const Recipe& r, const Locator& loc) {
       // An indexed dataset is named by its prefix: PREFIX.bin and PREFIX.idx are the files.
       const std::string file = fs::exists(s.path + ".idx", ec) ? s.path + ".idx" : s.path;
       if (!fs::exists(file, ec))
-        loc.fail(prefix + ".path", s.path + " does not exist (neither a text file or directory nor " +
+        loc.fail(prefix + ".path", s.path +
+                                       " does not exist (neither a text file or directory nor " +
                                        s.path + ".bin/.idx)");
       if (access(file.c_str(), R_OK) != 0) {
         loc.fail(prefix + ".path", file + " is not readable: " + std::strerror(errno));
@@ -111,8 +112,9 @@ void check_data(const Recipe& r, const Locator& loc) {
   check_sources(r.data.train, "data.train");
   check_sources(r.data.valid, "data.valid");
   if (r.train.eval_every > 0 && r.data.valid.empty())
-    loc.fail("train.eval_every", "validation every " + std::to_string(r.train.eval_every) +
-                                     " steps needs data.valid (a text file, directory or dataset prefix)");
+    loc.fail("train.eval_every",
+             "validation every " + std::to_string(r.train.eval_every) +
+                 " steps needs data.valid (a text file, directory or dataset prefix)");
 }
 
 void check_train(const TrainSection& t, const Locator& loc) {

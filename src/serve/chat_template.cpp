@@ -25,15 +25,16 @@ ChatTemplate ChatTemplate::for_model_dir(const std::filesystem::path& model_dir)
       text = t.get<std::string>();
     } else if (t.is_array()) {  // [{name, template}, ...]: the "default" one, else the first
       for (const auto& e : t)
-        if (e.is_object() && e.contains("name") && e["name"] == "default" && e.contains("template") &&
-            e["template"].is_string())
+        if (e.is_object() && e.contains("name") && e["name"] == "default" &&
+            e.contains("template") && e["template"].is_string())
           text = e["template"].get<std::string>();
       if (text.empty() && !t.empty() && t[0].contains("template") && t[0]["template"].is_string())
         text = t[0]["template"].get<std::string>();
     }
   }
   if (text.find("<|im_start|>") != std::string::npos) return ChatTemplate(ChatTemplateKind::chatml);
-  if (text.find("<|start_header_id|>") != std::string::npos) return ChatTemplate(ChatTemplateKind::llama3);
+  if (text.find("<|start_header_id|>") != std::string::npos)
+    return ChatTemplate(ChatTemplateKind::llama3);
   auto token = [&](const char* key, const char* fallback) {
     const std::string t = special_token_text(cfg, key);
     return t.empty() ? std::string(fallback) : t;
@@ -43,34 +44,48 @@ ChatTemplate ChatTemplate::for_model_dir(const std::filesystem::path& model_dir)
     return ChatTemplate(kind, token("bos_token", "<s>"), token("eos_token", "</s>"), writes_bos);
   };
   if (text.find("[INST]") != std::string::npos)
-    return with_tokens(text.find("<<SYS>>") != std::string::npos ? ChatTemplateKind::llama2 : ChatTemplateKind::mistral);
+    return with_tokens(text.find("<<SYS>>") != std::string::npos ? ChatTemplateKind::llama2
+                                                                 : ChatTemplateKind::mistral);
   if (text.find("<|user|>") != std::string::npos)
-    return with_tokens(text.find("<|end|>") != std::string::npos ? ChatTemplateKind::phi3 : ChatTemplateKind::zephyr);
+    return with_tokens(text.find("<|end|>") != std::string::npos ? ChatTemplateKind::phi3
+                                                                 : ChatTemplateKind::zephyr);
   return ChatTemplate(ChatTemplateKind::plain);
 }
 
 std::string ChatTemplate::name() const {
   switch (kind_) {
-    case ChatTemplateKind::chatml: return "chatml";
-    case ChatTemplateKind::llama3: return "llama3";
-    case ChatTemplateKind::llama2: return "llama2";
-    case ChatTemplateKind::mistral: return "mistral";
-    case ChatTemplateKind::phi3: return "phi3";
-    case ChatTemplateKind::zephyr: return "zephyr";
-    case ChatTemplateKind::plain: break;
+    case ChatTemplateKind::chatml:
+      return "chatml";
+    case ChatTemplateKind::llama3:
+      return "llama3";
+    case ChatTemplateKind::llama2:
+      return "llama2";
+    case ChatTemplateKind::mistral:
+      return "mistral";
+    case ChatTemplateKind::phi3:
+      return "phi3";
+    case ChatTemplateKind::zephyr:
+      return "zephyr";
+    case ChatTemplateKind::plain:
+      break;
   }
   return "plain";
 }
 
 std::string ChatTemplate::end_of_turn() const {
   switch (kind_) {
-    case ChatTemplateKind::chatml: return "<|im_end|>";
-    case ChatTemplateKind::llama3: return "<|eot_id|>";
-    case ChatTemplateKind::phi3: return "<|end|>";
-    case ChatTemplateKind::llama2:  // a turn ends with the end-of-sequence token, which stops anyway
+    case ChatTemplateKind::chatml:
+      return "<|im_end|>";
+    case ChatTemplateKind::llama3:
+      return "<|eot_id|>";
+    case ChatTemplateKind::phi3:
+      return "<|end|>";
+    case ChatTemplateKind::llama2:  // a turn ends with the end-of-sequence token, which stops
+                                    // anyway
     case ChatTemplateKind::mistral:
     case ChatTemplateKind::zephyr:
-    case ChatTemplateKind::plain: break;
+    case ChatTemplateKind::plain:
+      break;
   }
   return "";
 }
@@ -79,7 +94,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages) const
   std::string out;
   switch (kind_) {
     case ChatTemplateKind::chatml:
-      for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      for (const auto& m : messages)
+        out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
       return out + "<|im_start|>assistant\n";
     case ChatTemplateKind::llama3:
       out = "<|begin_of_text|>";
@@ -134,13 +150,16 @@ std::string ChatTemplate::render_inst(const std::vector<ChatMessage>& messages) 
     const ChatMessage& m = messages[i];
     if (m.role != "user" && m.role != "assistant")
       throw UserError("this model's chat template supports only user and assistant roles" +
-                      std::string(llama2 ? " (and one system message first)" : "") + ", not '" + m.role + "'");
+                      std::string(llama2 ? " (and one system message first)" : "") + ", not '" +
+                      m.role + "'");
     if ((m.role == "user") != ((i - first) % 2 == 0))
       throw UserError("conversation roles must alternate user/assistant/user/assistant/...");
     if (m.role == "user") {
       std::string content = m.content;
-      if (llama2 && i == first && first == 1) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
-      out += llama2 ? bos_ + "[INST] " + strip(content) + " [/INST]" : "[INST] " + m.content + " [/INST]";
+      if (llama2 && i == first && first == 1)
+        content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+      out += llama2 ? bos_ + "[INST] " + strip(content) + " [/INST]"
+                    : "[INST] " + m.content + " [/INST]";
     } else {
       out += llama2 ? " " + strip(m.content) + " " + eos_ : m.content + eos_;
     }

@@ -23,16 +23,21 @@ int kv_blocks_for_bytes(const ModelConfig& cfg, int block_size, int64_t bytes) {
 }
 
 Engine::Engine(Transformer& model, const Tokenizer& tok, const EngineConfig& cfg)
-    : model_(model), tok_(tok), cfg_(cfg), kv_(cfg.num_blocks, cfg.block_size, cfg.prefix_caching),
+    : model_(model),
+      tok_(tok),
+      cfg_(cfg),
+      kv_(cfg.num_blocks, cfg.block_size, cfg.prefix_caching),
       scheduler_(kv_, {cfg.max_num_seqs, cfg.max_batched_tokens}) {
   // One sequence alone must always fit, or preemption could never make room for it.
   if (int64_t(cfg_.num_blocks) * cfg_.block_size < cfg_.max_model_len)
-    throw UserError("the KV cache holds " + std::to_string(int64_t(cfg_.num_blocks) * cfg_.block_size) +
+    throw UserError("the KV cache holds " +
+                    std::to_string(int64_t(cfg_.num_blocks) * cfg_.block_size) +
                     " tokens, less than --max-model-len " + std::to_string(cfg_.max_model_len) +
                     ": raise --kv-blocks/--kv-cache-bytes or lower --max-model-len");
   runner_ = std::make_unique<ModelRunner>(
-      model_, ModelRunnerLimits{cfg_.max_batched_tokens, cfg_.max_num_seqs, cfg_.max_model_len, cfg_.block_size,
-                                cfg_.num_blocks},
+      model_,
+      ModelRunnerLimits{cfg_.max_batched_tokens, cfg_.max_num_seqs, cfg_.max_model_len,
+                        cfg_.block_size, cfg_.num_blocks},
       tok_.vocab_size());
   stats_.kv_blocks = cfg_.num_blocks;
   thread_ = std::thread([this] { loop(); });
@@ -47,16 +52,19 @@ Engine::~Engine() {
   thread_.join();
 }
 
-uint64_t Engine::submit(std::vector<int32_t> prompt, const GenerationParams& params, EventSink sink) {
+uint64_t Engine::submit(std::vector<int32_t> prompt, const GenerationParams& params,
+                        EventSink sink) {
   LLMRUN_CHECK(!prompt.empty() && int(prompt.size()) + params.max_tokens <= cfg_.max_model_len,
                "Engine::submit: prompt of " + std::to_string(prompt.size()) + " tokens + " +
                    std::to_string(params.max_tokens) + " exceeds max_model_len");
-  for (int32_t t : prompt) LLMRUN_CHECK(t >= 0 && t < model_.config().vocab, "Engine::submit: token outside vocabulary");
+  for (int32_t t : prompt)
+    LLMRUN_CHECK(t >= 0 && t < model_.config().vocab, "Engine::submit: token outside vocabulary");
   auto s = std::make_unique<Sequence>();
   s->prompt_len = static_cast<int>(prompt.size());
   s->tokens = std::move(prompt);
   s->params = params;
-  if (!s->params.seeded) s->params.sampling.seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
+  if (!s->params.seeded)
+    s->params.sampling.seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
   s->sampler = std::make_unique<TokenSampler>(s->params.sampling);
   s->text = std::make_unique<TextStream>(tok_, s->params.stop);
   s->sink = std::move(sink);
@@ -130,13 +138,15 @@ void Engine::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || !seqs_.empty(); });
+      wake_.wait(lock,
+                 [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || !seqs_.empty(); });
       if (stop_) break;
     }
     take_inbox();
     if (!seqs_.empty()) {
       const std::vector<ScheduledChunk> chunks = scheduler_.schedule();
-      LLMRUN_CHECK(!chunks.empty(), "scheduler made no progress with " + std::to_string(seqs_.size()) + " sequences");
+      LLMRUN_CHECK(!chunks.empty(), "scheduler made no progress with " +
+                                        std::to_string(seqs_.size()) + " sequences");
       step(chunks);
       erase_finished();
     }
@@ -163,8 +173,8 @@ namespace {
 // Whether sampling this sequence's next token needs its whole logits row on the host; the
 // rest are greedy and take the backend's argmax.
 bool needs_distribution(const GenerationParams& p) {
-  return p.sampling.temperature > 0.0f || p.logprobs >= 0 || p.presence_penalty != 0 || p.frequency_penalty != 0 ||
-         p.repetition_penalty != 1 || !p.logit_bias.empty();
+  return p.sampling.temperature > 0.0f || p.logprobs >= 0 || p.presence_penalty != 0 ||
+         p.frequency_penalty != 0 || p.repetition_penalty != 1 || !p.logit_bias.empty();
 }
 }  // namespace
 
@@ -172,7 +182,8 @@ void Engine::step(const std::vector<ScheduledChunk>& chunks) {
   const int V = model_.config().vocab;
   const int S = static_cast<int>(chunks.size()), bs = cfg_.block_size;
   BatchInput in;
-  for (const auto& c : chunks) in.max_blocks = std::max(in.max_blocks, static_cast<int>(c.seq->kv.blocks.size()));
+  for (const auto& c : chunks)
+    in.max_blocks = std::max(in.max_blocks, static_cast<int>(c.seq->kv.blocks.size()));
   in.query_starts.assign(size_t(S) + 1, 0);
   in.context_lens.resize(size_t(S));
   in.block_tables.assign(size_t(S) * in.max_blocks, 0);
@@ -186,7 +197,8 @@ void Engine::step(const std::vector<ScheduledChunk>& chunks) {
     }
     in.query_starts[s + 1] = in.query_starts[s] + c.n;
     in.context_lens[s] = c.start + c.n;
-    std::copy(c.seq->kv.blocks.begin(), c.seq->kv.blocks.end(), in.block_tables.begin() + size_t(s) * in.max_blocks);
+    std::copy(c.seq->kv.blocks.begin(), c.seq->kv.blocks.end(),
+              in.block_tables.begin() + size_t(s) * in.max_blocks);
     if (c.samples) {
       in.logit_rows.push_back(in.query_starts[s + 1] - 1);
       samplers.push_back(c.seq);
@@ -202,7 +214,8 @@ void Engine::step(const std::vector<ScheduledChunk>& chunks) {
   const int R = static_cast<int>(samplers.size());
   bool any_greedy = false;
   for (const Sequence* s : samplers) any_greedy = any_greedy || !needs_distribution(s->params);
-  const std::vector<int32_t> greedy = any_greedy ? runner_->argmax_rows() : std::vector<int32_t>(size_t(R), -1);
+  const std::vector<int32_t> greedy =
+      any_greedy ? runner_->argmax_rows() : std::vector<int32_t>(size_t(R), -1);
   std::vector<float> row;
   for (int r = 0; r < R; ++r) {
     if (!needs_distribution(samplers[r]->params)) {
@@ -229,14 +242,16 @@ void Engine::sample_and_report(Sequence& s, const float* logits, int32_t greedy)
   }
   const float* use = raw;
   std::vector<float> work;
-  const bool penalties = p.presence_penalty != 0 || p.frequency_penalty != 0 || p.repetition_penalty != 1;
+  const bool penalties =
+      p.presence_penalty != 0 || p.frequency_penalty != 0 || p.repetition_penalty != 1;
   if (penalties || !p.logit_bias.empty()) {
     work.assign(raw, raw + V);
     if (p.repetition_penalty != 1) {
       std::vector<bool> seen(V, false);
       for (int32_t t : s.tokens) seen[t] = true;
       for (int v = 0; v < V; ++v)
-        if (seen[v]) work[v] = work[v] > 0 ? work[v] / p.repetition_penalty : work[v] * p.repetition_penalty;
+        if (seen[v])
+          work[v] = work[v] > 0 ? work[v] / p.repetition_penalty : work[v] * p.repetition_penalty;
     }
     if (p.presence_penalty != 0 || p.frequency_penalty != 0) {
       std::unordered_map<int32_t, int> counts;
@@ -265,9 +280,11 @@ void Engine::report_token(Sequence& s, int32_t token, const float* raw) {
     const int k = std::min(p.logprobs, V);
     std::vector<int32_t> order(V);
     for (int v = 0; v < V; ++v) order[v] = v;
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int32_t a, int32_t b) { return raw[a] > raw[b] || (raw[a] == raw[b] && a < b); });
-    for (int i = 0; i < k; ++i) lp.top.push_back({order[i], static_cast<float>(raw[order[i]] - log_z)});
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return raw[a] > raw[b] || (raw[a] == raw[b] && a < b);
+    });
+    for (int i = 0; i < k; ++i)
+      lp.top.push_back({order[i], static_cast<float>(raw[order[i]] - log_z)});
     ev.tokens.push_back(std::move(lp));
   }
   s.tokens.push_back(token);
@@ -284,7 +301,8 @@ void Engine::report_token(Sequence& s, int32_t token, const float* raw) {
   const auto stops_on = [&](const std::vector<int32_t>& ids) {
     return std::find(ids.begin(), ids.end(), token) != ids.end();
   };
-  if (!p.ignore_eos && (token == tok_.eos_id() || stops_on(cfg_.stop_token_ids))) return finish(s, ev, "stop");
+  if (!p.ignore_eos && (token == tok_.eos_id() || stops_on(cfg_.stop_token_ids)))
+    return finish(s, ev, "stop");
   if (stops_on(p.stop_token_ids)) return finish(s, ev, "stop");
   bool stopped = false;
   ev.text = s.text->push(token, stopped);

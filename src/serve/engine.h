@@ -27,8 +27,8 @@ struct EngineConfig {
   int max_num_seqs = 64;
   int max_batched_tokens = 512;
   int block_size = 16;
-  int num_blocks = 0;       // KV pool size in blocks
-  int max_model_len = 0;    // prompt + generated tokens per sequence
+  int num_blocks = 0;     // KV pool size in blocks
+  int max_model_len = 0;  // prompt + generated tokens per sequence
   bool prefix_caching = true;
   // Tokens that end every sequence besides the tokenizer's end token (ignore_eos aside):
   // generation_config.json's eos_token_id, e.g. Llama 3 Instruct's <|eot_id|>.

@@ -1,5 +1,6 @@
 #include "serve/http_server.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <boost/asio.hpp>
@@ -13,8 +14,6 @@
 #include <string_view>
 #include <thread>
 #include <unordered_set>
-
-#include <spdlog/spdlog.h>
 
 #include "serve/openai_api.h"
 #include "web/web_assets.h"
@@ -39,8 +38,8 @@ struct Channel {
   std::deque<std::pair<int, SequenceEvent>> events;
   net::steady_timer timer;
   std::vector<uint64_t> ids;
-  bool client_gone = false;    // strand only
-  bool request_done = false;   // strand only
+  bool client_gone = false;   // strand only
+  bool request_done = false;  // strand only
 };
 
 // One open connection, so that shutdown can drop it. `stream` and `channel` are touched only on
@@ -68,7 +67,8 @@ struct Reply {
 
 Reply error_reply(const ApiError& e) {
   Reply r(static_cast<http::status>(e.status), dump(error_body(e)));
-  if (e.retry_after_s > 0) r.headers.emplace_back(http::field::retry_after, std::to_string(e.retry_after_s));
+  if (e.retry_after_s > 0)
+    r.headers.emplace_back(http::field::retry_after, std::to_string(e.retry_after_s));
   if (!e.allow.empty()) r.headers.emplace_back(http::field::allow, e.allow);
   return r;
 }
@@ -83,7 +83,10 @@ constexpr int kLingerSeconds = 10;
 
 struct HttpServer::Impl {
   Impl(Engine& e, const Tokenizer& t, const ChatTemplate& tm, const ServerOptions& o)
-      : engine(e), tok(t), tmpl(tm), opts(o),
+      : engine(e),
+        tok(t),
+        tmpl(tm),
+        opts(o),
         ctx{tok, tmpl, o.model_name, e.config().max_model_len, t.vocab_size()} {}
 
   Engine& engine;
@@ -116,7 +119,8 @@ struct HttpServer::Impl {
     size_t done = 0;
     while (!ec && done < data.size()) {
       s.expires_after(write_timeout());
-      done += co_await s.async_write_some(net::buffer(data.substr(done)), net::redirect_error(use_awaitable, ec));
+      done += co_await s.async_write_some(net::buffer(data.substr(done)),
+                                          net::redirect_error(use_awaitable, ec));
     }
     s.expires_never();
     count_write_error(ec);
@@ -173,7 +177,8 @@ struct HttpServer::Impl {
     size_t total = 0;
     s.expires_after(std::chrono::seconds(std::min(opts.request_timeout_s, kLingerSeconds)));
     while (!ec && total < kLingerBytes)
-      total += co_await s.async_read_some(net::buffer(sink), net::redirect_error(use_awaitable, ec));
+      total +=
+          co_await s.async_read_some(net::buffer(sink), net::redirect_error(use_awaitable, ec));
     s.expires_never();
   }
 
@@ -182,18 +187,21 @@ struct HttpServer::Impl {
     const auto it = req.find(http::field::authorization);
     const std::string want = "Bearer " + opts.api_key;
     if (it == req.end() || std::string(it->value()) != want)
-      throw ApiError(401, "authentication_error", it == req.end() ? "missing API key: send 'Authorization: Bearer KEY'"
-                                                                  : "incorrect API key");
+      throw ApiError(401, "authentication_error",
+                     it == req.end() ? "missing API key: send 'Authorization: Bearer KEY'"
+                                     : "incorrect API key");
   }
 
   std::string metrics_text() {
     const EngineStats st = engine.stats();
     std::ostringstream o;
     auto gauge = [&](const char* name, const char* help, double v) {
-      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n" << name << " " << v << "\n";
+      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"
+        << name << " " << v << "\n";
     };
     auto counter = [&](const char* name, const char* help, double v) {
-      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n" << name << " " << v << "\n";
+      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"
+        << name << " " << v << "\n";
     };
     gauge("llmrun:num_requests_running", "Sequences in the running batch.", st.running);
     gauge("llmrun:num_requests_waiting", "Sequences waiting to be scheduled.", st.waiting);
@@ -201,48 +209,60 @@ struct HttpServer::Impl {
           st.kv_blocks ? double(st.kv_blocks_used) / st.kv_blocks : 0.0);
     gauge("llmrun:kv_cache_blocks_used", "KV blocks referenced by sequences.", st.kv_blocks_used);
     gauge("llmrun:kv_cache_num_blocks", "KV blocks in the pool.", st.kv_blocks);
-    gauge("llmrun:kv_cache_blocks_cached", "Full blocks registered for prefix reuse.", st.kv_blocks_cached);
-    counter("llmrun:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", double(st.prefix_queries));
-    counter("llmrun:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", double(st.prefix_hits));
-    counter("llmrun:num_preemptions_total", "Sequences preempted (recomputed later) for lack of KV blocks.",
+    gauge("llmrun:kv_cache_blocks_cached", "Full blocks registered for prefix reuse.",
+          st.kv_blocks_cached);
+    counter("llmrun:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+            double(st.prefix_queries));
+    counter("llmrun:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+            double(st.prefix_hits));
+    counter("llmrun:num_preemptions_total",
+            "Sequences preempted (recomputed later) for lack of KV blocks.",
             double(st.preemptions));
     counter("llmrun:prompt_tokens_total", "Prompt tokens received.", double(st.prompt_tokens));
     counter("llmrun:generation_tokens_total", "Tokens generated.", double(st.generation_tokens));
     counter("llmrun:engine_steps_total", "Model steps run.", double(st.steps));
     counter("llmrun:http_requests_total", "HTTP requests received.", double(http_requests.load()));
-    counter("llmrun:rejected_requests_total", "Requests answered 429 (queue full).", double(rejected_429.load()));
-    counter("llmrun:client_aborts_total", "Requests aborted because the client went away.", double(client_aborts.load()));
-    counter("llmrun:write_timeouts_total", "Clients dropped because they stopped reading their response.",
+    counter("llmrun:rejected_requests_total", "Requests answered 429 (queue full).",
+            double(rejected_429.load()));
+    counter("llmrun:client_aborts_total", "Requests aborted because the client went away.",
+            double(client_aborts.load()));
+    counter("llmrun:write_timeouts_total",
+            "Clients dropped because they stopped reading their response.",
             double(write_timeouts.load()));
     {
       std::lock_guard<std::mutex> lock(conns_mu);
       gauge("llmrun:http_open_connections", "Open client connections.", double(conns.size()));
     }
-    gauge("llmrun:http_requests_generating", "Completion requests in progress.", active_requests.load());
-    gauge("llmrun:http_requests_in_progress", "Requests being answered (this one included).", in_flight.load());
+    gauge("llmrun:http_requests_generating", "Completion requests in progress.",
+          active_requests.load());
+    gauge("llmrun:http_requests_in_progress", "Requests being answered (this one included).",
+          in_flight.load());
     ServingMetrics& m = engine.metrics();
     o << m.ttft.render("llmrun:time_to_first_token_seconds", "Time to first token.");
     o << m.itl.render("llmrun:inter_token_latency_seconds", "Time between tokens of a sequence.");
-    o << m.e2e.render("llmrun:e2e_request_latency_seconds", "Sequence latency from arrival to finish.");
+    o << m.e2e.render("llmrun:e2e_request_latency_seconds",
+                      "Sequence latency from arrival to finish.");
     return o.str();
   }
 
   // ---------------------------------------------------------------- generation
-  static awaitable<void> watch_disconnect(tcp::socket& sock, std::shared_ptr<Channel> ch, Engine& engine,
-                                          std::atomic<int64_t>& aborts) {
+  static awaitable<void> watch_disconnect(tcp::socket& sock, std::shared_ptr<Channel> ch,
+                                          Engine& engine, std::atomic<int64_t>& aborts) {
     beast::error_code ec;
     co_await sock.async_wait(tcp::socket::wait_read, net::redirect_error(use_awaitable, ec));
     if (ec || ch->request_done) co_return;
     char c;
     const ssize_t r = ::recv(sock.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) co_return;  // data, not a hang-up
+    if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)))
+      co_return;  // data, not a hang-up
     ch->client_gone = true;
     ++aborts;
     for (uint64_t id : ch->ids) engine.abort(id);
     ch->timer.cancel();
   }
 
-  awaitable<bool> generate(beast::tcp_stream& stream, Connection& conn, const Request& req, bool chat) {
+  awaitable<bool> generate(beast::tcp_stream& stream, Connection& conn, const Request& req,
+                           bool chat) {
     const json body = parse_body(req.body());
     const CompletionJob job = parse_completion_request(body, chat, ctx);
     const EngineConfig& ec = engine.config();
@@ -250,9 +270,9 @@ struct HttpServer::Impl {
     // More sequences than the server can ever hold: retrying cannot help, so not a 429.
     if (job.sequences() > capacity)
       throw invalid("the request asks for " + std::to_string(job.sequences()) + " sequences (" +
-                        std::to_string(job.prompts.size()) + " prompt(s) x n " + std::to_string(job.n) +
-                        "); this server holds at most " + std::to_string(capacity) +
-                        " (--max-num-seqs + --max-queued)",
+                        std::to_string(job.prompts.size()) + " prompt(s) x n " +
+                        std::to_string(job.n) + "); this server holds at most " +
+                        std::to_string(capacity) + " (--max-num-seqs + --max-queued)",
                     job.n > 1 ? "n" : "prompt");
     if (engine.unfinished() + job.sequences() > capacity) {
       ++rejected_429;
@@ -273,7 +293,9 @@ struct HttpServer::Impl {
     // Visible to a forced shutdown while this request runs.
     struct Registered {
       Connection& c;
-      Registered(Connection& conn, std::shared_ptr<Channel> ch) : c(conn) { c.channel = std::move(ch); }
+      Registered(Connection& conn, std::shared_ptr<Channel> ch) : c(conn) {
+        c.channel = std::move(ch);
+      }
       ~Registered() { c.channel.reset(); }
     } registered(conn, ch);
     ResponseBuilder rb(job, ctx);
@@ -361,12 +383,14 @@ struct HttpServer::Impl {
       if (job.include_usage) tail += "data: " + dump(rb.usage_chunk()) + "\n\n";
       tail += "data: [DONE]\n\n";
       co_await send_chunk(tail);
-      if (!close_delimited && !ch->client_gone && !co_await send_bytes(stream, "0\r\n\r\n")) ch->client_gone = true;
+      if (!close_delimited && !ch->client_gone && !co_await send_bytes(stream, "0\r\n\r\n"))
+        ch->client_gone = true;
       co_return !ch->client_gone && !close_delimited && req.keep_alive();
     }
-    const bool sent = co_await respond(stream, req, Reply{http::status::ok, dump(rb.final_response())}, req.keep_alive());
+    const bool sent = co_await respond(
+        stream, req, Reply{http::status::ok, dump(rb.final_response())}, req.keep_alive());
     if (!sent) ++client_aborts;
-    co_return sent && req.keep_alive();
+    co_return sent&& req.keep_alive();
   }
 
   // ---------------------------------------------------------------- routing
@@ -377,13 +401,16 @@ struct HttpServer::Impl {
     const bool post = req.method() == http::verb::post;
     const bool keep = req.keep_alive();
     auto ok = [&](std::string body, const char* type) -> awaitable<bool> {
-      co_return co_await respond(stream, req, Reply{http::status::ok, std::move(body), type}, keep) && keep;
+      co_return co_await respond(stream, req, Reply{http::status::ok, std::move(body), type},
+                                 keep) &&
+          keep;
     };
     if (target == "/health" && get) {
       const http::status st = draining ? http::status::service_unavailable : http::status::ok;
       co_return co_await respond(stream, req, Reply{st, "", "text/plain"}, keep) && keep;
     }
-    if (target == "/metrics" && get) co_return co_await ok(metrics_text(), "text/plain; version=0.0.4");
+    if (target == "/metrics" && get)
+      co_return co_await ok(metrics_text(), "text/plain; version=0.0.4");
     if (draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
     if (target == "/v1/models" && get) {
       check_auth(req);
@@ -425,8 +452,8 @@ struct HttpServer::Impl {
     if (const WebAsset* page = get ? find_web_asset("playground", target) : nullptr)
       co_return co_await ok(std::string(page->body), page->content_type.data());
     const bool get_route = target == "/health" || target == "/metrics" || target == "/v1/models";
-    const bool post_route = target == "/v1/completions" || target == "/v1/chat/completions" || target == "/tokenize" ||
-                            target == "/detokenize";
+    const bool post_route = target == "/v1/completions" || target == "/v1/chat/completions" ||
+                            target == "/tokenize" || target == "/detokenize";
     if (get_route || post_route) {
       ApiError e(405, "invalid_request_error",
                  "method " + std::string(req.method_string()) + " not allowed on " + target);
@@ -469,28 +496,33 @@ struct HttpServer::Impl {
       // A whole request must arrive in time: slow or stalled clients do not hold a slot.
       stream.expires_after(std::chrono::seconds(opts.request_timeout_s));
       beast::error_code ec;
-      co_await http::async_read_header(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+      co_await http::async_read_header(stream, buffer, parser,
+                                       net::redirect_error(use_awaitable, ec));
       if (!ec && !parser.is_done()) {
         // curl and others wait (about a second) for this before sending a larger body.
         if (expects_continue(parser.get()))
-          co_await net::async_write(stream, net::buffer(std::string_view("HTTP/1.1 100 Continue\r\n\r\n")),
+          co_await net::async_write(stream,
+                                    net::buffer(std::string_view("HTTP/1.1 100 Continue\r\n\r\n")),
                                     net::redirect_error(use_awaitable, ec));
-        if (!ec) co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
+        if (!ec)
+          co_await http::async_read(stream, buffer, parser, net::redirect_error(use_awaitable, ec));
       }
       stream.expires_never();
       if (ec == http::error::body_limit) {
-        co_await respond_and_linger(stream, ApiError(413, "invalid_request_error",
-                                                     "the request body exceeds " +
-                                                         std::to_string(opts.max_body_bytes) + " bytes"));
+        co_await respond_and_linger(
+            stream,
+            ApiError(413, "invalid_request_error",
+                     "the request body exceeds " + std::to_string(opts.max_body_bytes) + " bytes"));
         co_return;
       }
       if (ec == http::error::header_limit) {
-        co_await respond_and_linger(
-            stream, ApiError(431, "invalid_request_error", "the request line and headers exceed 64 KiB"));
+        co_await respond_and_linger(stream, ApiError(431, "invalid_request_error",
+                                                     "the request line and headers exceed 64 KiB"));
         co_return;
       }
-      if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == net::error::eof ||
-          ec == net::error::connection_reset || ec == net::error::operation_aborted || ec == net::error::bad_descriptor)
+      if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+          ec == net::error::eof || ec == net::error::connection_reset ||
+          ec == net::error::operation_aborted || ec == net::error::bad_descriptor)
         break;
       if (ec) {
         co_await respond_and_linger(stream, invalid("malformed HTTP request: " + ec.message()));
@@ -513,7 +545,8 @@ struct HttpServer::Impl {
         error = std::make_unique<ApiError>(400, "invalid_request_error", e.what());
       } catch (const std::exception& e) {
         spdlog::error("request {} failed: {}", std::string(req.target()), e.what());
-        error = std::make_unique<ApiError>(500, "internal_error", std::string("internal error: ") + e.what());
+        error = std::make_unique<ApiError>(500, "internal_error",
+                                           std::string("internal error: ") + e.what());
       }
       if (error) {
         const bool close = !req.keep_alive() || error->status == 503;
@@ -539,7 +572,8 @@ struct HttpServer::Impl {
     for (;;) {
       auto strand = net::make_strand(ioc);
       beast::error_code ec;
-      tcp::socket sock = co_await acceptor.async_accept(strand, net::redirect_error(use_awaitable, ec));
+      tcp::socket sock =
+          co_await acceptor.async_accept(strand, net::redirect_error(use_awaitable, ec));
       if (ec) {
         if (!acceptor.is_open()) co_return;
         // Out of descriptors and the like: back off briefly instead of spinning.
@@ -570,7 +604,8 @@ struct HttpServer::Impl {
       std::lock_guard<std::mutex> lock(conns_mu);
       all.assign(conns.begin(), conns.end());
     }
-    spdlog::warn("{}: dropping {} open connection(s) with {} request(s) in flight", why, all.size(), in_flight.load());
+    spdlog::warn("{}: dropping {} open connection(s) with {} request(s) in flight", why, all.size(),
+                 in_flight.load());
     for (auto& c : all)
       net::post(c->strand, [this, c] {
         if (!c->stream) return;
@@ -586,11 +621,13 @@ struct HttpServer::Impl {
   }
 
   awaitable<void> drain() {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts.shutdown_timeout_s);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(opts.shutdown_timeout_s);
     net::steady_timer t(ioc);
     while (in_flight.load() > 0 || engine.unfinished() > 0) {
       if (std::chrono::steady_clock::now() >= deadline)
-        drop_connections("shutdown deadline of " + std::to_string(opts.shutdown_timeout_s) + " s passed");
+        drop_connections("shutdown deadline of " + std::to_string(opts.shutdown_timeout_s) +
+                         " s passed");
       t.expires_after(std::chrono::milliseconds(20));
       beast::error_code ec;
       co_await t.async_wait(net::redirect_error(use_awaitable, ec));
@@ -603,17 +640,19 @@ struct HttpServer::Impl {
   void on_signal(net::signal_set& signals, const beast::error_code& e, int sig) {
     if (e) return;
     if (!draining) {
-      spdlog::info("signal {}: no new requests; finishing {} in flight (at most {} s)", sig, in_flight.load(),
-                   opts.shutdown_timeout_s);
+      spdlog::info("signal {}: no new requests; finishing {} in flight (at most {} s)", sig,
+                   in_flight.load(), opts.shutdown_timeout_s);
       begin_drain();
     } else {
       drop_connections("second signal " + std::to_string(sig));
     }
-    signals.async_wait([this, &signals](const beast::error_code& e2, int s2) { on_signal(signals, e2, s2); });
+    signals.async_wait(
+        [this, &signals](const beast::error_code& e2, int s2) { on_signal(signals, e2, s2); });
   }
 };
 
-HttpServer::HttpServer(Engine& engine, const Tokenizer& tok, const ChatTemplate& tmpl, const ServerOptions& opts)
+HttpServer::HttpServer(Engine& engine, const Tokenizer& tok, const ChatTemplate& tmpl,
+                       const ServerOptions& opts)
     : impl_(std::make_unique<Impl>(engine, tok, tmpl, opts)) {}
 
 HttpServer::~HttpServer() = default;
@@ -629,10 +668,12 @@ int HttpServer::listen() {
   if (!ec) s.acceptor.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) s.acceptor.bind(ep, ec);
   if (!ec) s.acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) throw UserError("cannot listen on " + s.opts.host + ":" + std::to_string(s.opts.port) + ": " + ec.message());
+  if (ec)
+    throw UserError("cannot listen on " + s.opts.host + ":" + std::to_string(s.opts.port) + ": " +
+                    ec.message());
   const auto bound = s.acceptor.local_endpoint();
-  spdlog::info("listening on http://{}:{} (model '{}', chat template {})", bound.address().to_string(), bound.port(),
-               s.opts.model_name, s.tmpl.name());
+  spdlog::info("listening on http://{}:{} (model '{}', chat template {})",
+               bound.address().to_string(), bound.port(), s.opts.model_name, s.tmpl.name());
   return bound.port();
 }
 
@@ -645,10 +686,12 @@ void HttpServer::run() {
   Impl& s = *impl_;
   listen();
   net::signal_set signals(s.ioc, SIGTERM, SIGINT);
-  signals.async_wait([&s, &signals](const beast::error_code& e, int sig) { s.on_signal(signals, e, sig); });
+  signals.async_wait(
+      [&s, &signals](const beast::error_code& e, int sig) { s.on_signal(signals, e, sig); });
   net::co_spawn(s.ioc, s.accept_loop(), net::detached);
   std::vector<std::thread> threads;
-  for (int i = 1; i < std::max(1, s.opts.io_threads); ++i) threads.emplace_back([&s] { s.ioc.run(); });
+  for (int i = 1; i < std::max(1, s.opts.io_threads); ++i)
+    threads.emplace_back([&s] { s.ioc.run(); });
   s.ioc.run();
   for (auto& t : threads) t.join();
 }

@@ -18,20 +18,21 @@ namespace llmrun {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                  // 0: any free port (the bound one is logged)
+  int port = 8000;  // 0: any free port (the bound one is logged)
   std::string model_name;
   std::string api_key;              // empty: no authentication
   int max_queued = 256;             // sequences allowed to wait beyond max_num_seqs; more: 429
   size_t max_body_bytes = 4 << 20;  // larger bodies: 413
   int io_threads = 2;
-  int request_timeout_s = 30;       // a request's headers and body must arrive within this
-  int write_timeout_s = 30;         // a response write that makes no progress this long drops the client
-  int shutdown_timeout_s = 30;      // after SIGTERM: in-flight requests get this long, then are dropped
+  int request_timeout_s = 30;  // a request's headers and body must arrive within this
+  int write_timeout_s = 30;    // a response write that makes no progress this long drops the client
+  int shutdown_timeout_s = 30;  // after SIGTERM: in-flight requests get this long, then are dropped
 };
 
 class HttpServer {
  public:
-  HttpServer(Engine& engine, const Tokenizer& tok, const ChatTemplate& tmpl, const ServerOptions& opts);
+  HttpServer(Engine& engine, const Tokenizer& tok, const ChatTemplate& tmpl,
+             const ServerOptions& opts);
   ~HttpServer();
   // Binds (once) and returns the bound port; prints "listening on http://HOST:PORT".
   int listen();

@@ -17,7 +17,9 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser
 }  // namespace
 
 KvBlockManager::KvBlockManager(int num_blocks, int block_size, bool prefix_caching)
-    : block_size_(block_size), prefix_caching_(prefix_caching), blocks_(static_cast<size_t>(num_blocks)) {
+    : block_size_(block_size),
+      prefix_caching_(prefix_caching),
+      blocks_(static_cast<size_t>(num_blocks)) {
   LLMRUN_CHECK(num_blocks > 0 && block_size > 0, "KvBlockManager: sizes must be positive");
   // Lowest ids first out: makes block placement easy to follow in tests and logs.
   for (int32_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
@@ -25,7 +27,8 @@ KvBlockManager::KvBlockManager(int num_blocks, int block_size, bool prefix_cachi
 
 uint64_t KvBlockManager::hash_block(uint64_t parent, const int32_t* tokens) const {
   uint64_t h = mix(parent ^ 0x9e3779b97f4a7c15ull);
-  for (int i = 0; i < block_size_; ++i) h = mix(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) + 0x100000000ull * i));
+  for (int i = 0; i < block_size_; ++i)
+    h = mix(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) + 0x100000000ull * i));
   return h;
 }
 
@@ -48,7 +51,8 @@ int32_t KvBlockManager::take_block() {
   return b;
 }
 
-int KvBlockManager::acquire_prefix(SeqBlocks& seq, const std::vector<int32_t>& tokens, int max_tokens) {
+int KvBlockManager::acquire_prefix(SeqBlocks& seq, const std::vector<int32_t>& tokens,
+                                   int max_tokens) {
   LLMRUN_CHECK(seq.blocks.empty(), "acquire_prefix: sequence already has blocks");
   seq.published = 0;
   seq.chain_hash = kPrefixChainSeed;

@@ -16,8 +16,8 @@ inline constexpr uint64_t kPrefixChainSeed = 0x6a09e667f3bcc909ull;
 
 // One sequence's block table and how much of it is registered for reuse.
 struct SeqBlocks {
-  std::vector<int32_t> blocks;   // block of tokens [i*block_size, (i+1)*block_size)
-  int published = 0;             // leading full blocks registered in the prefix cache
+  std::vector<int32_t> blocks;             // block of tokens [i*block_size, (i+1)*block_size)
+  int published = 0;                       // leading full blocks registered in the prefix cache
   uint64_t chain_hash = kPrefixChainSeed;  // hash of the prefix up to block `published`
 };
 
@@ -64,8 +64,8 @@ class KvBlockManager {
   int block_size_;
   bool prefix_caching_;
   std::vector<Block> blocks_;
-  std::vector<int32_t> free_;          // never-hashed blocks, unreferenced
-  std::list<int32_t> evictable_;       // hashed and unreferenced, oldest first
+  std::vector<int32_t> free_;     // never-hashed blocks, unreferenced
+  std::list<int32_t> evictable_;  // hashed and unreferenced, oldest first
   std::unordered_map<uint64_t, int32_t> by_hash_;
   int64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };

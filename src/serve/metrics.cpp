@@ -22,7 +22,9 @@ std::string Histogram::render(const std::string& name, const std::string& help) 
     cumulative += counts_[i];
     o << name << "_bucket{le=\"" << bounds_[i] << "\"} " << cumulative << "\n";
   }
-  o << name << "_bucket{le=\"+Inf\"} " << count_ << "\n" << name << "_sum " << sum_ << "\n" << name << "_count " << count_ << "\n";
+  o << name << "_bucket{le=\"+Inf\"} " << count_ << "\n"
+    << name << "_sum " << sum_ << "\n"
+    << name << "_count " << count_ << "\n";
   return o.str();
 }
 

@@ -16,7 +16,10 @@ namespace llmrun {
 // An error answered with an OpenAI-style body {"error": {message, type, param, code}}.
 struct ApiError : std::runtime_error {
   ApiError(int status, std::string type, const std::string& message, std::string param = "")
-      : std::runtime_error(message), status(status), type(std::move(type)), param(std::move(param)) {}
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        param(std::move(param)) {}
   int status;
   std::string type, param;
   int retry_after_s = 0;  // > 0: sent as Retry-After (429: when capacity may have freed up)
@@ -48,7 +51,7 @@ struct CompletionJob {
   bool chat = false, stream = false, include_usage = false;
   std::vector<std::vector<int32_t>> prompts;  // completions may carry several
   int n = 1;
-  GenerationParams params;                    // choice i of a prompt uses seed + i
+  GenerationParams params;  // choice i of a prompt uses seed + i
   bool logprobs = false;
   int top_logprobs = 0;
   int sequences() const { return static_cast<int>(prompts.size()) * n; }
@@ -56,7 +59,8 @@ struct CompletionJob {
 
 // `a` as token ids below `vocab`; 400 naming `param` for anything else.
 std::vector<int32_t> token_ids(const nlohmann::json& a, int vocab, const char* param);
-CompletionJob parse_completion_request(const nlohmann::json& body, bool chat, const ApiContext& ctx);
+CompletionJob parse_completion_request(const nlohmann::json& body, bool chat,
+                                       const ApiContext& ctx);
 // Chat messages -> prompt text with the model's template (for /tokenize too).
 std::string render_chat(const nlohmann::json& messages, const ChatTemplate& tmpl);
 

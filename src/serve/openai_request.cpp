@@ -54,8 +54,8 @@ json parse_body(const std::string& text) {
     } else if (c == '[' || c == '{') {
       if (++depth > kMaxJsonDepth) {
         const std::string field(key.substr(0, 64));
-        throw invalid((field.empty() ? std::string("the body") : "'" + field + "'") + " nests JSON deeper than " +
-                          std::to_string(kMaxJsonDepth) + " levels",
+        throw invalid((field.empty() ? std::string("the body") : "'" + field + "'") +
+                          " nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels",
                       field);
       }
     } else if (c == ']' || c == '}') {
@@ -80,8 +80,8 @@ double number(const json& body, const char* key, double fallback, double lo, dou
   if (!v.is_number()) throw invalid(std::string("'") + key + "' must be a number", key);
   const double x = v.get<double>();
   if (!(x >= lo && x <= hi))
-    throw invalid(std::string("'") + key + "' must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " +
-                      v.dump(),
+    throw invalid(std::string("'") + key + "' must be in [" + json(lo).dump() + ", " +
+                      json(hi).dump() + "], got " + v.dump(),
                   key);
   return x;
 }
@@ -91,11 +91,12 @@ int64_t integer(const json& body, const char* key, int64_t fallback, int64_t lo,
   const json& v = body[key];
   if (!v.is_number_integer()) throw invalid(std::string("'") + key + "' must be an integer", key);
   // Unsigned values past int64 would wrap negative: out of range, reported as sent.
-  const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max());
+  const bool huge =
+      v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max());
   const int64_t x = huge ? 0 : v.get<int64_t>();
   if (huge || x < lo || x > hi)
-    throw invalid(std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                      "], got " + v.dump(),
+    throw invalid(std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + "], got " + v.dump(),
                   key);
   return x;
 }
@@ -110,14 +111,17 @@ bool boolean(const json& body, const char* key, bool fallback) {
 
 std::vector<int32_t> token_ids(const json& a, int vocab, const char* param) {
   // nlohmann iterates a scalar as a one-element range: insist on an array first.
-  if (!a.is_array()) throw invalid(std::string("'") + param + "' must be an array of token ids", param);
+  if (!a.is_array())
+    throw invalid(std::string("'") + param + "' must be an array of token ids", param);
   std::vector<int32_t> out;
   for (const auto& t : a) {
     // Unsigned ids are compared as such: a huge one must not wrap into range.
     const bool ok = t.is_number_unsigned() ? t.get<uint64_t>() < uint64_t(vocab)
-                                           : t.is_number_integer() && t.get<int64_t>() >= 0 && t.get<int64_t>() < vocab;
+                                           : t.is_number_integer() && t.get<int64_t>() >= 0 &&
+                                                 t.get<int64_t>() < vocab;
     if (!ok)
-      throw invalid(std::string("'") + param + "' holds " + echo(t) + ", not a token id below " + std::to_string(vocab),
+      throw invalid(std::string("'") + param + "' holds " + echo(t) + ", not a token id below " +
+                        std::to_string(vocab),
                     param);
     out.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
@@ -142,7 +146,8 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& p, const ApiCon
         throw invalid("'prompt' must be a string, an array of strings, or token arrays", "prompt");
     }
   } else {
-    throw invalid("'prompt' must be a non-empty string, array of strings, or token array", "prompt");
+    throw invalid("'prompt' must be a non-empty string, array of strings, or token array",
+                  "prompt");
   }
   for (const auto& t : out)
     if (t.empty()) throw invalid("'prompt' encodes to no tokens", "prompt");
@@ -152,7 +157,8 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& p, const ApiCon
 }  // namespace
 
 std::string render_chat(const json& messages, const ChatTemplate& tmpl) {
-  if (!messages.is_array() || messages.empty()) throw invalid("'messages' must be a non-empty array", "messages");
+  if (!messages.is_array() || messages.empty())
+    throw invalid("'messages' must be a non-empty array", "messages");
   std::vector<ChatMessage> msgs;
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& m = messages[i];
@@ -161,9 +167,10 @@ std::string render_chat(const json& messages, const ChatTemplate& tmpl) {
     if (!m.contains("role") || !m["role"].is_string())
       throw invalid("'" + at + ".role' must be a string", "messages");
     ChatMessage cm{m["role"].get<std::string>(), ""};
-    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer" &&
-        cm.role != "tool")
-      throw invalid("unknown message role '" + cm.role.substr(0, 64) + "' in '" + at + ".role'", "messages");
+    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" &&
+        cm.role != "developer" && cm.role != "tool")
+      throw invalid("unknown message role '" + cm.role.substr(0, 64) + "' in '" + at + ".role'",
+                    "messages");
     const json* c = m.contains("content") ? &m["content"] : nullptr;
     if (c == nullptr || c->is_null()) {
       // No text: an assistant turn that only called tools, say.
@@ -173,18 +180,22 @@ std::string render_chat(const json& messages, const ChatTemplate& tmpl) {
       for (size_t k = 0; k < c->size(); ++k) {
         const json& part = (*c)[k];
         const std::string pat = at + ".content[" + std::to_string(k) + "]";
-        if (!part.is_object()) throw invalid("'" + pat + "' must be an object, got " + echo(part), "messages");
+        if (!part.is_object())
+          throw invalid("'" + pat + "' must be an object, got " + echo(part), "messages");
         if (!part.contains("type") || !part["type"].is_string())
           throw invalid("'" + pat + ".type' must be a string", "messages");
         if (part["type"].get<std::string>() != "text")
-          throw invalid("'" + pat + ".type' is " + echo(part["type"]) + ": only text content parts are supported",
+          throw invalid("'" + pat + ".type' is " + echo(part["type"]) +
+                            ": only text content parts are supported",
                         "messages");
         if (!part.contains("text") || !part["text"].is_string())
           throw invalid("'" + pat + ".text' must be a string", "messages");
         cm.content += part["text"].get<std::string>();
       }
     } else {
-      throw invalid("'" + at + ".content' must be a string or an array of text parts, got " + echo(*c), "messages");
+      throw invalid(
+          "'" + at + ".content' must be a string or an array of text parts, got " + echo(*c),
+          "messages");
     }
     msgs.push_back(std::move(cm));
   }
@@ -199,7 +210,8 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
     const json& model = body["model"];
     if (!model.is_string()) throw invalid("'model' must be a string, got " + echo(model), "model");
     if (model.get<std::string>() != ctx.model_name)
-      throw invalid("the model " + echo(model) + " does not exist; this server serves '" + ctx.model_name + "'",
+      throw invalid("the model " + echo(model) + " does not exist; this server serves '" +
+                        ctx.model_name + "'",
                     "model");
   }
   if (chat) {
@@ -209,17 +221,21 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
   } else {
     if (!body.contains("prompt")) throw invalid("'prompt' is required", "prompt");
     job.prompts = completion_prompts(body["prompt"], ctx);
-    if (boolean(body, "echo", false)) throw invalid("'echo' is not supported by this server", "echo");
-    if (body.contains("suffix") && !body["suffix"].is_null()) throw invalid("'suffix' is not supported", "suffix");
+    if (boolean(body, "echo", false))
+      throw invalid("'echo' is not supported by this server", "echo");
+    if (body.contains("suffix") && !body["suffix"].is_null())
+      throw invalid("'suffix' is not supported", "suffix");
   }
   job.n = static_cast<int>(integer(body, "n", 1, 1, 128));
-  if (body.contains("best_of") && !body["best_of"].is_null() && integer(body, "best_of", 1, 1, 128) != job.n)
+  if (body.contains("best_of") && !body["best_of"].is_null() &&
+      integer(body, "best_of", 1, 1, 128) != job.n)
     throw invalid("'best_of' different from 'n' is not supported", "best_of");
   job.stream = boolean(body, "stream", false);
   if (body.contains("stream_options") && !body["stream_options"].is_null()) {
     const json& so = body["stream_options"];
     if (!so.is_object()) throw invalid("'stream_options' must be an object", "stream_options");
-    if (!job.stream) throw invalid("'stream_options' is only allowed with stream: true", "stream_options");
+    if (!job.stream)
+      throw invalid("'stream_options' is only allowed with stream: true", "stream_options");
     job.include_usage = boolean(so, "include_usage", false);
   }
 
@@ -230,8 +246,8 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
   p.sampling.top_k = top_k < 0 ? 0 : static_cast<int>(top_k);
   p.sampling.min_p = static_cast<float>(number(body, "min_p", 0.0, 0.0, 1.0));
   if (body.contains("seed") && !body["seed"].is_null()) {
-    p.sampling.seed = static_cast<uint64_t>(integer(body, "seed", 0, std::numeric_limits<int64_t>::min(),
-                                                    std::numeric_limits<int64_t>::max()));
+    p.sampling.seed = static_cast<uint64_t>(integer(
+        body, "seed", 0, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
     p.seeded = true;
   }
   p.presence_penalty = static_cast<float>(number(body, "presence_penalty", 0.0, -2.0, 2.0));
@@ -246,8 +262,8 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
       // Every generated token is checked against every stop string on the engine thread: a
       // request must not be able to stall the whole batch with thousands of them.
       if (s.size() > kMaxStops)
-        throw invalid("'stop' has " + std::to_string(s.size()) + " strings; at most " + std::to_string(kMaxStops) +
-                          " are allowed",
+        throw invalid("'stop' has " + std::to_string(s.size()) + " strings; at most " +
+                          std::to_string(kMaxStops) + " are allowed",
                       "stop");
       for (const auto& e : s) {
         if (!e.is_string()) throw invalid("'stop' must be a string or an array of strings", "stop");
@@ -262,16 +278,18 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
       throw invalid("a 'stop' string has " + std::to_string(stop.size()) + " bytes; at most " +
                         std::to_string(kMaxStopBytes) + " are allowed",
                     "stop");
-  if (chat && !ctx.chat_template.end_of_turn().empty()) p.stop.push_back(ctx.chat_template.end_of_turn());
+  if (chat && !ctx.chat_template.end_of_turn().empty())
+    p.stop.push_back(ctx.chat_template.end_of_turn());
   if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null())
     p.stop_token_ids = token_ids(body["stop_token_ids"], ctx.vocab, "stop_token_ids");
   if (p.stop_token_ids.size() > kMaxStopTokenIds)
-    throw invalid("'stop_token_ids' has " + std::to_string(p.stop_token_ids.size()) + " ids; at most " +
-                      std::to_string(kMaxStopTokenIds) + " are allowed",
+    throw invalid("'stop_token_ids' has " + std::to_string(p.stop_token_ids.size()) +
+                      " ids; at most " + std::to_string(kMaxStopTokenIds) + " are allowed",
                   "stop_token_ids");
   if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
     const json& lb = body["logit_bias"];
-    if (!lb.is_object()) throw invalid("'logit_bias' must be an object of token id -> bias", "logit_bias");
+    if (!lb.is_object())
+      throw invalid("'logit_bias' must be an object of token id -> bias", "logit_bias");
     for (const auto& [k, v] : lb.items()) {
       int64_t id = -1;
       try {
@@ -281,7 +299,8 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
       } catch (const std::exception&) {
         id = -1;
       }
-      if (id < 0 || id >= ctx.vocab) throw invalid("'logit_bias' key '" + k.substr(0, 32) + "' is not a token id", "logit_bias");
+      if (id < 0 || id >= ctx.vocab)
+        throw invalid("'logit_bias' key '" + k.substr(0, 32) + "' is not a token id", "logit_bias");
       if (!v.is_number() || v.get<double>() < -100 || v.get<double>() > 100)
         throw invalid("'logit_bias' values must be numbers in [-100, 100]", "logit_bias");
       p.logit_bias[static_cast<int32_t>(id)] = v.get<float>();
@@ -290,7 +309,8 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
   if (chat) {
     job.logprobs = boolean(body, "logprobs", false);
     job.top_logprobs = static_cast<int>(integer(body, "top_logprobs", 0, 0, 20));
-    if (job.top_logprobs > 0 && !job.logprobs) throw invalid("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    if (job.top_logprobs > 0 && !job.logprobs)
+      throw invalid("'top_logprobs' needs 'logprobs': true", "top_logprobs");
   } else if (body.contains("logprobs") && !body["logprobs"].is_null()) {
     job.logprobs = true;
     job.top_logprobs = static_cast<int>(integer(body, "logprobs", 0, 0, 20));
@@ -300,16 +320,20 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
   int longest = 0;
   for (const auto& t : job.prompts) longest = std::max(longest, static_cast<int>(t.size()));
   if (longest >= ctx.max_model_len)
-    throw invalid("the prompt has " + std::to_string(longest) + " tokens; this model's context is " +
-                      std::to_string(ctx.max_model_len) + " (prompt plus at least one generated token)",
+    throw invalid("the prompt has " + std::to_string(longest) +
+                      " tokens; this model's context is " + std::to_string(ctx.max_model_len) +
+                      " (prompt plus at least one generated token)",
                   chat ? "messages" : "prompt");
-  const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const char* max_key =
+      chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   const int64_t room = ctx.max_model_len - longest;
-  const int64_t max_tokens = integer(body, max_key, chat ? room : 16, 1, std::numeric_limits<int32_t>::max());
+  const int64_t max_tokens =
+      integer(body, max_key, chat ? room : 16, 1, std::numeric_limits<int32_t>::max());
   if (max_tokens > room)
-    throw invalid("'" + std::string(max_key) + "' is " + std::to_string(max_tokens) + " but the prompt of " +
-                      std::to_string(longest) + " tokens leaves room for " + std::to_string(room) +
-                      " in this model's context of " + std::to_string(ctx.max_model_len),
+    throw invalid("'" + std::string(max_key) + "' is " + std::to_string(max_tokens) +
+                      " but the prompt of " + std::to_string(longest) + " tokens leaves room for " +
+                      std::to_string(room) + " in this model's context of " +
+                      std::to_string(ctx.max_model_len),
                   max_key);
   p.max_tokens = static_cast<int>(max_tokens);
   return job;

@@ -24,9 +24,14 @@ json bytes_of(const std::string& s) {
 }  // namespace
 
 ResponseBuilder::ResponseBuilder(const CompletionJob& job, const ApiContext& ctx)
-    : job_(job), ctx_(ctx), id_(random_id(job.chat ? "chatcmpl-" : "cmpl-")),
-      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
-      choices_(static_cast<size_t>(job.sequences())), prompt_counted_(job.prompts.size(), false) {}
+    : job_(job),
+      ctx_(ctx),
+      id_(random_id(job.chat ? "chatcmpl-" : "cmpl-")),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count()),
+      choices_(static_cast<size_t>(job.sequences())),
+      prompt_counted_(job.prompts.size(), false) {}
 
 json ResponseBuilder::base(const char* object) const {
   return {{"id", id_}, {"object", object}, {"created", created_}, {"model", ctx_.model_name}};
@@ -39,7 +44,8 @@ json ResponseBuilder::usage() const {
           {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
 }
 
-json ResponseBuilder::logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const {
+json ResponseBuilder::logprobs_json(const std::vector<TokenLogprob>& lps,
+                                    size_t text_offset) const {
   if (job_.chat) {
     json content = json::array();
     for (const auto& lp : lps) {
@@ -49,11 +55,13 @@ json ResponseBuilder::logprobs_json(const std::vector<TokenLogprob>& lps, size_t
         const std::string a = ctx_.tok.token_bytes(alt.token);
         top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", bytes_of(a)}});
       }
-      content.push_back({{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
+      content.push_back(
+          {{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
     }
     return {{"content", content}};
   }
-  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
+       offsets = json::array();
   size_t offset = text_offset;
   for (const auto& lp : lps) {
     const std::string t = ctx_.tok.token_bytes(lp.token);
@@ -65,7 +73,10 @@ json ResponseBuilder::logprobs_json(const std::vector<TokenLogprob>& lps, size_t
     offsets.push_back(offset);
     offset += t.size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  return {{"tokens", tokens},
+          {"token_logprobs", token_lps},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
 }
 
 void ResponseBuilder::add(int index, const SequenceEvent& ev) {
@@ -90,25 +101,30 @@ std::vector<json> ResponseBuilder::stream_chunks(int index, const SequenceEvent&
   add(index, ev);
   std::vector<json> out;
   const json reason = ev.finished ? json(ev.finish_reason) : json(nullptr);
-  const json lps = job_.logprobs && !ev.tokens.empty() ? logprobs_json(ev.tokens, offset) : json(nullptr);
+  const json lps =
+      job_.logprobs && !ev.tokens.empty() ? logprobs_json(ev.tokens, offset) : json(nullptr);
   if (job_.chat) {
     if (!c.role_sent) {
       c.role_sent = true;
       json first = base("chat.completion.chunk");
-      first["choices"] = json::array(
-          {{{"index", index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+      first["choices"] = json::array({{{"index", index},
+                                       {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                       {"logprobs", nullptr},
+                                       {"finish_reason", nullptr}}});
       out.push_back(std::move(first));
     }
     if (ev.text.empty() && !ev.finished && lps.is_null()) return out;
     json delta = json::object();
     if (!ev.text.empty()) delta["content"] = ev.text;
     json chunk = base("chat.completion.chunk");
-    chunk["choices"] = json::array({{{"index", index}, {"delta", delta}, {"logprobs", lps}, {"finish_reason", reason}}});
+    chunk["choices"] = json::array(
+        {{{"index", index}, {"delta", delta}, {"logprobs", lps}, {"finish_reason", reason}}});
     out.push_back(std::move(chunk));
   } else {
     if (ev.text.empty() && !ev.finished && lps.is_null()) return out;
     json chunk = base("text_completion");
-    chunk["choices"] = json::array({{{"index", index}, {"text", ev.text}, {"logprobs", lps}, {"finish_reason", reason}}});
+    chunk["choices"] = json::array(
+        {{{"index", index}, {"text", ev.text}, {"logprobs", lps}, {"finish_reason", reason}}});
     out.push_back(std::move(chunk));
   }
   return out;
@@ -133,7 +149,8 @@ json ResponseBuilder::final_response() const {
                          {"logprobs", lps},
                          {"finish_reason", c.finish_reason}});
     else
-      choices.push_back({{"index", i}, {"text", c.text}, {"logprobs", lps}, {"finish_reason", c.finish_reason}});
+      choices.push_back(
+          {{"index", i}, {"text", c.text}, {"logprobs", lps}, {"finish_reason", c.finish_reason}});
   }
   r["choices"] = choices;
   r["usage"] = usage();

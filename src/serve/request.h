@@ -12,16 +12,16 @@
 namespace llmrun {
 
 struct GenerationParams {
-  SamplingParams sampling;            // temperature 0 = greedy
-  bool seeded = false;                // false: the engine draws a seed
+  SamplingParams sampling;  // temperature 0 = greedy
+  bool seeded = false;      // false: the engine draws a seed
   int max_tokens = 16;
-  std::vector<std::string> stop;      // strings that end generation; not emitted
+  std::vector<std::string> stop;  // strings that end generation; not emitted
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // vLLM's: tokens that end generation like the end token
   float presence_penalty = 0, frequency_penalty = 0;  // OpenAI: over generated tokens
-  float repetition_penalty = 1;       // Hugging Face/CTRL: over prompt and generated tokens
+  float repetition_penalty = 1;  // Hugging Face/CTRL: over prompt and generated tokens
   std::map<int32_t, float> logit_bias;
-  int logprobs = -1;                  // -1: none; else also this many top alternatives
+  int logprobs = -1;  // -1: none; else also this many top alternatives
 };
 
 struct TopLogprob {
@@ -30,7 +30,7 @@ struct TopLogprob {
 };
 struct TokenLogprob {
   int32_t token;
-  float logprob;                     // of the raw model distribution (before penalties)
+  float logprob;  // of the raw model distribution (before penalties)
   std::vector<TopLogprob> top;
 };
 
@@ -41,7 +41,7 @@ struct SequenceEvent {
   std::vector<TokenLogprob> tokens;  // filled when logprobs >= 0, one per generated token
   std::vector<int32_t> token_ids;
   bool finished = false;
-  std::string finish_reason;         // "stop", "length" or "abort"
+  std::string finish_reason;  // "stop", "length" or "abort"
   int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
 };
 

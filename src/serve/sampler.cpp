@@ -10,12 +10,15 @@ namespace llmrun {
 TokenSampler::TokenSampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
 
 int32_t TokenSampler::sample(const float* logits, int vocab) {
-  if (p_.temperature <= 0.0f) return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  if (p_.temperature <= 0.0f)
+    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
 
   std::vector<int32_t> order(vocab);
   std::iota(order.begin(), order.end(), 0);
   // Highest logit first; ties broken by id so a seed always gives the same result.
-  auto higher = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  auto higher = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
   int keep = (p_.top_k > 0 && p_.top_k < vocab) ? p_.top_k : vocab;
   std::partial_sort(order.begin(), order.begin() + keep, order.end(), higher);
   order.resize(keep);
@@ -23,7 +26,8 @@ int32_t TokenSampler::sample(const float* logits, int vocab) {
   std::vector<double> probs(keep);
   const double top = logits[order[0]];
   double total = 0;
-  for (int i = 0; i < keep; ++i) total += probs[i] = std::exp((logits[order[i]] - top) / p_.temperature);
+  for (int i = 0; i < keep; ++i)
+    total += probs[i] = std::exp((logits[order[i]] - top) / p_.temperature);
   if (p_.min_p > 0.0f) {
     int cut = 1;  // probs are sorted, probs[0] is the top (= 1 before normalising)
     while (cut < keep && probs[cut] >= p_.min_p * probs[0]) ++cut;

@@ -11,7 +11,7 @@ struct SamplingParams {
   int top_k = 0;             // 0: all tokens
   float top_p = 1.0f;        // nucleus mass kept
   uint64_t seed = 0;
-  float min_p = 0.0f;        // drop tokens below min_p x the top probability
+  float min_p = 0.0f;  // drop tokens below min_p x the top probability
 };
 
 class TokenSampler {

@@ -17,8 +17,8 @@ struct Sequence {
   uint64_t id = 0;
   std::vector<int32_t> tokens;  // prompt then generated
   int prompt_len = 0;
-  int computed = 0;             // leading tokens whose k/v are in the cache
-  int cached_prompt_tokens = 0; // prompt tokens found in the prefix cache at first admission
+  int computed = 0;              // leading tokens whose k/v are in the cache
+  int cached_prompt_tokens = 0;  // prompt tokens found in the prefix cache at first admission
   bool admitted_once = false;
   SeqBlocks kv;
   GenerationParams params;

@@ -23,8 +23,8 @@ class TextStream {
   const Tokenizer& tok_;
   std::vector<std::string> stops_;
   size_t max_stop_ = 0;
-  std::string text_;     // all generated text
-  size_t emitted_ = 0;   // bytes of text_ already returned
+  std::string text_;    // all generated text
+  size_t emitted_ = 0;  // bytes of text_ already returned
 };
 
 }  // namespace llmrun

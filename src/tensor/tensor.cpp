@@ -1,31 +1,43 @@
 #include "tensor/tensor.h"
 
-#include <cstdlib>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 
 namespace llmrun {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::i32: return 4;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::fp8_e4m3: return 1;
-    case DType::fp8_e5m2: return 1;
+    case DType::f32:
+      return 4;
+    case DType::i32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::f16:
+      return 2;
+    case DType::fp8_e4m3:
+      return 1;
+    case DType::fp8_e5m2:
+      return 1;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::i32: return "i32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::fp8_e4m3: return "fp8_e4m3";
-    case DType::fp8_e5m2: return "fp8_e5m2";
+    case DType::f32:
+      return "f32";
+    case DType::i32:
+      return "i32";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
+    case DType::fp8_e4m3:
+      return "fp8_e4m3";
+    case DType::fp8_e5m2:
+      return "fp8_e5m2";
   }
   return "?";
 }
@@ -90,7 +102,8 @@ Tensor Buffer::as(DType t, std::initializer_list<int64_t> dims, size_t byte_offs
 uint16_t f32_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+    return static_cast<uint16_t>((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
 }

@@ -42,12 +42,14 @@ struct Tensor {
   // moves only through Backend::copy, so these refuse a device tensor.
   float* f32() const {
     LLMRUN_CHECK(dtype == DType::f32, "tensor is not f32");
-    LLMRUN_CHECK(device == Device::cpu, "tensor " + shape_str() + " is in device memory: copy it to the host first");
+    LLMRUN_CHECK(device == Device::cpu,
+                 "tensor " + shape_str() + " is in device memory: copy it to the host first");
     return static_cast<float*>(data);
   }
   int32_t* i32() const {
     LLMRUN_CHECK(dtype == DType::i32, "tensor is not i32");
-    LLMRUN_CHECK(device == Device::cpu, "tensor " + shape_str() + " is in device memory: copy it to the host first");
+    LLMRUN_CHECK(device == Device::cpu,
+                 "tensor " + shape_str() + " is in device memory: copy it to the host first");
     return static_cast<int32_t*>(data);
   }
   // Same memory, new shape (numel must match).

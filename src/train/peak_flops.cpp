@@ -23,13 +23,16 @@ std::filesystem::path cache_file(const Backend& be) {
     dir = std::filesystem::path(h) / ".cache";
   else
     dir = std::filesystem::temp_directory_path();
-  return dir / "llmrun" / ("peak-" + be.name() + "-" + std::to_string(be.threads()) + "threads.json");
+  return dir / "llmrun" /
+         ("peak-" + be.name() + "-" + std::to_string(be.threads()) + "threads.json");
 }
 
 double probe(Backend& be) {
   const int64_t n = 1536;
-  Buffer a = be.allocate(size_t(n) * n * 4), b = be.allocate(size_t(n) * n * 4), c = be.allocate(size_t(n) * n * 4);
-  Tensor ta = a.as(DType::f32, {n, n}), tb = b.as(DType::f32, {n, n}), tc = c.as(DType::f32, {n, n});
+  Buffer a = be.allocate(size_t(n) * n * 4), b = be.allocate(size_t(n) * n * 4),
+         c = be.allocate(size_t(n) * n * 4);
+  Tensor ta = a.as(DType::f32, {n, n}), tb = b.as(DType::f32, {n, n}),
+         tc = c.as(DType::f32, {n, n});
   be.fill(ta, 0.5f);
   be.fill(tb, 0.25f);
   double best = 0;
@@ -51,7 +54,8 @@ void write_cache(const std::filesystem::path& path, const nlohmann::json& j) {
   if (out) out << j.dump() << "\n";
 }
 
-void write_cache(const std::filesystem::path& path, double flops, const std::string& backend, int threads) {
+void write_cache(const std::filesystem::path& path, double flops, const std::string& backend,
+                 int threads) {
   write_cache(path, nlohmann::json{{"flops", flops}, {"backend", backend}, {"threads", threads}});
 }
 
@@ -64,7 +68,8 @@ PeakFlops measured_peak_flops(Backend& be) {
     char* end = nullptr;
     const double flops = std::strtod(v, &end);
     if (end == v || *end != '\0' || !(flops > 0) || !std::isfinite(flops))
-      throw UserError(std::string("LLMRUN_PEAK_FLOPS=") + v + ": expected a positive number of FLOP/s per rank, e.g. 2.5e12");
+      throw UserError(std::string("LLMRUN_PEAK_FLOPS=") + v +
+                      ": expected a positive number of FLOP/s per rank, e.g. 2.5e12");
     return {flops, "LLMRUN_PEAK_FLOPS", ""};
   }
   // A probe taken while other work shares the cores reads low, so every run probes again
@@ -81,16 +86,19 @@ PeakFlops measured_peak_flops(Backend& be) {
   const double now = probe(be);
   if (now <= cached) return {cached, "best sgemm probe cached in " + path.string(), path.string()};
   write_cache(path, now, be.name(), be.threads());
-  return {now, "sgemm probe measured now (best so far; cached in " + path.string() + ")", path.string()};
+  return {now, "sgemm probe measured now (best so far; cached in " + path.string() + ")",
+          path.string()};
 }
 
 double PeakFlops::mfu(double achieved) {
   if (!(achieved > 0) || !std::isfinite(achieved)) return 0;
   if (achieved <= flops) return achieved / flops;
   if (!raised)
-    spdlog::warn("a training step ran at {:.3g} GFLOP/s per rank, above the peak of {:.3g} it is measured against "
-                 "(a probe on a busy machine?): MFU is measured against the faster rate from now on",
-                 achieved / 1e9, flops / 1e9);
+    spdlog::warn(
+        "a training step ran at {:.3g} GFLOP/s per rank, above the peak of {:.3g} it is measured "
+        "against "
+        "(a probe on a busy machine?): MFU is measured against the faster rate from now on",
+        achieved / 1e9, flops / 1e9);
   raised = true;
   flops = achieved;
   source = "the fastest training step (above the sgemm probe)";

@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "util/atomic_dir.h"
@@ -31,16 +31,18 @@ std::string format_duration(double seconds) {
 
 std::string format_progress(const StepReport& r) {
   char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "step %lld/%lld | loss %.4f | lr %.3e | grad-norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s",
-                static_cast<long long>(r.stats.step), static_cast<long long>(r.total_steps), r.stats.loss,
-                r.stats.lr, r.stats.grad_norm, r.tokens_per_s, 100.0 * r.mfu,
-                format_duration(r.eta_seconds).c_str());
+  std::snprintf(
+      buf, sizeof buf,
+      "step %lld/%lld | loss %.4f | lr %.3e | grad-norm %.3f | %.0f tok/s | MFU %.1f%% | ETA %s",
+      static_cast<long long>(r.stats.step), static_cast<long long>(r.total_steps), r.stats.loss,
+      r.stats.lr, r.stats.grad_norm, r.tokens_per_s, 100.0 * r.mfu,
+      format_duration(r.eta_seconds).c_str());
   std::string line = buf;
   if (r.multi_rank) {
-    const double mem = double(r.memory.params + r.memory.grads + r.memory.optimizer + r.memory.buffers +
-                              r.activation_bytes);
-    std::snprintf(buf, sizeof buf, " | comm %.0f%% | %.1f MB/rank", 100.0 * r.comm_share, mem / 1e6);
+    const double mem = double(r.memory.params + r.memory.grads + r.memory.optimizer +
+                              r.memory.buffers + r.activation_bytes);
+    std::snprintf(buf, sizeof buf, " | comm %.0f%% | %.1f MB/rank", 100.0 * r.comm_share,
+                  mem / 1e6);
     line += buf;
   }
   return line;
@@ -80,7 +82,8 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_step) : pa
     std::ifstream in(path);
     for (std::string line; std::getline(in, line);) {
       const auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.is_object() && j.value("step", int64_t(0)) <= resumed_step) kept += line + "\n";
+      if (!j.is_discarded() && j.is_object() && j.value("step", int64_t(0)) <= resumed_step)
+        kept += line + "\n";
     }
   }
   if (!kept.empty()) {
@@ -90,8 +93,10 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_step) : pa
       throw UserError(std::string("logging.metrics: ") + e.what());
     }
   }
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (kept.empty() ? O_TRUNC : O_APPEND), 0644);
-  if (fd_ < 0) throw UserError("logging.metrics: cannot write " + path + ": " + std::strerror(errno));
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (kept.empty() ? O_TRUNC : O_APPEND),
+               0644);
+  if (fd_ < 0)
+    throw UserError("logging.metrics: cannot write " + path + ": " + std::strerror(errno));
   good_size_ = int64_t(kept.size());
 }
 
@@ -99,8 +104,10 @@ MetricsWriter::~MetricsWriter() {
   if (fd_ < 0) return;
   ::close(fd_);
   if (lost_ > 0)
-    spdlog::warn("logging.metrics: {} of {} lines could not be written to {}; the file is missing those steps",
-                 lost_, lines_, path_);
+    spdlog::warn(
+        "logging.metrics: {} of {} lines could not be written to {}; the file is missing those "
+        "steps",
+        lost_, lines_, path_);
 }
 
 void MetricsWriter::append(const std::string& line) {
@@ -128,8 +135,8 @@ void MetricsWriter::append(const std::string& line) {
   ++lost_;
   last_lost_line_ = lines_;
   if (lost_ == 1 || lost_ == next_warning_) {
-    spdlog::warn("logging.metrics: cannot write {}: {}; {} line{} lost so far; training goes on", path_,
-                 std::strerror(err), lost_, lost_ == 1 ? "" : "s");
+    spdlog::warn("logging.metrics: cannot write {}: {}; {} line{} lost so far; training goes on",
+                 path_, std::strerror(err), lost_, lost_ == 1 ? "" : "s");
     if (lost_ >= next_warning_) next_warning_ *= 10;
   }
 }
@@ -139,7 +146,9 @@ void gather_stage_reports(StepReport& rep, Communicator& pp) {
   // on logged steps only, and exact for byte counts (no float tensor rounding).
   rep.stages.assign(pp.size(), {});
   for (int p = 0; p < pp.size(); ++p) {
-    auto share = [&](double mine) { return pp.all_reduce_scalar(p == pp.rank() ? mine : 0.0, ReduceOp::sum); };
+    auto share = [&](double mine) {
+      return pp.all_reduce_scalar(p == pp.rank() ? mine : 0.0, ReduceOp::sum);
+    };
     StageReport& s = rep.stages[p];
     s.memory.params = size_t(share(double(rep.memory.params)));
     s.memory.grads = size_t(share(double(rep.memory.grads)));
@@ -152,13 +161,19 @@ void gather_stage_reports(StepReport& rep, Communicator& pp) {
 
 void MetricsWriter::write(const StepReport& r) {
   if (fd_ < 0 && !sink_) return;
-  nlohmann::json j{{"step", r.stats.step},           {"loss", r.stats.loss},
-                   {"lr", r.stats.lr},               {"grad_norm", r.stats.grad_norm},
-                   {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
-                   {"step_s", r.step_seconds},       {"comm_share", r.comm_share},
+  nlohmann::json j{{"step", r.stats.step},
+                   {"loss", r.stats.loss},
+                   {"lr", r.stats.lr},
+                   {"grad_norm", r.stats.grad_norm},
+                   {"tokens_per_s", r.tokens_per_s},
+                   {"mfu", r.mfu},
+                   {"step_s", r.step_seconds},
+                   {"comm_share", r.comm_share},
                    {"pipeline_idle", r.pipeline_idle},
-                   {"mem_params", r.memory.params},  {"mem_grads", r.memory.grads},
-                   {"mem_optimizer", r.memory.optimizer}, {"mem_buffers", r.memory.buffers},
+                   {"mem_params", r.memory.params},
+                   {"mem_grads", r.memory.grads},
+                   {"mem_optimizer", r.memory.optimizer},
+                   {"mem_buffers", r.memory.buffers},
                    {"mem_activations", r.activation_bytes}};
   if (r.fp8) {
     j["fp8_overflows"] = r.fp8_overflows;

@@ -26,13 +26,13 @@ struct StepReport {
   int64_t total_steps = 0;
   double step_seconds = 0;
   double tokens_per_s = 0;
-  double mfu = 0;            // fraction of the peak
+  double mfu = 0;  // fraction of the peak
   double eta_seconds = 0;
   double comm_share = 0;     // fraction of the step spent waiting for communication
   double pipeline_idle = 0;  // fraction of the step this pipeline stage waited on the others
   TrainingMemory memory;     // persistent bytes per rank
   size_t activation_bytes = 0;
-  bool multi_rank = false;   // adds communication share and memory per rank to the line
+  bool multi_rank = false;  // adds communication share and memory per rank to the line
   // precision.fp8: values clipped to the FP8 max / non-zero values cast to zero, summed over
   // every FP8 tensor and rank since the previous metrics line.
   bool fp8 = false;

@@ -3,9 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
-#include <chrono>
 #include <memory>
 
 #include "ckpt/checkpoint_recipe.h"
@@ -22,16 +22,18 @@ constexpr std::pair<ZeroOptimizer::State, const char*> kStateGroups[] = {
     {ZeroOptimizer::State::exp_avg, kExpAvgGroup},
     {ZeroOptimizer::State::exp_avg_sq, kExpAvgSqGroup}};
 
-// Elements [first, last) of spec's tensor that bucket elements [begin, end) cover (none: first >= last).
-std::pair<int64_t, int64_t> part_of(const ParamSpec& spec, std::pair<int64_t, int64_t> bucket_range) {
+// Elements [first, last) of spec's tensor that bucket elements [begin, end) cover (none: first >=
+// last).
+std::pair<int64_t, int64_t> part_of(const ParamSpec& spec,
+                                    std::pair<int64_t, int64_t> bucket_range) {
   return {std::max(bucket_range.first, spec.offset) - spec.offset,
           std::min(bucket_range.second, spec.offset + spec.numel()) - spec.offset};
 }
 
 }  // namespace
 
-RunCheckpoints::RunCheckpoints(const Recipe& r, Transformer& model, ZeroOptimizer& opt, TrainingData& data,
-                               const Tokenizer& tok, const Topology& topo)
+RunCheckpoints::RunCheckpoints(const Recipe& r, Transformer& model, ZeroOptimizer& opt,
+                               TrainingData& data, const Tokenizer& tok, const Topology& topo)
     : r_(r), model_(model), opt_(opt), data_(data), tok_(tok), topo_(topo) {}
 
 int64_t RunCheckpoints::resume() {
@@ -48,13 +50,15 @@ int64_t RunCheckpoints::resume() {
     step_dir = resolve_checkpoint_path(mode);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  CheckpointReader ckpt(step_dir, CheckpointVerify::while_reading);  // a failed resume drops what it read
+  CheckpointReader ckpt(step_dir,
+                        CheckpointVerify::while_reading);  // a failed resume drops what it read
   check_resume_compatible(ckpt.state().recipe, r_, step_dir.string());
   for (auto [state, group] : kStateGroups) read_state(ckpt, state, group);
   opt_.set_steps_taken(ckpt.state().step);
   if (ckpt.state().data.is_null())
-    spdlog::info("{} holds no data position (converted from a model): data starts from the beginning",
-                 step_dir.string());
+    spdlog::info(
+        "{} holds no data position (converted from a model): data starts from the beginning",
+        step_dir.string());
   else
     data_.restore(ckpt.state().data);
   if (fp8_) fp8_->restore(ckpt.state().fp8, step_dir.string());
@@ -74,7 +78,9 @@ void RunCheckpoints::read_state(const CheckpointReader& ckpt, State state, const
     const auto held = opt_.held(state, b);
     for (const ParamSpec& spec : layout[size_t(b)].params) {
       const auto [first, last] = part_of(spec, held);
-      if (first < last) targets.push_back({group, &spec, first, last, held_data + (spec.offset + first - held.first)});
+      if (first < last)
+        targets.push_back(
+            {group, &spec, first, last, held_data + (spec.offset + first - held.first)});
     }
     return targets;
   };
@@ -99,9 +105,11 @@ bool RunCheckpoints::due(int64_t step) const {
 }
 
 RangeSource RunCheckpoints::state_source(State state) const {
-  auto staging = std::make_shared<std::vector<float>>();  // one per source: sources run on their own threads
+  auto staging =
+      std::make_shared<std::vector<float>>();  // one per source: sources run on their own threads
   return [this, state, staging](int b, int p, int64_t first, int64_t count) -> const float* {
-    const int64_t at = model_.layout()[size_t(b)].params[size_t(p)].offset + first;  // bucket element
+    const int64_t at =
+        model_.layout()[size_t(b)].params[size_t(p)].offset + first;  // bucket element
     const Tensor view = opt_.host_view(state, b);
     if (!view.empty()) return view.f32() + (at - opt_.held(state, b).first);
     staging->resize(size_t(count));
@@ -135,7 +143,10 @@ CheckpointState RunCheckpoints::state_at(int64_t step) const {
   st.data = data_.state();
   st.seed = r_.train.seed;
   if (fp8_) st.fp8 = fp8_->state();
-  st.layout = {{"tp", r_.parallel.tp}, {"pp", r_.parallel.pp}, {"dp", r_.parallel.dp}, {"zero", r_.parallel.zero}};
+  st.layout = {{"tp", r_.parallel.tp},
+               {"pp", r_.parallel.pp},
+               {"dp", r_.parallel.dp},
+               {"zero", r_.parallel.zero}};
   return st;
 }
 
@@ -150,8 +161,8 @@ void RunCheckpoints::save(int64_t step) {
   shard.params = state_source(State::params);
   shard.exp_avg = state_source(State::exp_avg);
   shard.exp_avg_sq = state_source(State::exp_avg_sq);
-  last_dir_ = save_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, state_at(step), shard, tok_,
-                                       model_.config(), topo_.world());
+  last_dir_ = save_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, state_at(step), shard,
+                                       tok_, model_.config(), topo_.world());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (topo_.is_logger()) spdlog::info("checkpoint {} ({:.2f} s)", last_dir_.string(), s);
 }
@@ -161,21 +172,23 @@ void RunCheckpoints::save_in_background(int64_t step, std::vector<CheckpointShar
   bg->started = std::chrono::steady_clock::now();
   // The snapshot: every range this rank writes, copied while training waits; from here on the
   // live buffers may change.
-  std::map<std::pair<int, int>, int64_t> at;  // (bucket, param) -> its range's first element in a snapshot
+  std::map<std::pair<int, int>, int64_t>
+      at;  // (bucket, param) -> its range's first element in a snapshot
   int64_t total = 0;
   for (const auto& rg : ranges) {
     at[{rg.bucket, rg.param}] = total - rg.first;
     total += rg.last - rg.first;
   }
   RangeSource* sources[3] = {&bg->shard.params, &bg->shard.exp_avg, &bg->shard.exp_avg_sq};
-  for (auto [i, state] : {std::pair{0, State::params}, {1, State::exp_avg}, {2, State::exp_avg_sq}}) {
+  for (auto [i, state] :
+       {std::pair{0, State::params}, {1, State::exp_avg}, {2, State::exp_avg_sq}}) {
     std::vector<float>& snap = snapshot_[i];
     snap.resize(size_t(total));
     const RangeSource live = state_source(state);
     for (const auto& rg : ranges) {
       const int64_t n = rg.last - rg.first;
-      std::memcpy(snap.data() + (at[{rg.bucket, rg.param}] + rg.first), live(rg.bucket, rg.param, rg.first, n),
-                  size_t(n) * sizeof(float));
+      std::memcpy(snap.data() + (at[{rg.bucket, rg.param}] + rg.first),
+                  live(rg.bucket, rg.param, rg.first, n), size_t(n) * sizeof(float));
     }
     *sources[i] = [&snap, at](int b, int p, int64_t first, int64_t) -> const float* {
       return snap.data() + (at.at({b, p}) + first);
@@ -183,21 +196,24 @@ void RunCheckpoints::save_in_background(int64_t step, std::vector<CheckpointShar
   }
   bg->shard.layout = &model_.layout();
   bg->shard.ranges = std::move(ranges);
-  bg->checkpoint = std::make_unique<CheckpointInProgress>(
-      begin_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, state_at(step), topo_.world()));
-  const double snap_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - bg->started).count();
+  bg->checkpoint = std::make_unique<CheckpointInProgress>(begin_training_checkpoint(
+      r_.checkpoint.dir, r_.checkpoint.keep, state_at(step), topo_.world()));
+  const double snap_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - bg->started).count();
   bg->writing = std::async(std::launch::async, [c = bg->checkpoint.get(), shard = &bg->shard] {
     write_checkpoint_shard(*c, *shard);
   });
   if (topo_.is_logger())
-    spdlog::info("checkpoint step {}: writing in the background ({:.2f} s to copy {:.1f} MB per rank)", step, snap_s,
-                 3.0 * double(total) * 4 / 1e6);
+    spdlog::info(
+        "checkpoint step {}: writing in the background ({:.2f} s to copy {:.1f} MB per rank)", step,
+        snap_s, 3.0 * double(total) * 4 / 1e6);
   background_ = std::move(bg);
 }
 
 void RunCheckpoints::poll() {
   if (!background_) return;
-  const bool written = background_->writing.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  const bool written =
+      background_->writing.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   Communicator& world = topo_.world();
   if (world.all_reduce_scalar(written ? 1.0 : 0.0, ReduceOp::sum) == world.size()) finish_pending();
 }
@@ -205,10 +221,13 @@ void RunCheckpoints::poll() {
 void RunCheckpoints::finish_pending() {
   if (!background_) return;
   const std::unique_ptr<Background> bg = std::move(background_);
-  bg->writing.wait();  // write_checkpoint_shard records its errors: finish reports them on every rank
+  bg->writing
+      .wait();  // write_checkpoint_shard records its errors: finish reports them on every rank
   last_dir_ = finish_training_checkpoint(*bg->checkpoint, tok_, model_.config(), topo_.world());
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - bg->started).count();
-  if (topo_.is_logger()) spdlog::info("checkpoint {} ({:.2f} s, written in the background)", last_dir_.string(), s);
+  const double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - bg->started).count();
+  if (topo_.is_logger())
+    spdlog::info("checkpoint {} ({:.2f} s, written in the background)", last_dir_.string(), s);
 }
 
 }  // namespace llmrun

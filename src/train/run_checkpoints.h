@@ -22,8 +22,8 @@ namespace llmrun {
 
 class RunCheckpoints {
  public:
-  RunCheckpoints(const Recipe& r, Transformer& model, ZeroOptimizer& opt, TrainingData& data, const Tokenizer& tok,
-                 const Topology& topo);
+  RunCheckpoints(const Recipe& r, Transformer& model, ZeroOptimizer& opt, TrainingData& data,
+                 const Tokenizer& tok, const Topology& topo);
 
   // Restores the state checkpoint.resume selects (auto: DIR/latest if any; never: none;
   // else that path) and returns the optimizer steps already taken (0 for a fresh start).

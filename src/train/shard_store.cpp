@@ -39,21 +39,25 @@ void pwrite_all(int fd, const void* src, size_t bytes, off_t at, const std::stri
 }
 }  // namespace
 
-ShardStore::ShardStore(Backend& be, std::string name, const std::vector<int64_t>& shard_numel, int arrays,
-                       const ShardOffload& where, int rank)
+ShardStore::ShardStore(Backend& be, std::string name, const std::vector<int64_t>& shard_numel,
+                       int arrays, const ShardOffload& where, int rank)
     : be_(be), name_(std::move(name)), shard_(shard_numel), arrays_(arrays), where_(where) {
-  const int64_t largest = shard_.empty() ? 1 : std::max<int64_t>(1, *std::max_element(shard_.begin(), shard_.end()));
+  const int64_t largest =
+      shard_.empty() ? 1 : std::max<int64_t>(1, *std::max_element(shard_.begin(), shard_.end()));
   if (be.device() != Device::cpu && where_.kind != Offload::none) {
     // The backend computes on its own memory only: chunks of host-held arrays visit it.
-    device_chunk_ = std::min(largest, std::max<int64_t>(1024, where_.buffer_bytes / (2 * arrays_ * 4)));
-    for (int a = 0; a < arrays_; ++a) device_slot_.push_back(be.allocate(size_t(device_chunk_) * 4));
+    device_chunk_ =
+        std::min(largest, std::max<int64_t>(1024, where_.buffer_bytes / (2 * arrays_ * 4)));
+    for (int a = 0; a < arrays_; ++a)
+      device_slot_.push_back(be.allocate(size_t(device_chunk_) * 4));
   }
   if (in_memory()) {
     for (int64_t n : shard_) {
       auto& bucket = mem_.emplace_back();
       // cpu: host memory even when the backend's own memory is a device's.
       for (int a = 0; a < arrays_; ++a)
-        bucket.push_back(where_.kind == Offload::cpu ? Buffer::host(size_t(n) * 4) : be.allocate(size_t(n) * 4));
+        bucket.push_back(where_.kind == Offload::cpu ? Buffer::host(size_t(n) * 4)
+                                                     : be.allocate(size_t(n) * 4));
     }
     return;
   }
@@ -85,7 +89,9 @@ ShardStore::~ShardStore() {
   }
 }
 
-std::string ShardStore::file(int b) const { return dir_ + "/bucket-" + std::to_string(b) + "." + name_; }
+std::string ShardStore::file(int b) const {
+  return dir_ + "/bucket-" + std::to_string(b) + "." + name_;
+}
 
 Tensor ShardStore::array(int b, int a) const { return mem_[b][a].as(DType::f32, {shard_[b]}); }
 
@@ -129,13 +135,17 @@ void ShardStore::read_chunk(int b, int64_t offset, int64_t len, std::vector<Buff
     pread_all(fds_[b], slot[a].data(), size_t(len) * 4, off_t(a * shard_[b] + offset) * 4, file(b));
 }
 
-void ShardStore::write_chunk(int b, int64_t offset, int64_t len, const std::vector<Buffer>& slot) const {
+void ShardStore::write_chunk(int b, int64_t offset, int64_t len,
+                             const std::vector<Buffer>& slot) const {
   for (int a = 0; a < arrays_; ++a)
-    pwrite_all(fds_[b], slot[a].data(), size_t(len) * 4, off_t(a * shard_[b] + offset) * 4, file(b));
+    pwrite_all(fds_[b], slot[a].data(), size_t(len) * 4, off_t(a * shard_[b] + offset) * 4,
+               file(b));
 }
 
-void ShardStore::run_chunk(int64_t offset, const std::vector<Tensor>& host_chunk, const ChunkFn& fn) {
-  if (device_chunk_ == 0 || host_chunk.empty() || host_chunk[0].device != Device::cpu) return fn(offset, host_chunk);
+void ShardStore::run_chunk(int64_t offset, const std::vector<Tensor>& host_chunk,
+                           const ChunkFn& fn) {
+  if (device_chunk_ == 0 || host_chunk.empty() || host_chunk[0].device != Device::cpu)
+    return fn(offset, host_chunk);
   const int64_t n = host_chunk[0].numel();
   std::vector<Tensor> dev(host_chunk.size());
   for (int64_t at = 0; at < n; at += device_chunk_) {
@@ -168,14 +178,16 @@ void ShardStore::for_each_chunk(int b, int64_t begin, int64_t end, const ChunkFn
     if (next < end) {
       // The other slot is free once its previous chunk has been written back.
       if (writing.valid()) writing.get();
-      reading = std::async(std::launch::async,
-                           [this, b, next, n = len_at(next), cur] { read_chunk(b, next, n, slots_[cur ^ 1]); });
+      reading = std::async(std::launch::async, [this, b, next, n = len_at(next), cur] {
+        read_chunk(b, next, n, slots_[cur ^ 1]);
+      });
     }
     const int64_t len = len_at(off);
     for (int a = 0; a < arrays_; ++a) chunk[a] = slots_[cur][a].as(DType::f32, {len});
     run_chunk(off, chunk, fn);
     if (writing.valid()) writing.get();
-    writing = std::async(std::launch::async, [this, b, off, len, cur] { write_chunk(b, off, len, slots_[cur]); });
+    writing = std::async(std::launch::async,
+                         [this, b, off, len, cur] { write_chunk(b, off, len, slots_[cur]); });
   }
   if (reading.valid()) reading.get();
   if (writing.valid()) writing.get();

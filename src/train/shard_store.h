@@ -50,9 +50,9 @@ class ShardStore {
   bool in_memory() const { return where_.kind != Offload::nvme; }
   Tensor array(int b, int a) const;  // the whole array; only when in_memory()
   int64_t shard_numel(int b) const { return shard_[b]; }
-  int64_t max_chunk() const;         // elements of the largest chunk for_each_chunk passes
-  size_t resident_bytes() const;     // memory held: the arrays, or the nvme staging buffers
-  std::string file(int b) const;     // nvme: bucket b's file (array a at a * shard_numel(b) floats)
+  int64_t max_chunk() const;      // elements of the largest chunk for_each_chunk passes
+  size_t resident_bytes() const;  // memory held: the arrays, or the nvme staging buffers
+  std::string file(int b) const;  // nvme: bucket b's file (array a at a * shard_numel(b) floats)
 
  private:
   void read_chunk(int b, int64_t offset, int64_t len, std::vector<Buffer>& slot) const;
@@ -67,9 +67,9 @@ class ShardStore {
   std::string dir_;                       // nvme
   std::vector<int> fds_;                  // nvme: one file per bucket
   int64_t chunk_ = 0;
-  std::vector<Buffer> slots_[2];          // nvme: two staging slots of one buffer per array
-  int64_t device_chunk_ = 0;              // > 0: host chunks are staged through device_slot_
-  std::vector<Buffer> device_slot_;       // one device buffer per array
+  std::vector<Buffer> slots_[2];     // nvme: two staging slots of one buffer per array
+  int64_t device_chunk_ = 0;         // > 0: host chunks are staged through device_slot_
+  std::vector<Buffer> device_slot_;  // one device buffer per array
   void run_chunk(int64_t offset, const std::vector<Tensor>& host_chunk, const ChunkFn& fn);
 };
 

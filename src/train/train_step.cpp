@@ -11,9 +11,12 @@ namespace {
 class PhaseTimer {
  public:
   explicit PhaseTimer(std::function<double()> waited_so_far)
-      : waited_so_far_(std::move(waited_so_far)), t0_(std::chrono::steady_clock::now()), c0_(waited_so_far_()) {}
+      : waited_so_far_(std::move(waited_so_far)),
+        t0_(std::chrono::steady_clock::now()),
+        c0_(waited_so_far_()) {}
   void stop(double& phase, double& comm_wait) const {
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
     const double waited = waited_so_far_() - c0_;
     phase += wall - waited;
     comm_wait += waited;
@@ -26,7 +29,9 @@ class PhaseTimer {
 };
 }  // namespace
 
-double TrainStep::waited_so_far() const { return opt_.comm_wait_seconds() + (tp_ ? tp_->seconds() : 0.0); }
+double TrainStep::waited_so_far() const {
+  return opt_.comm_wait_seconds() + (tp_ ? tp_->seconds() : 0.0);
+}
 
 TrainStep::TrainStep(Transformer& model, ZeroOptimizer& opt, Communicator& dp, const LrSchedule& lr,
                      const StepShape& shape, PipelineRunner* pipeline, Communicator* pp)

@@ -7,8 +7,8 @@
 #include "comm/communicator.h"
 #include "comm/timed_communicator.h"
 #include "model/transformer.h"
-#include "train/lr_schedule.h"
 #include "parallel/pipeline_runner.h"
+#include "train/lr_schedule.h"
 #include "train/zero_optimizer.h"
 
 namespace llmrun {
@@ -28,7 +28,7 @@ struct StepStats {
 
 struct StepShape {
   int micro_batch = 1, seq = 1;
-  int accum = 1;  // micro-batches per rank per step
+  int accum = 1;   // micro-batches per rank per step
   float clip = 0;  // 0: no clipping
 };
 
@@ -39,8 +39,8 @@ using BatchSource = std::function<void(int32_t* windows)>;
 class TrainStep {
  public:
   // With a pipeline, its stages run the micro-batches by its schedule and pp sums the loss.
-  TrainStep(Transformer& model, ZeroOptimizer& opt, Communicator& dp, const LrSchedule& lr, const StepShape& shape,
-            PipelineRunner* pipeline = nullptr, Communicator* pp = nullptr);
+  TrainStep(Transformer& model, ZeroOptimizer& opt, Communicator& dp, const LrSchedule& lr,
+            const StepShape& shape, PipelineRunner* pipeline = nullptr, Communicator* pp = nullptr);
   StepStats run(const BatchSource& next_batch);
   // Time blocked in the tensor-parallel group (its collectives run inside forward and
   // backward) counts as communication: `tp` must be the communicator the model uses.

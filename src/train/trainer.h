@@ -10,7 +10,7 @@ namespace llmrun {
 
 // What the run measured about the machine, for whoever turns step reports into figures.
 struct TrainingRunInfo {
-  Communicator& world;   // every rank of the run; collectives on it are allowed
+  Communicator& world;    // every rank of the run; collectives on it are allowed
   double peak_flops = 0;  // per-rank FLOP/s that MFU is measured against
   int threads = 0;        // backend threads per rank
 };
@@ -27,6 +27,7 @@ struct TrainingObserver {
 
 // Runs this rank's part of a training job described by a validated recipe: ranks and groups,
 // data, model, optimizer, progress line and metrics (rank 0), and the final model directory.
-void run_training(const Recipe& recipe, const LaunchEnvironment& env, const TrainingObserver& observer = {});
+void run_training(const Recipe& recipe, const LaunchEnvironment& env,
+                  const TrainingObserver& observer = {});
 
 }  // namespace llmrun

@@ -42,7 +42,8 @@ void TrainingRun::build_data() {
     throw UserError(r.source + ": model.vocab=" + std::to_string(r.model.vocab) +
                     " is smaller than the tokenizer's " + std::to_string(tokenizer->vocab_size()) +
                     " tokens");
-  set_allocation_phase("the training data");  // each big allocation names itself for an out-of-memory error
+  set_allocation_phase(
+      "the training data");  // each big allocation names itself for an out-of-memory error
   data = std::make_unique<TrainingData>(r.data, WindowSampling{r.model.seq_len, r.train.seed},
                                         *tokenizer);
   batches = std::make_unique<RankBatches>(*data, r.model.seq_len, r.train.global_batch,
@@ -55,8 +56,8 @@ void TrainingRun::build_data() {
 // This rank's shard of the model, initialised (or loaded from model.from).
 void TrainingRun::build_model() {
   const Recipe& r = recipe;
-  set_allocation_phase("the model's parameters and gradients (" + std::to_string(r.model.param_count()) +
-                       " parameters)");
+  set_allocation_phase("the model's parameters and gradients (" +
+                       std::to_string(r.model.param_count()) + " parameters)");
   tp_timed = std::make_unique<TimedCommunicator>(topo.tp());
   const ModelParallel parallel{
       model_shard(r.parallel, r.model.layers, topo.tp().rank(), topo.pp().rank()), tp_timed.get(),
@@ -124,9 +125,10 @@ void TrainingRun::log_start() const {
       "{} micro-batches)",
       arch_name(r.model.arch), r.model.param_count() / 1e6, data->tokens(), r.tokens_per_step(),
       world, r.grad_accum_steps(), r.train.micro_batch);
-  spdlog::info("backend {} with {} threads per rank, {} GEMMs; MFU peak {:.1f} GFLOP/s per rank from {}",
-               describe_backend(*backend), backend->threads(), r.precision.compute, peak.flops / 1e9,
-               peak.source);
+  spdlog::info(
+      "backend {} with {} threads per rank, {} GEMMs; MFU peak {:.1f} GFLOP/s per rank from {}",
+      describe_backend(*backend), backend->threads(), r.precision.compute, peak.flops / 1e9,
+      peak.source);
   if (world > 1) {
     const TrainingMemory m = opt->memory();
     spdlog::info(

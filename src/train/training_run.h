@@ -21,8 +21,8 @@
 #include "train/peak_flops.h"
 #include "train/progress.h"
 #include "train/rank_batches.h"
-#include "train/tensorboard_writer.h"
 #include "train/run_checkpoints.h"
+#include "train/tensorboard_writer.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
 #include "train/validation.h"
@@ -50,11 +50,11 @@ struct TrainingRun {
   std::unique_ptr<Transformer> model;
   std::unique_ptr<ZeroOptimizer> opt;
   std::unique_ptr<RunCheckpoints> checkpoints;
-  std::unique_ptr<Fp8Linears> fp8;           // null unless precision.fp8.enabled
-  int64_t first_step = 1;                    // after a resumed checkpoint's step
-  std::optional<MetricsWriter> metrics;      // the logger rank's
+  std::unique_ptr<Fp8Linears> fp8;               // null unless precision.fp8.enabled
+  int64_t first_step = 1;                        // after a resumed checkpoint's step
+  std::optional<MetricsWriter> metrics;          // the logger rank's
   std::optional<TensorBoardWriter> tensorboard;  // the logger rank's, with logging.tensorboard
-  std::unique_ptr<PipelineRunner> pipeline;  // null at pp = 1
+  std::unique_ptr<PipelineRunner> pipeline;      // null at pp = 1
   std::unique_ptr<TrainStep> step;
   PeakFlops peak;  // mfu() raises it when a step measures faster
 

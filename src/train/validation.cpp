@@ -24,7 +24,8 @@ double Validator::loss(Transformer& model, PipelineRunner* pipeline, Communicato
         targets_[size_t(i) * seq_ + t] = windows_[size_t(i) * (seq_ + 1) + t + 1];
       }
     if (pipeline) {
-      sum += pp.all_reduce_scalar(pipeline->forward_loss(inputs_.data(), targets_.data()), ReduceOp::sum);
+      sum += pp.all_reduce_scalar(pipeline->forward_loss(inputs_.data(), targets_.data()),
+                                  ReduceOp::sum);
       continue;
     }
     model.forward(inputs_.data(), micro_batch_, seq_);

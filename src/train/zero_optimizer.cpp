@@ -17,10 +17,12 @@ StoreOptions ZeroOptimizer::store_options(int stage, int dp_size) {
   return o;
 }
 
-ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage, const AdamWConfig& cfg,
-                             const ShardOffload& optimizer_offload, const ShardOffload& params_offload)
+ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage,
+                             const AdamWConfig& cfg, const ShardOffload& optimizer_offload,
+                             const ShardOffload& params_offload)
     : model_(model), be_(model.backend()), dp_(dp), stage_(stage), cfg_(cfg) {
-  LLMRUN_CHECK(params_offload.kind == Offload::none || stage_ == 3, "parameter offload needs ZeRO-3");
+  LLMRUN_CHECK(params_offload.kind == Offload::none || stage_ == 3,
+               "parameter offload needs ZeRO-3");
   BucketStore& params = model_.params();
   const int buckets = params.num_buckets();
   param_refs_.assign(buckets, 0);
@@ -45,13 +47,15 @@ ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage, co
     params_where.buffer_bytes /= 2;
   }
   if (stage_ == 3) {
-    param_shards_ = std::make_unique<ShardStore>(be_, "params", shard_numel_, 1, params_where, dp_.rank());
+    param_shards_ =
+        std::make_unique<ShardStore>(be_, "params", shard_numel_, 1, params_where, dp_.rank());
     for (int b = 0; b < buckets; ++b) {
       param_shards_->write(b, 0, shard_of(params.bucket(b), b));
       params.drop(b);
     }
   }
-  moments_ = std::make_unique<ShardStore>(be_, "optimizer", shard_numel_, 2, optimizer_where, dp_.rank());
+  moments_ =
+      std::make_unique<ShardStore>(be_, "optimizer", shard_numel_, 2, optimizer_where, dp_.rank());
   model_.set_hooks(this);
 }
 
@@ -79,7 +83,9 @@ Tensor ZeroOptimizer::take_slot() {
 }
 
 // Slots come back as bucket-sized views; the pool keeps them at full size.
-void ZeroOptimizer::free_slot(Tensor slot) { free_slots_.push_back(Tensor(slot.data, DType::f32, {slot_numel_}, slot.device)); }
+void ZeroOptimizer::free_slot(Tensor slot) {
+  free_slots_.push_back(Tensor(slot.data, DType::f32, {slot_numel_}, slot.device));
+}
 
 // ZeRO-3 with offloaded shards: starts reading bucket b's shard into a staging buffer on
 // another thread. Only the gathers are collectives, and they start at the same hooks on every
@@ -93,7 +99,8 @@ void ZeroOptimizer::read_param_shard(int b) {
   const Tensor buf = free_shard_buffers_.back().flat(0, shard_numel_[b]);
   free_shard_buffers_.pop_back();
   param_staging_[b] = buf;
-  param_reads_[b] = std::async(std::launch::async, [this, b, buf] { param_shards_->read(b, 0, buf); });
+  param_reads_[b] =
+      std::async(std::launch::async, [this, b, buf] { param_shards_->read(b, 0, buf); });
 }
 
 // ZeRO-3: brings bucket b's full parameters into a slot (or starts doing so, for a prefetch).
@@ -118,7 +125,8 @@ void ZeroOptimizer::gather_params(int b, bool blocking) {
     gathering_[b].reset();
     if (!param_staging_[b].empty()) {  // back to the pool at full size
       const int64_t max_shard = *std::max_element(shard_numel_.begin(), shard_numel_.end());
-      free_shard_buffers_.push_back(Tensor(param_staging_[b].data, DType::f32, {max_shard}, param_staging_[b].device));
+      free_shard_buffers_.push_back(
+          Tensor(param_staging_[b].data, DType::f32, {max_shard}, param_staging_[b].device));
       param_staging_[b] = Tensor();
     }
   }
@@ -130,7 +138,8 @@ void ZeroOptimizer::acquire(int b, Phase phase) {
     gather_params(b, true);
     const int dir = phase == Phase::forward ? 1 : -1, buckets = model_.params().num_buckets();
     const int next = b + dir, after = b + 2 * dir;
-    if (next >= 0 && next < buckets && param_refs_[next] == 0 && !gathering_[next]) gather_params(next, false);
+    if (next >= 0 && next < buckets && param_refs_[next] == 0 && !gathering_[next])
+      gather_params(next, false);
     // Offloaded shards are read one bucket further ahead, so the gather above found its shard
     // in memory and the next one will too.
     if (!param_shards_->in_memory() && after >= 0 && after < buckets && param_refs_[after] == 0 &&
@@ -211,10 +220,11 @@ void ZeroOptimizer::begin_step(int micro_batches) {
 
 namespace {
 // The gradient shard this rank owns after reduction.
-Tensor owned_grad(const BucketStore& grads, const std::vector<Buffer>& grad_shard, int64_t shard, int stage,
-                  int b) {
+Tensor owned_grad(const BucketStore& grads, const std::vector<Buffer>& grad_shard, int64_t shard,
+                  int stage, int b) {
   if (stage >= 2) return grad_shard[b].as(DType::f32, {shard});
-  return grads.bucket(b).flat(0, shard);  // stage 0: shard == whole bucket; stage 1: in-place result
+  return grads.bucket(b).flat(0,
+                              shard);  // stage 0: shard == whole bucket; stage 1: in-place result
 }
 }  // namespace
 
@@ -225,7 +235,8 @@ double ZeroOptimizer::finish_gradients() {
     model_.sync_tied_grads(b);
     if (dp_.size() > 1) {
       Tensor full = model_.grads().bucket(b);
-      wait(stage_ == 0 ? *dp_.iall_reduce(full, ReduceOp::sum) : *dp_.ireduce_scatter(full, full.flat(0, shard_numel_[b])));
+      wait(stage_ == 0 ? *dp_.iall_reduce(full, ReduceOp::sum)
+                       : *dp_.ireduce_scatter(full, full.flat(0, shard_numel_[b])));
     }
   }
   // Every owned piece of a tensor gets its own f32 slot (sum_squares_into), so the host adds
@@ -235,7 +246,8 @@ double ZeroOptimizer::finish_gradients() {
     const Tensor g = owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b);
     const int64_t lo = stage_ == 0 ? 0 : shard_numel_[b] * dp_.rank(), hi = lo + g.numel();
     for (const ParamSpec& spec : model_.layout()[b].params) {
-      const int64_t begin = std::max(lo, spec.offset), end = std::min(hi, spec.offset + spec.numel());
+      const int64_t begin = std::max(lo, spec.offset),
+                    end = std::min(hi, spec.offset + spec.numel());
       if (begin >= end || spec.tied_copy) continue;
       pieces.emplace_back(g.flat(begin - lo, end - begin), spec.shard.replicas);
     }
@@ -250,7 +262,8 @@ double ZeroOptimizer::finish_gradients() {
   if (count > 0) {
     const Tensor parts = norm_parts_.as(DType::f32, {count});
     be_.fill(parts, 0.0f);
-    for (int64_t i = 0; i < count; ++i) be_.sum_squares_into(parts.flat(i, 1), pieces[size_t(i)].first);
+    for (int64_t i = 0; i < count; ++i)
+      be_.sum_squares_into(parts.flat(i, 1), pieces[size_t(i)].first);
     const Tensor host = norm_parts_host_.as(DType::f32, {count});
     be_.copy(host, parts);
     be_.synchronize();  // a copy into pinned memory may still be in flight
@@ -269,25 +282,30 @@ void ZeroOptimizer::scale_gradients(float factor) {
     be_.scale(owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b), factor);
 }
 
-void ZeroOptimizer::adamw_shard(int b, Tensor params, int64_t first, const Tensor& grads, float lr) {
-  const int64_t lo = stage_ == 0 ? 0 : shard_numel_[b] * dp_.rank();  // the shard's first bucket element
-  moments_->for_each_chunk(b, first, first + params.numel(), [&](int64_t off, const std::vector<Tensor>& mv) {
-    const Tensor &m = mv[0], &v = mv[1];
-    const int64_t c_lo = lo + off, c_hi = c_lo + m.numel();
-    for (const ParamSpec& spec : model_.layout()[b].params) {
-      const int64_t begin = std::max(c_lo, spec.offset), end = std::min(c_hi, spec.offset + spec.numel());
-      if (begin >= end) continue;
-      AdamWParams hp;
-      hp.lr = lr;
-      hp.beta1 = cfg_.beta1;
-      hp.beta2 = cfg_.beta2;
-      hp.eps = cfg_.eps;
-      hp.weight_decay = spec.decay ? cfg_.weight_decay : 0.0f;
-      hp.step = steps_;
-      const int64_t x = begin - lo, len = end - begin;
-      be_.adamw(params.flat(x - first, len), grads.flat(x, len), m.flat(begin - c_lo, len), v.flat(begin - c_lo, len), hp);
-    }
-  });
+void ZeroOptimizer::adamw_shard(int b, Tensor params, int64_t first, const Tensor& grads,
+                                float lr) {
+  const int64_t lo =
+      stage_ == 0 ? 0 : shard_numel_[b] * dp_.rank();  // the shard's first bucket element
+  moments_->for_each_chunk(b, first, first + params.numel(),
+                           [&](int64_t off, const std::vector<Tensor>& mv) {
+                             const Tensor &m = mv[0], &v = mv[1];
+                             const int64_t c_lo = lo + off, c_hi = c_lo + m.numel();
+                             for (const ParamSpec& spec : model_.layout()[b].params) {
+                               const int64_t begin = std::max(c_lo, spec.offset),
+                                             end = std::min(c_hi, spec.offset + spec.numel());
+                               if (begin >= end) continue;
+                               AdamWParams hp;
+                               hp.lr = lr;
+                               hp.beta1 = cfg_.beta1;
+                               hp.beta2 = cfg_.beta2;
+                               hp.eps = cfg_.eps;
+                               hp.weight_decay = spec.decay ? cfg_.weight_decay : 0.0f;
+                               hp.step = steps_;
+                               const int64_t x = begin - lo, len = end - begin;
+                               be_.adamw(params.flat(x - first, len), grads.flat(x, len),
+                                         m.flat(begin - c_lo, len), v.flat(begin - c_lo, len), hp);
+                             }
+                           });
 }
 
 void ZeroOptimizer::step(float lr) {
@@ -298,7 +316,8 @@ void ZeroOptimizer::step(float lr) {
     const Tensor g = owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b);
     if (stage_ == 3) {
       // Offloaded shards stream through in chunks (moments chunked within each).
-      param_shards_->for_each_chunk(b, [&](int64_t off, const std::vector<Tensor>& p) { adamw_shard(b, p[0], off, g, lr); });
+      param_shards_->for_each_chunk(
+          b, [&](int64_t off, const std::vector<Tensor>& p) { adamw_shard(b, p[0], off, g, lr); });
     } else {
       Tensor full = params.bucket(b);
       adamw_shard(b, shard_of(full, b), 0, g, lr);
@@ -332,14 +351,16 @@ Tensor ZeroOptimizer::host_view(State s, int b) const {
 
 void ZeroOptimizer::read_state(State s, int b, int64_t first, const Tensor& dst) const {
   const int64_t at = first - held(s, b).first;
-  if (s == State::params && stage_ < 3) return be_.copy(dst, model_.params().bucket(b).flat(first, dst.numel()));
+  if (s == State::params && stage_ < 3)
+    return be_.copy(dst, model_.params().bucket(b).flat(first, dst.numel()));
   if (s == State::params) return param_shards_->read_range(b, 0, at, dst);
   moments_->read_range(b, s == State::exp_avg ? 0 : 1, at, dst);
 }
 
 void ZeroOptimizer::write_state(State s, int b, int64_t first, const Tensor& src) {
   const int64_t at = first - held(s, b).first;
-  if (s == State::params && stage_ < 3) return be_.copy(model_.params().bucket(b).flat(first, src.numel()), src);
+  if (s == State::params && stage_ < 3)
+    return be_.copy(model_.params().bucket(b).flat(first, src.numel()), src);
   if (s == State::params) return param_shards_->write_range(b, 0, at, src);
   moments_->write_range(b, s == State::exp_avg ? 0 : 1, at, src);
 }
@@ -353,7 +374,8 @@ TrainingMemory ZeroOptimizer::memory() const {
   TrainingMemory mem;
   mem.params = stage_ == 3 ? param_shards_->resident_bytes() : full;  // offloaded: its staging only
   mem.grads = stage_ >= 2 ? shards : full;
-  mem.optimizer = moments_->resident_bytes();  // AdamW m and v (fp32 params are their own master copy)
+  mem.optimizer =
+      moments_->resident_bytes();  // AdamW m and v (fp32 params are their own master copy)
   mem.buffers = slot_storage_.size() * size_t(slot_numel_) * 4 + (stage_ >= 2 ? shards : 0);
   for (const Buffer& s : shard_buffer_storage_) mem.buffers += s.bytes();
   return mem;

@@ -38,7 +38,8 @@ class ZeroOptimizer final : public BucketHooks {
   // The Transformer must have been built with zero_store_options(stage, dp.size()).
   // `params_offload` other than none needs stage 3 (the recipe refuses other stages).
   ZeroOptimizer(Transformer& model, Communicator& dp, int stage, const AdamWConfig& cfg,
-                const ShardOffload& optimizer_offload = {}, const ShardOffload& params_offload = {});
+                const ShardOffload& optimizer_offload = {},
+                const ShardOffload& params_offload = {});
   ~ZeroOptimizer() override;
   static StoreOptions store_options(int stage, int dp_size);
 
@@ -79,8 +80,8 @@ class ZeroOptimizer final : public BucketHooks {
   struct PendingReduce {
     int bucket;
     std::unique_ptr<CommRequest> req;
-    Tensor slot;       // full gradient buffer to free after completion (ZeRO-2/3), else empty
-    Tensor received;   // shard that must be added into the accumulator (ZeRO-2/3), else empty
+    Tensor slot;      // full gradient buffer to free after completion (ZeRO-2/3), else empty
+    Tensor received;  // shard that must be added into the accumulator (ZeRO-2/3), else empty
   };
 
   Tensor shard_of(const Tensor& full_bucket, int b) const;
@@ -109,8 +110,9 @@ class ZeroOptimizer final : public BucketHooks {
   double comm_wait_s_ = 0;
 
   std::vector<int64_t> shard_numel_;
-  std::unique_ptr<ShardStore> moments_;        // AdamW m, v of the owned shards (whole buckets at stage 0)
-  std::unique_ptr<ShardStore> param_shards_;   // stage 3: the owned parameter shards
+  std::unique_ptr<ShardStore>
+      moments_;  // AdamW m, v of the owned shards (whole buckets at stage 0)
+  std::unique_ptr<ShardStore> param_shards_;  // stage 3: the owned parameter shards
   // Stage 3 with offloaded shards: shard-sized staging buffers (a pool), the one each bucket's
   // read or gather is using, and the reads under way (read one bucket ahead of the gathers).
   std::vector<Buffer> shard_buffer_storage_;

@@ -13,11 +13,11 @@ class UserError : public std::runtime_error {
 };
 
 // Internal invariant broken: a bug in llmrun, not in the input.
-#define LLMRUN_CHECK(cond, msg)                                                             \
-  do {                                                                                      \
-    if (!(cond))                                                                            \
+#define LLMRUN_CHECK(cond, msg)                                                              \
+  do {                                                                                       \
+    if (!(cond))                                                                             \
       throw std::logic_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + \
-                             (msg));                                                        \
+                             (msg));                                                         \
   } while (0)
 
 }  // namespace llmrun

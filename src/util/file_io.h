@@ -22,7 +22,7 @@ class FileWriter {
 
   void write(const void* data, size_t bytes);
   void write(std::string_view s) { write(s.data(), s.size()); }
-  void sync();   // fsync: the bytes are on disk when this returns
+  void sync();  // fsync: the bytes are on disk when this returns
   // Starts writeback of everything written so far without waiting for it (sync_file_range),
   // so the disk works while the caller produces the next bytes; a later fsync then has
   // little left to wait for.

@@ -14,7 +14,8 @@ struct sigaction g_old_term, g_old_int, g_old_usr1;
 void on_signal(int sig) {
   if (g_signal != 0) _exit(128 + sig);  // second signal: the user wants out now
   g_signal = sig;
-  static const char msg[] = "\nllmrun: stopping after this step (checkpointing); signal again to quit now\n";
+  static const char msg[] =
+      "\nllmrun: stopping after this step (checkpointing); signal again to quit now\n";
   (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
 }
 

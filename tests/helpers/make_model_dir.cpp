@@ -5,10 +5,10 @@
 //   llmrun_make_model_dir OUT gpt2|llama LAYERS D_MODEL HEADS SEQ_LEN VOCAB SCALE [chatml|llama3]
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "backend/backend_factory.h"
 #include "ckpt/model_dir.h"
@@ -17,7 +17,10 @@ using namespace llmrun;
 
 int main(int argc, char** argv) {
   if (argc < 9) {
-    std::fprintf(stderr, "usage: %s OUT gpt2|llama LAYERS D_MODEL HEADS SEQ_LEN VOCAB SCALE [chatml|llama3]\n", argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s OUT gpt2|llama LAYERS D_MODEL HEADS SEQ_LEN VOCAB SCALE [chatml|llama3]\n",
+        argv[0]);
     return 2;
   }
   ModelConfig c;
@@ -35,7 +38,8 @@ int main(int argc, char** argv) {
   Transformer model(*be, c);
   model.init_weights(1234);
   if (scale != 1.0f)
-    for (int b = 0; b < model.params().num_buckets(); ++b) be->scale(model.params().bucket(b), scale);
+    for (int b = 0; b < model.params().num_buckets(); ++b)
+      be->scale(model.params().bucket(b), scale);
   // Printable-ASCII output: zero the (tied) token rows of every other byte, so their logits
   // sit at 0 while printable ones spread far above and below it.
   if (std::getenv("LLMRUN_PRINTABLE_ONLY") && c.arch == Arch::gpt2) {
@@ -49,8 +53,11 @@ int main(int argc, char** argv) {
   save_model_dir(argv[1], model, tok);
   if (argc > 9) {
     const std::string kind = argv[9];
-    const std::string tmpl = kind == "chatml" ? "{% for m in messages %}<|im_start|>{{m.role}}\\n{{m.content}}<|im_end|>\\n{% endfor %}"
-                                              : "{% for m in messages %}<|start_header_id|>{{m.role}}<|end_header_id|>{% endfor %}";
+    const std::string tmpl =
+        kind == "chatml"
+            ? "{% for m in messages %}<|im_start|>{{m.role}}\\n{{m.content}}<|im_end|>\\n{% endfor "
+              "%}"
+            : "{% for m in messages %}<|start_header_id|>{{m.role}}<|end_header_id|>{% endfor %}";
     const std::string path = std::string(argv[1]) + "/tokenizer_config.json";
     nlohmann::json cfg = nlohmann::json::parse(std::ifstream(path));
     cfg["chat_template"] = tmpl;

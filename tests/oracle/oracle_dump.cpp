@@ -68,7 +68,8 @@ void jitter_vectors(Backend& be, Transformer& m, uint64_t seed) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s gpt2|llama|llama-tied|llama-rope-llama3|qwen2|phi3 OUT_DIR\n", argv[0]);
+    std::fprintf(stderr, "usage: %s gpt2|llama|llama-tied|llama-rope-llama3|qwen2|phi3 OUT_DIR\n",
+                 argv[0]);
     return 2;
   }
   const std::string arch = argv[1];
@@ -95,7 +96,8 @@ int main(int argc, char** argv) {
   // Forward and backward of the whole batch.
   model.forward(inputs.data(), B, T);
   std::vector<float> logits(size_t(model.logits().numel()));
-  be->copy(Tensor(logits.data(), DType::f32, {int64_t(logits.size())}), model.logits().view({int64_t(logits.size())}));
+  be->copy(Tensor(logits.data(), DType::f32, {int64_t(logits.size())}),
+           model.logits().view({int64_t(logits.size())}));
   auto single = make_self_communicator("dp");
   ZeroOptimizer opt(model, *single, 0, {0.9f, 0.95f, 1e-8f, 0.1f});
   opt.begin_step(1);
@@ -106,7 +108,8 @@ int main(int argc, char** argv) {
   // Two optimizer steps through the training step, with two micro-batches of two
   // sequences each (gradient accumulation) and clipping that really clips.
   const float lr = 1e-2f, clip = float(0.5 * norm);
-  TrainStep step(model, opt, *single, LrSchedule{lr, lr, 0, 2, LrDecay::constant}, StepShape{2, T, 2, clip});
+  TrainStep step(model, opt, *single, LrSchedule{lr, lr, 0, 2, LrDecay::constant},
+                 StepShape{2, T, 2, clip});
   int micro = 0;
   auto source = [&](int32_t* dst) {
     std::copy_n(windows.begin() + (micro % 2) * 2 * (T + 1), 2 * (T + 1), dst);
@@ -129,8 +132,13 @@ int main(int argc, char** argv) {
     std::snprintf(buf, sizeof buf, "%.9g", v);
     return std::string(buf);
   };
-  w.set_metadata({{"lr", exact(lr)}, {"beta1", "0.9"}, {"beta2", "0.95"}, {"eps", "1e-8"},
-                  {"weight_decay", "0.1"}, {"clip", exact(clip)}, {"arch", arch_name(cfg.arch)}});
+  w.set_metadata({{"lr", exact(lr)},
+                  {"beta1", "0.9"},
+                  {"beta2", "0.95"},
+                  {"eps", "1e-8"},
+                  {"weight_decay", "0.1"},
+                  {"clip", exact(clip)},
+                  {"arch", arch_name(cfg.arch)}});
   w.write(out / "reference.safetensors");
   std::printf("wrote %s (loss %.6f, grad norm %.6f, clip %.6f)\n", out.c_str(), loss, norm, clip);
   return 0;

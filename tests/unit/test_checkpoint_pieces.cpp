@@ -51,18 +51,24 @@ TEST(CheckpointPieces, AdjacentRangesFormOneSlice) {
 TEST(CheckpointPieces, AnyWriterLayoutReadsBackUnderAnyReaderLayout) {
   std::mt19937 rng(7);
   const std::vector<int64_t> full = {12, 10};
-  // Local tensors of tensor-parallel ranks: fused-q|k|v style ranges along rows, row-parallel columns.
-  const std::vector<std::pair<int, Slice>> shards = {
-      {0, {{0, 12}}}, {0, {{0, 2}, {4, 6}, {8, 10}}}, {0, {{2, 4}, {6, 8}, {10, 12}}},
-      {1, {{0, 5}}},  {1, {{5, 10}}},                  {0, {{3, 9}}}};
+  // Local tensors of tensor-parallel ranks: fused-q|k|v style ranges along rows, row-parallel
+  // columns.
+  const std::vector<std::pair<int, Slice>> shards = {{0, {{0, 12}}},
+                                                     {0, {{0, 2}, {4, 6}, {8, 10}}},
+                                                     {0, {{2, 4}, {6, 8}, {10, 12}}},
+                                                     {1, {{0, 5}}},
+                                                     {1, {{5, 10}}},
+                                                     {0, {{3, 9}}}};
   for (int trial = 0; trial < 200; ++trial) {
     // Writers: a set of tp shards that tile the tensor, each cut into dp flat partitions.
     const int tiling = int(rng() % 3);
     std::vector<ParamSpec> writers;
     if (tiling == 0) writers = {spec_of(full, 0, shards[0].second)};
     if (tiling == 1)  // interleaved row ranges, as fused q|k|v splits are
-      writers = {spec_of(full, 0, {{0, 1}, {4, 6}, {8, 10}}), spec_of(full, 0, {{1, 4}, {6, 8}, {10, 12}})};
-    if (tiling == 2) writers = {spec_of(full, 1, shards[3].second), spec_of(full, 1, shards[4].second)};
+      writers = {spec_of(full, 0, {{0, 1}, {4, 6}, {8, 10}}),
+                 spec_of(full, 0, {{1, 4}, {6, 8}, {10, 12}})};
+    if (tiling == 2)
+      writers = {spec_of(full, 1, shards[3].second), spec_of(full, 1, shards[4].second)};
     struct Written {
       LocalPiece piece;
       std::vector<float> data;
@@ -78,7 +84,8 @@ TEST(CheckpointPieces, AnyWriterLayoutReadsBackUnderAnyReaderLayout) {
         const int64_t a = w.numel() * r / dp, b = w.numel() * (r + 1) / dp;
         for (const LocalPiece& p : local_pieces(w, a, b)) {
           const int64_t n = p.flat_end - p.flat_begin;
-          written.push_back({p, std::vector<float>(local.begin() + p.local_begin, local.begin() + p.local_begin + n)});
+          written.push_back({p, std::vector<float>(local.begin() + p.local_begin,
+                                                   local.begin() + p.local_begin + n)});
         }
       }
     }

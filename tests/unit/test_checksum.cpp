@@ -22,7 +22,8 @@ TEST(Checksum, StreamingEqualsOneShotForAnySplit) {
   for (size_t split : {0, 1, 7, 31, 32, 33, 100, 999, 1000}) {
     Xxh64 h;
     h.update(data.data(), split);
-    for (size_t i = split; i < data.size(); i += 13) h.update(data.data() + i, std::min<size_t>(13, data.size() - i));
+    for (size_t i = split; i < data.size(); i += 13)
+      h.update(data.data() + i, std::min<size_t>(13, data.size() - i));
     EXPECT_EQ(h.digest(), whole) << "split at " << split;
   }
   data[500] ^= 1;

@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
-#include "test_backend.h"
 #include "backend/backend.h"
+#include "test_backend.h"
 
 using namespace llmrun;
 
@@ -151,9 +151,9 @@ TEST_F(CpuBackendTest, MatmulGradientsMatchFiniteDifferences) {
   };
   Tensor dx = make({n, in}), dw = randn({out_f, in}), db = randn({out_f});
   const std::vector<double> dw0 = to_double(dw), db0 = to_double(db);
-  be->matmul(dx, g, w, false, false);           // dx = G @ w
+  be->matmul(dx, g, w, false, false);             // dx = G @ w
   be->matmul(dw, g, x, true, false, 1.0f, 1.0f);  // dw += G^T @ x
-  be->sum_rows(db, g, true);                    // db += sum_rows(G)
+  be->sum_rows(db, g, true);                      // db += sum_rows(G)
   for (int64_t i = 0; i < dw.numel(); ++i) dw.f32()[i] -= static_cast<float>(dw0[i]);
   for (int64_t i = 0; i < db.numel(); ++i) db.f32()[i] -= static_cast<float>(db0[i]);
   fd_check(x.f32(), dx.f32(), sample(x.numel(), 200), loss, 1e-2f, 1e-2, 1e-3, "dx");
@@ -292,7 +292,8 @@ TEST_F(CpuBackendTest, SwigluForwardAndGradient) {
     be->swiglu_fwd(out, gu);
     return dot(out, g);
   };
-  fd_check(gu.f32(), dgu.f32(), sample(gu.numel(), 400), loss, 1e-2f, 1e-2, 2e-3, "swiglu dgate_up");
+  fd_check(gu.f32(), dgu.f32(), sample(gu.numel(), 400), loss, 1e-2f, 1e-2, 2e-3,
+           "swiglu dgate_up");
 }
 
 // ------------------------------------------------------------------------------ norms
@@ -312,7 +313,8 @@ TEST_F(CpuBackendTest, LayerNormForwardAndGradients) {
     const double rs = 1 / std::sqrt(var / d + eps);
     rm[r] = mu;
     rr[r] = rs;
-    for (int c = 0; c < d; ++c) ref[r * d + c] = (x.f32()[r * d + c] - mu) * rs * w.f32()[c] + b.f32()[c];
+    for (int c = 0; c < d; ++c)
+      ref[r * d + c] = (x.f32()[r * d + c] - mu) * rs * w.f32()[c] + b.f32()[c];
   }
   expect_close(out.f32(), ref, 1e-5, 1e-5, "layernorm out");
   expect_close(mean.f32(), rm, 1e-6, 1e-6, "layernorm mean");
@@ -323,7 +325,8 @@ TEST_F(CpuBackendTest, LayerNormForwardAndGradients) {
   be->layernorm_bwd(dx, dw, db, g, x, w, mean, rstd, /*accumulate_dx=*/true);
   Tensor dx_over = make({n, d}), dw2 = make({d}), db2 = make({d});
   be->layernorm_bwd(dx_over, dw2, db2, g, x, w, mean, rstd, false);
-  for (int64_t i = 0; i < dx.numel(); ++i) EXPECT_NEAR(dx.f32()[i] - dx0[i], dx_over.f32()[i], 1e-5);
+  for (int64_t i = 0; i < dx.numel(); ++i)
+    EXPECT_NEAR(dx.f32()[i] - dx0[i], dx_over.f32()[i], 1e-5);
   for (int i = 0; i < d; ++i) {  // parameter gradients accumulate onto what was there
     EXPECT_NEAR(dw.f32()[i] - dw0[i], dw2.f32()[i], 1e-5);
     EXPECT_NEAR(db.f32()[i] - db0[i], db2.f32()[i], 1e-5);
@@ -358,7 +361,8 @@ TEST_F(CpuBackendTest, RmsNormForwardAndGradients) {
   be->rmsnorm_bwd(dx, dw, g, x, w, rstd, true);
   Tensor dx_over = make({n, d}), dw2 = make({d});
   be->rmsnorm_bwd(dx_over, dw2, g, x, w, rstd, false);
-  for (int64_t i = 0; i < dx.numel(); ++i) EXPECT_NEAR(dx.f32()[i] - dx0[i], dx_over.f32()[i], 1e-5);
+  for (int64_t i = 0; i < dx.numel(); ++i)
+    EXPECT_NEAR(dx.f32()[i] - dx0[i], dx_over.f32()[i], 1e-5);
   for (int i = 0; i < d; ++i) EXPECT_NEAR(dw.f32()[i] - dw0[i], dw2.f32()[i], 1e-5);
   auto loss = [&] {
     be->rmsnorm_fwd(out, rstd, x, w, eps);
@@ -378,8 +382,9 @@ std::vector<double> rope_ref(const Tensor& x, const std::vector<int32_t>& pos, i
   for (int64_t r = 0; r < x.rows(); ++r)
     for (int h = 0; h < heads; ++h)
       for (int i = 0; i < hd / 2; ++i) {
-        const float inv = 1.0f / static_cast<float>(std::pow(static_cast<double>(theta),
-                                                             static_cast<double>(static_cast<float>(2 * i) / hd)));
+        const float inv = 1.0f / static_cast<float>(
+                                     std::pow(static_cast<double>(theta),
+                                              static_cast<double>(static_cast<float>(2 * i) / hd)));
         const double a = static_cast<float>(pos[r]) * inv;
         const int64_t j1 = r * cols + h * hd + i, j2 = j1 + hd / 2;
         const double x1 = x.f32()[j1], x2 = x.f32()[j2];
@@ -434,8 +439,12 @@ AttnRef attention_ref(const float* qkv, const float* dout, const AttentionShape&
   for (int b = 0; b < s.batch; ++b)
     for (int h = 0; h < s.heads; ++h) {
       const int kvh = h / group;
-      auto q = [&](int t, int e) { return static_cast<double>(qkv[(b * t_n + t) * c + h * d + e]); };
-      auto k = [&](int t, int e) { return static_cast<double>(qkv[(b * t_n + t) * c + (s.heads + kvh) * d + e]); };
+      auto q = [&](int t, int e) {
+        return static_cast<double>(qkv[(b * t_n + t) * c + h * d + e]);
+      };
+      auto k = [&](int t, int e) {
+        return static_cast<double>(qkv[(b * t_n + t) * c + (s.heads + kvh) * d + e]);
+      };
       auto v = [&](int t, int e) {
         return static_cast<double>(qkv[(b * t_n + t) * c + (s.heads + s.kv_heads + kvh) * d + e]);
       };
@@ -459,7 +468,9 @@ AttnRef attention_ref(const float* qkv, const float* dout, const AttentionShape&
         }
       }
       if (!dout) continue;
-      auto g = [&](int t, int e) { return static_cast<double>(dout[(b * t_n + t) * hd + h * d + e]); };
+      auto g = [&](int t, int e) {
+        return static_cast<double>(dout[(b * t_n + t) * hd + h * d + e]);
+      };
       for (int i = 0; i < t_n; ++i) {
         std::vector<double> dp(i + 1);
         double corr = 0;
@@ -483,7 +494,8 @@ AttnRef attention_ref(const float* qkv, const float* dout, const AttentionShape&
 class AttentionTest : public CpuBackendTest {
  protected:
   void run(const AttentionShape& s, int fd_samples) {
-    const int64_t bt = static_cast<int64_t>(s.batch) * s.seq, hd = static_cast<int64_t>(s.heads) * s.head_dim;
+    const int64_t bt = static_cast<int64_t>(s.batch) * s.seq,
+                  hd = static_cast<int64_t>(s.heads) * s.head_dim;
     Tensor qkv = randn({bt, s.qkv_cols()}), g = randn({bt, hd});
     Tensor out = make({bt, hd}), lse = make({s.batch, s.heads, s.seq});
     Tensor dqkv = randn({bt, s.qkv_cols()});  // garbage: the backward must overwrite it
@@ -522,9 +534,11 @@ TEST_F(CpuBackendTest, AttentionCachedMatchesFullAttention) {
     std::copy(row + hd + kvd, row + hd + 2 * kvd, vc.f32() + t * kvd);
   }
   // Prefill of everything, then a chunk and single-token decode steps from the middle.
-  for (const auto& [start, n] : std::vector<std::pair<int, int>>{{0, 100}, {20, 70}, {63, 1}, {99, 1}, {0, 1}}) {
+  for (const auto& [start, n] :
+       std::vector<std::pair<int, int>>{{0, 100}, {20, 70}, {63, 1}, {99, 1}, {0, 1}}) {
     Tensor out = make({n, hd});
-    be->attention_cached(out, q.slice(start, start + n), kc, vc, start, s.heads, s.kv_heads, s.head_dim);
+    be->attention_cached(out, q.slice(start, start + n), kc, vc, start, s.heads, s.kv_heads,
+                         s.head_dim);
     std::vector<double> want(ref.out.begin() + static_cast<int64_t>(start) * hd,
                              ref.out.begin() + static_cast<int64_t>(start + n) * hd);
     expect_close(out.f32(), want, 1e-5, 2e-6, "attention_cached start=" + std::to_string(start));

@@ -8,10 +8,10 @@
 #include <set>
 #include <unordered_set>
 
+#include "../../kernels/geometry.cuh"
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/dtype_dispatch.h"
 #include "backend/cuda/gemm_plan.h"
-#include "../../kernels/geometry.cuh"
 
 using namespace llmrun;
 

@@ -9,11 +9,11 @@
 #include <random>
 #include <vector>
 
-#include "test_backend.h"
 #include "comm/communicator.h"
 #include "fp8/delayed_scaling.h"
 #include "fp8/fp8_cast.h"
 #include "fp8/fp8_linears.h"
+#include "test_backend.h"
 #include "util/error.h"
 
 using namespace llmrun;
@@ -378,8 +378,8 @@ TEST(Fp8Linears, TensorsWholeOnEveryTpRankAreCountedOnce) {
     Fp8Linears lin(fp8_recipe(), two_layers(), *be);
     lin.begin_step();
     lin.forward(*be, {0, kind}, Tensor(y.data(), DType::f32, {N, M}), tx, tW, nullptr, false);
-    lin.backward(*be, {0, kind}, Tensor(dx.data(), DType::f32, {N, K}), Tensor(dW.data(), DType::f32, {M, K}),
-                 Tensor(), tdy, tx, tW);
+    lin.backward(*be, {0, kind}, Tensor(dx.data(), DType::f32, {N, K}),
+                 Tensor(dW.data(), DType::f32, {M, K}), Tensor(), tdy, tx, tW);
     lin.end_step(*ranks);
     return lin.take_counts(*ranks, tp_rank).overflows;
   };

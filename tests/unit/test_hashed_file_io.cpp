@@ -1,5 +1,4 @@
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstring>
@@ -41,7 +40,8 @@ TEST(Checksum, CopyingUpdateCopiesAndHashesLikeUpdate) {
 // not line up with either: the file holds exactly the bytes and the digest is their XXH64.
 TEST(HashedFileWriter, WritesExactBytesAndTheirChecksum) {
   TempDir tmp;
-  for (size_t size : {size_t(0), size_t(1), size_t(4095), size_t(4096), size_t(4097), (size_t(8) << 20) * 3 + 12345}) {
+  for (size_t size : {size_t(0), size_t(1), size_t(4095), size_t(4096), size_t(4097),
+                      (size_t(8) << 20) * 3 + 12345}) {
     const std::vector<unsigned char> data = pattern(size, 7);
     const auto path = tmp / std::to_string(size);
     HashedFileWriter w(path, size);
@@ -65,7 +65,8 @@ TEST(HashedFileWriter, UncreatableFileIsAUserErrorNamingIt) {
     HashedFileWriter w(tmp / "missing" / "f");
     ADD_FAILURE() << "expected UserError";
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("missing/f: cannot create file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("missing/f: cannot create file"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -81,16 +82,21 @@ TEST(ReadFileHashed, FillsRangesAndHashesTheWholeFile) {
     w.write(data.data(), size);
     w.finish(true);
   }
-  const std::vector<std::pair<uint64_t, size_t>> spans = {
-      {5, 100}, {105, 3}, {4u << 20, (4u << 20) + 1}, {(size_t(4) << 20) * 3 - 2, 10}, {size - 50, 50}};
+  const std::vector<std::pair<uint64_t, size_t>> spans = {{5, 100},
+                                                          {105, 3},
+                                                          {4u << 20, (4u << 20) + 1},
+                                                          {(size_t(4) << 20) * 3 - 2, 10},
+                                                          {size - 50, 50}};
   for (ReadPath how : {ReadPath::page_cache, ReadPath::direct, ReadPath::automatic}) {
     std::vector<std::vector<unsigned char>> dst;
     std::vector<FileRange> ranges;
     for (auto [off, n] : spans) dst.emplace_back(n, 0);
-    for (size_t i = 0; i < spans.size(); ++i) ranges.push_back({spans[i].first, spans[i].second, dst[i].data()});
+    for (size_t i = 0; i < spans.size(); ++i)
+      ranges.push_back({spans[i].first, spans[i].second, dst[i].data()});
     EXPECT_EQ(read_file_hashed(path, ranges, how), xxh64(data.data(), size)) << int(how);
     for (size_t i = 0; i < spans.size(); ++i)
-      EXPECT_EQ(std::memcmp(dst[i].data(), data.data() + spans[i].first, spans[i].second), 0) << int(how) << " " << i;
+      EXPECT_EQ(std::memcmp(dst[i].data(), data.data() + spans[i].first, spans[i].second), 0)
+          << int(how) << " " << i;
   }
 }
 

@@ -117,8 +117,11 @@ TEST(HfConfig, DefaultsFollowTransformers) {
 // Llama 3.1's rope_scaling (and transformers 5's rope_parameters) reads and writes back.
 TEST(HfConfig, RopeScalingRoundTrip) {
   json j = hf_config_json(llama_config());
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
   const ModelConfig c = model_config_from_hf(j, "x");
   EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::llama3);
   EXPECT_EQ(c.rope_scaling.original_max_positions, 8192);

@@ -21,10 +21,10 @@ TEST(SlurmTasksOnNode, ReadsCompressedLists) {
 
 // The variables srun --mpi=pmix sets for a 2-node step of 3 + 1 tasks, seen from node 0.
 TEST(DetectLaunchEnvironment, SrunStepCounts) {
-  const char* vars[][2] = {{"PMIX_RANK", "1"},          {"SLURM_PROCID", "1"},
-                           {"SLURM_STEP_ID", "0"},      {"SLURM_NTASKS", "8"},
-                           {"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_STEP_TASKS_PER_NODE", "3,1"},
-                           {"SLURM_NODEID", "0"}};
+  const char* vars[][2] = {
+      {"PMIX_RANK", "1"},    {"SLURM_PROCID", "1"},         {"SLURM_STEP_ID", "0"},
+      {"SLURM_NTASKS", "8"}, {"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_STEP_TASKS_PER_NODE", "3,1"},
+      {"SLURM_NODEID", "0"}};
   unsetenv("OMPI_COMM_WORLD_SIZE");
   for (auto& v : vars) setenv(v[0], v[1], 1);
   const LaunchEnvironment e = detect_launch_environment();

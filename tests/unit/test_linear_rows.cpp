@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "test_backend.h"
 #include "backend/backend.h"
+#include "test_backend.h"
 
 using namespace llmrun;
 
@@ -81,7 +81,8 @@ TEST(LinearRows, RowsAreBitwiseIndependentOfTheBatch) {
   auto be2 = test::make_test_backend(2);
   auto be1 = test::make_test_backend(1);
   const std::vector<float> all = run(*be2, p, 0, p.m, true, true);
-  const int64_t slices[][2] = {{0, 1}, {5, 1}, {69, 1}, {3, 2}, {60, 3}, {20, 4}, {10, 7}, {1, 33}, {40, 30}};
+  const int64_t slices[][2] = {{0, 1},  {5, 1},  {69, 1}, {3, 2},  {60, 3},
+                               {20, 4}, {10, 7}, {1, 33}, {40, 30}};
   for (const auto& s : slices) {
     for (Backend* be : {be1.get(), be2.get()}) {
       const std::vector<float> part = run(*be, p, s[0], s[1], true, true);

@@ -19,8 +19,8 @@ namespace {
 
 // Writes documents of the given lengths whose tokens count up from `first` (mod `modulo`), so
 // every stream position has a recognisable value; recorded as made by the byte tokenizer.
-std::string write_dataset(const TempDir& tmp, const std::string& name, const std::vector<int>& lengths,
-                          int first = 0, int modulo = 60000) {
+std::string write_dataset(const TempDir& tmp, const std::string& name,
+                          const std::vector<int>& lengths, int first = 0, int modulo = 60000) {
   const std::string prefix = (tmp / name).string();
   IndexedDatasetWriter w(prefix, TokenDType::u16);
   int next = first;
@@ -107,7 +107,8 @@ TEST(PackedWindowSampler, SameSeedSameOrderOtherSeedOther) {
 TEST(PackedWindowSampler, EveryTokenOncePerEpochAcrossRanks) {
   TempDir tmp;
   const int seq = 10, windows = 200, ranks = 4;
-  auto ds = std::make_shared<const IndexedDataset>(write_dataset(tmp, "ds", doc_lengths(windows * seq + 1)));
+  auto ds = std::make_shared<const IndexedDataset>(
+      write_dataset(tmp, "ds", doc_lengths(windows * seq + 1)));
   for (int epoch_count : {1, 2}) {
     std::vector<int> seen(windows * seq + 1, 0);
     for (int rank = 0; rank < ranks; ++rank) {
@@ -120,7 +121,8 @@ TEST(PackedWindowSampler, EveryTokenOncePerEpochAcrossRanks) {
         for (int t = 0; t < seq; ++t) ++seen[w[i + t]];  // inputs: each position once per epoch
       }
     }
-    for (int pos = 0; pos < windows * seq; ++pos) ASSERT_EQ(seen[pos], epoch_count) << "position " << pos;
+    for (int pos = 0; pos < windows * seq; ++pos)
+      ASSERT_EQ(seen[pos], epoch_count) << "position " << pos;
   }
   // Epochs are reshuffled: the second epoch's order differs from the first.
   PackedWindowSampler s(ds, seq + 1, 7);
@@ -145,7 +147,8 @@ TEST(PackedWindowSampler, RejectsTooSmallDatasets) {
 TEST(TrainingData, ResumeContinuesWithExactlyTheNextWindows) {
   TempDir tmp;
   const std::string a = write_dataset(tmp, "a", doc_lengths(3000), 0, 256);
-  write_text(tmp / "b.txt", std::string(2000, 'x') + "some text for the text corpus source, long enough.");
+  write_text(tmp / "b.txt",
+             std::string(2000, 'x') + "some text for the text corpus source, long enough.");
   Recipe r = recipe_with(16, 5);
   r.data.train = {{a, 2.0}, {(tmp / "b.txt").string(), 1.0}};
   ByteLevelTokenizer tok;
@@ -157,7 +160,8 @@ TEST(TrainingData, ResumeContinuesWithExactlyTheNextWindows) {
   TrainingData first(r.data, {r.model.seq_len, r.train.seed}, tok);
   std::vector<int32_t> scratch(size_t(k) * window);
   first.fill(scratch.data(), k);
-  const nlohmann::json state = nlohmann::json::parse(first.state().dump());  // as a checkpoint stores it
+  const nlohmann::json state =
+      nlohmann::json::parse(first.state().dump());  // as a checkpoint stores it
   TrainingData resumed(r.data, {r.model.seq_len, r.train.seed}, tok);
   resumed.restore(state);
   std::vector<int32_t> rest(size_t(m) * window);
@@ -208,7 +212,8 @@ TEST(TrainingData, RefusesADatasetFromAnotherTokenizer) {
     TrainingData data(r.data, {r.model.seq_len, r.train.seed}, tok);
     ADD_FAILURE();
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("data.train.0.path: " + p + " was tokenized with /elsewhere/tokenizer.json"),
+    EXPECT_NE(std::string(e.what()).find("data.train.0.path: " + p +
+                                         " was tokenized with /elsewhere/tokenizer.json"),
               std::string::npos)
         << e.what();
   }

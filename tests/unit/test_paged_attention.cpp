@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "test_backend.h"
 #include "backend/backend.h"
+#include "test_backend.h"
 
 using namespace llmrun;
 
@@ -22,7 +22,8 @@ struct SeqCase {
 
 // Runs paged attention for `cases` with blocks placed at shuffled pool positions and compares
 // every output with softmax(q k^T / sqrt(d)) v computed in double over the sequence's own keys.
-void check_paged(const std::vector<SeqCase>& cases, int heads, int kv_heads, int d, int block_size) {
+void check_paged(const std::vector<SeqCase>& cases, int heads, int kv_heads, int d,
+                 int block_size) {
   auto be = test::make_test_backend(2);
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -64,7 +65,8 @@ void check_paged(const std::vector<SeqCase>& cases, int heads, int kv_heads, int
   for (int s = 0; s < S; ++s) {
     const int ctx = cases[s].context, first_new = ctx - cases[s].n_new;
     for (int p = 0; p < ctx; ++p) {
-      const int64_t slot = int64_t(tables[size_t(s) * max_blocks + p / block_size]) * block_size + p % block_size;
+      const int64_t slot =
+          int64_t(tables[size_t(s) * max_blocks + p / block_size]) * block_size + p % block_size;
       if (p < first_new) {
         std::copy_n(&keys[s][size_t(p) * kvd], kvd, &kpool[slot * kvd]);
         std::copy_n(&values[s][size_t(p) * kvd], kvd, &vpool[slot * kvd]);
@@ -86,10 +88,11 @@ void check_paged(const std::vector<SeqCase>& cases, int heads, int kv_heads, int
   be->scatter_rows(vp, fused_t, slots_t, hd + kvd);
 
   std::vector<float> out(size_t(tokens) * hd, -7.0f);
-  be->paged_attention(Tensor(out.data(), DType::f32, {tokens, hd}), Tensor(q.data(), DType::f32, {tokens, hd}), kp,
-                      vp, Tensor(tables.data(), DType::i32, {S, max_blocks}),
-                      Tensor(starts.data(), DType::i32, {S + 1}), Tensor(lens.data(), DType::i32, {S}),
-                      block_size, heads, kv_heads, d);
+  be->paged_attention(Tensor(out.data(), DType::f32, {tokens, hd}),
+                      Tensor(q.data(), DType::f32, {tokens, hd}), kp, vp,
+                      Tensor(tables.data(), DType::i32, {S, max_blocks}),
+                      Tensor(starts.data(), DType::i32, {S + 1}),
+                      Tensor(lens.data(), DType::i32, {S}), block_size, heads, kv_heads, d);
 
   const int group = heads / kv_heads;
   for (int s = 0; s < S; ++s)
@@ -101,14 +104,16 @@ void check_paged(const std::vector<SeqCase>& cases, int heads, int kv_heads, int
         double mx = -1e300, sum = 0;
         for (int p = 0; p <= pos; ++p) {
           double dot = 0;
-          for (int c = 0; c < d; ++c) dot += double(q[size_t(t) * hd + h * d + c]) * keys[s][size_t(p) * kvd + kh * d + c];
+          for (int c = 0; c < d; ++c)
+            dot += double(q[size_t(t) * hd + h * d + c]) * keys[s][size_t(p) * kvd + kh * d + c];
           sc[p] = dot / std::sqrt(double(d));
           mx = std::max(mx, sc[p]);
         }
         for (double& x : sc) sum += x = std::exp(x - mx);
         for (int c = 0; c < d; ++c) {
           double want = 0;
-          for (int p = 0; p <= pos; ++p) want += sc[p] / sum * values[s][size_t(p) * kvd + kh * d + c];
+          for (int p = 0; p <= pos; ++p)
+            want += sc[p] / sum * values[s][size_t(p) * kvd + kh * d + c];
           ASSERT_NEAR(out[size_t(t) * hd + h * d + c], want, 1e-5)
               << "seq " << s << " token " << t << " head " << h << " col " << c;
         }
@@ -137,11 +142,14 @@ TEST(PagedAttention, RejectsBadTables) {
   std::vector<float> q(8), out(8), pool(4 * 8);
   std::vector<int32_t> table{5}, starts{0, 1}, lens{1};  // block 5 is outside a 2-block pool
   Tensor p(pool.data(), DType::f32, {4, 8});
-  EXPECT_THROW(be->paged_attention(Tensor(out.data(), DType::f32, {1, 8}), Tensor(q.data(), DType::f32, {1, 8}), p, p,
-                                   Tensor(table.data(), DType::i32, {1, 1}), Tensor(starts.data(), DType::i32, {2}),
+  EXPECT_THROW(be->paged_attention(Tensor(out.data(), DType::f32, {1, 8}),
+                                   Tensor(q.data(), DType::f32, {1, 8}), p, p,
+                                   Tensor(table.data(), DType::i32, {1, 1}),
+                                   Tensor(starts.data(), DType::i32, {2}),
                                    Tensor(lens.data(), DType::i32, {1}), 2, 1, 1, 8),
                std::logic_error);
   std::vector<int32_t> bad_slot{9};
-  EXPECT_THROW(be->scatter_rows(p, Tensor(q.data(), DType::f32, {1, 8}), Tensor(bad_slot.data(), DType::i32, {1}), 0),
+  EXPECT_THROW(be->scatter_rows(p, Tensor(q.data(), DType::f32, {1, 8}),
+                                Tensor(bad_slot.data(), DType::i32, {1}), 0),
                std::logic_error);
 }

@@ -6,7 +6,6 @@
 #include <numeric>
 #include <vector>
 
-#include "test_backend.h"
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "model/param_layout.h"
@@ -16,6 +15,7 @@
 #include "plan/memory_budget.h"
 #include "plan/memory_model.h"
 #include "plan/perf_model.h"
+#include "test_backend.h"
 #include "train/zero_optimizer.h"
 #include "util/error.h"
 
@@ -77,7 +77,8 @@ TEST(PlanMemory, OneRankMatchesWhatTrainingAllocates) {
       std::vector<int32_t> tokens(size_t(batch) * c.seq_len, 7);
       model.forward(tokens.data(), batch, c.seq_len);
       const StageMemory m = plan_memory(shape(c, batch, batch), TrainingLayout{})[0];
-      EXPECT_EQ(m.activations, double(model.activation_bytes())) << arch_name(arch) << " tied " << tied;
+      EXPECT_EQ(m.activations, double(model.activation_bytes()))
+          << arch_name(arch) << " tied " << tied;
       EXPECT_EQ(m.params, double(opt.memory().params));
       EXPECT_EQ(m.grads, double(opt.memory().grads));
       EXPECT_EQ(m.optimizer, double(opt.memory().optimizer));
@@ -112,7 +113,8 @@ TEST(PlanMemory, TensorParallelShardsByHand) {
   // the token ids and their local copy, the final norm with mean/rstd, the gathered head input
   // and this rank's 150 columns of logits.
   const int64_t n = 32, rows16 = 16;
-  EXPECT_EQ(sp.act_per_micro[2], 4.0 * (5 * rows16 * d + 2 * n + rows16 * (d + 2) + n * d + n * 150));
+  EXPECT_EQ(sp.act_per_micro[2],
+            4.0 * (5 * rows16 * d + 2 * n + rows16 * (d + 2) + n * d + n * 150));
 }
 
 TEST(PlanMemory, PipelineStagesAndInFlightMicroBatches) {
@@ -224,7 +226,8 @@ TEST(PlanBudget, RefusalNamesTheStageAndTheFix) {
   EXPECT_EQ(memory_budget_problem(m, l, int64_t(m[0].peak)), "");
   const std::string msg = memory_budget_problem(m, l, int64_t(m[0].peak) - 1);
   EXPECT_NE(msg.find("exceeds the budget"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("pipeline stage 0 of tp1 pp1 dp1 zero0 recompute none"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("pipeline stage 0 of tp1 pp1 dp1 zero0 recompute none"), std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("memory.recompute=full"), std::string::npos) << msg;
 }
 
@@ -238,14 +241,16 @@ TEST(PlanSearch, RanksValidLayoutsAndSaysWhyOthersAreOut) {
   size_t excluded = 0;
   for (const ExcludedLayouts& e : s.excluded) excluded += e.layouts.size();
   EXPECT_EQ(s.ranked.size() + excluded, size_t(s.considered));
-  for (size_t i = 1; i < s.ranked.size(); ++i) EXPECT_LE(s.ranked[i - 1].step.step_s, s.ranked[i].step.step_s);
+  for (size_t i = 1; i < s.ranked.size(); ++i)
+    EXPECT_LE(s.ranked[i - 1].step.step_s, s.ranked[i].step.step_s);
   auto has_reason = [&](const std::string& text) {
     for (const ExcludedLayouts& e : s.excluded)
       if (e.reason.find(text) != std::string::npos) return true;
     return false;
   };
   EXPECT_TRUE(has_reason("model.heads=4 is not divisible by tp=8"));
-  EXPECT_TRUE(has_reason("pipeline stages but the model has only 4 layers"));  // pp 8, or pp 4 x V 2
+  EXPECT_TRUE(
+      has_reason("pipeline stages but the model has only 4 layers"));  // pp 8, or pp 4 x V 2
   EXPECT_TRUE(has_reason("ZeRO-2/3 shard gradients"));
   EXPECT_TRUE(has_reason("with dp=1 every stage is ZeRO-0"));
   for (const RankedLayout& r : s.ranked) {
@@ -256,7 +261,8 @@ TEST(PlanSearch, RanksValidLayoutsAndSaysWhyOthersAreOut) {
   const LayoutSearch none = search_layouts(shape(c, 1, 8), 8, 1000, a);
   EXPECT_TRUE(none.ranked.empty());
   bool budget = false;
-  for (const ExcludedLayouts& e : none.excluded) budget |= e.reason.find("above the budget") != std::string::npos;
+  for (const ExcludedLayouts& e : none.excluded)
+    budget |= e.reason.find("above the budget") != std::string::npos;
   EXPECT_TRUE(budget);
 }
 

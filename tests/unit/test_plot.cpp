@@ -41,8 +41,10 @@ TEST(FormatTick, DecimalsFromStepAndOneUnitPerAxis) {
 TEST(DistinctLabels, ShortestTailsThatDiffer) {
   EXPECT_EQ(distinct_labels({"runs/a/metrics.jsonl", "runs/b/metrics.jsonl"}),
             (std::vector<std::string>{"a/metrics.jsonl", "b/metrics.jsonl"}));
-  EXPECT_EQ(distinct_labels({"x.jsonl", "dir/y.jsonl"}), (std::vector<std::string>{"x.jsonl", "y.jsonl"}));
-  EXPECT_EQ(distinct_labels({"m.jsonl", "m.jsonl"}), (std::vector<std::string>{"m.jsonl", "m.jsonl"}));
+  EXPECT_EQ(distinct_labels({"x.jsonl", "dir/y.jsonl"}),
+            (std::vector<std::string>{"x.jsonl", "y.jsonl"}));
+  EXPECT_EQ(distinct_labels({"m.jsonl", "m.jsonl"}),
+            (std::vector<std::string>{"m.jsonl", "m.jsonl"}));
 }
 
 TEST(SvgDocument, EscapesText) {

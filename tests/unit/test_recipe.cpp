@@ -325,12 +325,14 @@ TEST_F(RecipeTest, UnwritableOutputs) {
 }
 
 TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
-  EXPECT_HAS(error_of(kGpt2 + "parallel:\n  tp: 3\nlaunch: {nproc: 3}\n"), at(10, 7) + "parallel.tp: model.heads=4 is not divisible by tp=3");
+  EXPECT_HAS(error_of(kGpt2 + "parallel:\n  tp: 3\nlaunch: {nproc: 3}\n"),
+             at(10, 7) + "parallel.tp: model.heads=4 is not divisible by tp=3");
   EXPECT_HAS(error_of(kGpt2 + "parallel: {tp: 4}\nlaunch: {nproc: 4}\n", {"model.ffn=6"}),
              "parallel.tp: model.ffn=6 is not divisible by tp=4");
   EXPECT_HAS(error_of(kGpt2 + "parallel: {tp: 2, sequence_parallel: true}\nlaunch: {nproc: 2}\n",
                       {"train.micro_batch=1", "model.seq_len=31"}),
-             "parallel.sequence_parallel: micro_batch x seq_len = 31 tokens do not split evenly over tp=2");
+             "parallel.sequence_parallel: micro_batch x seq_len = 31 tokens do not split evenly "
+             "over tp=2");
   EXPECT_HAS(error_of(kGpt2 + "memory: {recompute: some}\n"),
              "memory.recompute: 'some' is not one of none, selective, full");
   EXPECT_HAS(error_of(kGpt2 + "memory: {budget_bytes: lots}\n"),
@@ -344,7 +346,8 @@ TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
   EXPECT_HAS(error_of(kGpt2 + "memory: {offload: {params: nvme}}\nparallel: {zero: 3}\n"),
              "memory.offload.nvme_path: missing: params: nvme needs a directory");
   EXPECT_HAS(error_of(kGpt2 + "memory: {offload: {params: cpu}}\nparallel: {zero: 2}\n"),
-             "memory.offload.params: cpu needs parallel.zero: 3 (parameters are offloaded as ZeRO-3 shards); "
+             "memory.offload.params: cpu needs parallel.zero: 3 (parameters are offloaded as "
+             "ZeRO-3 shards); "
              "parallel.zero is 2");
   EXPECT_EQ(error_of(kGpt2 + "memory: {offload: {params: cpu}}\nparallel: {zero: 3}\n"), "");
   EXPECT_HAS(error_of(kGpt2 + "parallel: {sequence_parallel: true}\n"),
@@ -359,13 +362,15 @@ TEST_F(RecipeTest, UnsupportedSectionsAreRejected) {
              "model.from: " + (dir / "hf/gpt2").string() + " is not a directory");
   EXPECT_HAS(error_of("model: {arch: gpt2, layers: 1, d_model: 8, heads: 2, seq_len: 8}\n"
                       "data: {train: data.txt, valid: [{path: nowhere}]}\n"),
-             "data.valid.0.path: " );
+             "data.valid.0.path: ");
   EXPECT_HAS(error_of(kGpt2, {"train.eval_batches=0"}), "train.eval_batches: must be >= 1");
-  EXPECT_HAS(error_of(kGpt2, {"train.eval_every=5"}), "train.eval_every: validation every 5 steps needs data.valid");
+  EXPECT_HAS(error_of(kGpt2, {"train.eval_every=5"}),
+             "train.eval_every: validation every 5 steps needs data.valid");
 }
 
 TEST_F(RecipeTest, CheckpointCadenceAndResume) {
-  const Recipe r = load_recipe(write("r.yaml", kGpt2 + "checkpoint: {dir: out, every: 50, keep: 2, resume: auto}\n"));
+  const Recipe r = load_recipe(
+      write("r.yaml", kGpt2 + "checkpoint: {dir: out, every: 50, keep: 2, resume: auto}\n"));
   EXPECT_EQ(r.checkpoint.every, 50);
   EXPECT_EQ(r.checkpoint.keep, 2);
   EXPECT_EQ(r.checkpoint.resume, "auto");
@@ -373,10 +378,13 @@ TEST_F(RecipeTest, CheckpointCadenceAndResume) {
   EXPECT_EQ(p.checkpoint.resume, (dir / "old/step-0000100").string());
   EXPECT_HAS(error_of(kGpt2 + "checkpoint:\n  every: 100\n"),
              at(10, 10) + "checkpoint.every: needs checkpoint.dir");
-  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {resume: auto}\n"), "checkpoint.resume: needs checkpoint.dir");
+  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {resume: auto}\n"),
+             "checkpoint.resume: needs checkpoint.dir");
   EXPECT_FALSE(r.checkpoint.async);
-  EXPECT_TRUE(load_recipe(write("a.yaml", kGpt2 + "checkpoint: {dir: out, async: true}\n")).checkpoint.async);
-  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {async: true}\n"), "checkpoint.async: needs checkpoint.dir");
+  EXPECT_TRUE(load_recipe(write("a.yaml", kGpt2 + "checkpoint: {dir: out, async: true}\n"))
+                  .checkpoint.async);
+  EXPECT_HAS(error_of(kGpt2 + "checkpoint: {async: true}\n"),
+             "checkpoint.async: needs checkpoint.dir");
   EXPECT_HAS(error_of(kGpt2 + "checkpoint: {dir: out, async: sometimes}\n"), "checkpoint.async");
   EXPECT_HAS(error_of(kGpt2 + "checkpoint: {dir: out, keep: -1}\n"), "checkpoint.keep");
 }
@@ -384,34 +392,45 @@ TEST_F(RecipeTest, CheckpointCadenceAndResume) {
 // Model-parallel layouts load (llmrun plan models them) when they fit the model and batch;
 // the reasons for refusing one name the key to change.
 TEST_F(RecipeTest, ModelParallelLayouts) {
-  const std::vector<std::string> four = {"launch.nproc=4", "train.global_batch=8", "train.micro_batch=2"};
+  const std::vector<std::string> four = {"launch.nproc=4", "train.global_batch=8",
+                                         "train.micro_batch=2"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), four.begin(), four.end());
     return extra;
   };
-  const Recipe r = load_recipe(write("r.yaml", kGpt2), with({"parallel.tp=2", "parallel.pp=2", "memory.recompute=full",
-                                                              "parallel.sequence_parallel=true", "memory.budget_bytes=2GiB"}));
+  const Recipe r =
+      load_recipe(write("r.yaml", kGpt2),
+                  with({"parallel.tp=2", "parallel.pp=2", "memory.recompute=full",
+                        "parallel.sequence_parallel=true", "memory.budget_bytes=2GiB"}));
   EXPECT_EQ(r.parallel.dp, 1);
   EXPECT_EQ(r.memory.recompute, Recompute::full);
   EXPECT_EQ(r.memory.budget_bytes, int64_t(2) << 30);
   // FP8 runs under any layout (amaxes are reduced over every rank).
-  const Recipe f = load_recipe(write("r.yaml", kGpt2), with({"parallel.tp=2", "parallel.pp=2", "precision.fp8.enabled=true"}));
+  const Recipe f =
+      load_recipe(write("r.yaml", kGpt2),
+                  with({"parallel.tp=2", "parallel.pp=2", "precision.fp8.enabled=true"}));
   EXPECT_TRUE(f.precision.fp8.enabled);
   EXPECT_EQ(f.parallel.tp * f.parallel.pp, 4);
   EXPECT_HAS(error_of(kGpt2, with({"parallel.tp=4", "model.heads=2", "model.d_model=64"})),
              "parallel.tp: model.heads=2 is not divisible by tp=4");
-  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=4"})),
-             "parallel.pp: pp x virtual_stages = 4 pipeline stages but the model has only 2 layers");
-  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.zero=2"})), "parallel.zero: ZeRO-2/3 shard gradients");
+  EXPECT_HAS(
+      error_of(kGpt2, with({"parallel.pp=4"})),
+      "parallel.pp: pp x virtual_stages = 4 pipeline stages but the model has only 2 layers");
+  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.zero=2"})),
+             "parallel.zero: ZeRO-2/3 shard gradients");
   EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.pp_layers=[1, 2]"})),
              "parallel.pp_layers sums to 3 blocks but model.layers is 2");
-  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.virtual_stages=2",
-                                   "model.layers=4", "train.global_batch=6"})),
+  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.pp_schedule=interleaved",
+                                   "parallel.virtual_stages=2", "model.layers=4",
+                                   "train.global_batch=6"})),
              "train.global_batch: 6 is not a multiple of train.micro_batch x parallel.dp = 4");
-  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.virtual_stages=2",
-                                   "model.layers=4", "parallel.dp=2", "parallel.tp=1", "train.global_batch=4"})),
-             "parallel.virtual_stages: pipeline schedule interleaved: the micro-batches per step (1) must be a multiple of parallel.pp (2)");
-  EXPECT_HAS(error_of(kGpt2, with({"parallel.virtual_stages=2"})), "parallel.virtual_stages: needs parallel.pp_schedule=interleaved");
+  EXPECT_HAS(error_of(kGpt2, with({"parallel.pp=2", "parallel.pp_schedule=interleaved",
+                                   "parallel.virtual_stages=2", "model.layers=4", "parallel.dp=2",
+                                   "parallel.tp=1", "train.global_batch=4"})),
+             "parallel.virtual_stages: pipeline schedule interleaved: the micro-batches per step "
+             "(1) must be a multiple of parallel.pp (2)");
+  EXPECT_HAS(error_of(kGpt2, with({"parallel.virtual_stages=2"})),
+             "parallel.virtual_stages: needs parallel.pp_schedule=interleaved");
 }
 
 TEST_F(RecipeTest, SetOverridesApplyWithTheSameChecks) {
@@ -448,9 +467,11 @@ TEST_F(RecipeTest, BadSetIsRejected) {
   EXPECT_HAS(error_of(kGpt2, {"train..steps=3"}), "--set train..steps=3: empty name");
   EXPECT_HAS(error_of(kGpt2, {"model.foo=1"}), "--set model.foo=1: model.foo: unknown key");
   EXPECT_HAS(error_of(kGpt2, {"modle.layers=1"}), "--set modle.layers=1: modle: unknown key");
-  EXPECT_HAS(error_of(kGpt2, {"parallel.tp=3", "launch.nproc=3"}), "--set parallel.tp=3: parallel.tp: model.heads=4 is not divisible by tp=3");
+  EXPECT_HAS(error_of(kGpt2, {"parallel.tp=3", "launch.nproc=3"}),
+             "--set parallel.tp=3: parallel.tp: model.heads=4 is not divisible by tp=3");
   EXPECT_HAS(error_of(kGpt2, {"parallel.pp_schedule=zigzag"}),
-             "--set parallel.pp_schedule=zigzag: parallel.pp_schedule: unknown pipeline schedule 'zigzag'");
+             "--set parallel.pp_schedule=zigzag: parallel.pp_schedule: unknown pipeline schedule "
+             "'zigzag'");
   EXPECT_HAS(error_of(kGpt2, {"model.layers.x=1"}),
              "--set model.layers.x=1: model.layers: holds the value '2', it has no key 'x'");
   EXPECT_HAS(error_of(kGpt2, {"train.lr=[1"}), "--set train.lr=[1: cannot parse the value");
@@ -541,10 +562,10 @@ TEST_F(RecipeTest, Fp8SectionReadsAndRejectsBadValues) {
   EXPECT_EQ(def.precision.fp8.margin, 0);
   EXPECT_EQ(def.precision.fp8.skip, (std::vector<std::string>{"lm_head", "embedding"}));
 
-  const Recipe r = load_recipe(write("r.yaml", kGpt2 +
-                                                   "precision:\n"
-                                                   "  fp8: {enabled: true, format: e4m3, amax_history: 4, "
-                                                   "amax_compute: most_recent, margin: 2, skip: [embedding, down]}\n"));
+  const Recipe r = load_recipe(
+      write("r.yaml", kGpt2 + "precision:\n"
+                              "  fp8: {enabled: true, format: e4m3, amax_history: 4, "
+                              "amax_compute: most_recent, margin: 2, skip: [embedding, down]}\n"));
   EXPECT_TRUE(r.precision.fp8.enabled);
   EXPECT_EQ(r.precision.fp8.format, Fp8Scheme::e4m3);
   EXPECT_EQ(r.precision.fp8.amax_history, 4);
@@ -553,16 +574,21 @@ TEST_F(RecipeTest, Fp8SectionReadsAndRejectsBadValues) {
   EXPECT_EQ(r.precision.fp8.skip, (std::vector<std::string>{"embedding", "down"}));
 
   // Line 9 is "precision:", line 10 the fp8 mapping.
-  auto fp8 = [&](const std::string& body) { return error_of(kGpt2 + "precision:\n  fp8: {" + body + "}\n"); };
+  auto fp8 = [&](const std::string& body) {
+    return error_of(kGpt2 + "precision:\n  fp8: {" + body + "}\n");
+  };
   EXPECT_HAS(fp8("format: e5m2"), "precision.fp8.format: 'e5m2' is not one of hybrid");
-  EXPECT_HAS(fp8("amax_compute: mean"), "precision.fp8.amax_compute: 'mean' is not one of max, most_recent");
+  EXPECT_HAS(fp8("amax_compute: mean"),
+             "precision.fp8.amax_compute: 'mean' is not one of max, most_recent");
   EXPECT_HAS(fp8("amax_history: 0"), "precision.fp8.amax_history: must be >= 1");
   EXPECT_HAS(fp8("margin: -1"), "precision.fp8.margin: must be >= 0");
   EXPECT_HAS(fp8("enabled: maybe"), "precision.fp8.enabled: expected true or false");
-  EXPECT_HAS(fp8("scaling: delayed"), "precision.fp8.scaling: unknown key (expected one of: enabled, format");
+  EXPECT_HAS(fp8("scaling: delayed"),
+             "precision.fp8.scaling: unknown key (expected one of: enabled, format");
   EXPECT_HAS(fp8("skip: [embedding, attn]"),
-             at(10, 27) + "precision.fp8.skip.1: 'attn' is not a layer name (expected one of: qkv, out, up, "
-                          "down, lm_head, embedding)");
+             at(10, 27) +
+                 "precision.fp8.skip.1: 'attn' is not a layer name (expected one of: qkv, out, up, "
+                 "down, lm_head, embedding)");
   EXPECT_HAS(fp8("skip: [embedding, up, up]"), "precision.fp8.skip.2: 'up' is listed twice");
   EXPECT_HAS(fp8("skip: [lm_head]"), "precision.fp8.skip: must list embedding");
   EXPECT_HAS(fp8("skip: qkv"), "precision.fp8.skip: expected a list of layer names");

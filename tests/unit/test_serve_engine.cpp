@@ -11,11 +11,11 @@
 #include <random>
 #include <thread>
 
-#include "test_backend.h"
 #include "data/tokenizer.h"
 #include "model/transformer.h"
-#include "tiny_model.h"
 #include "serve/engine.h"
+#include "test_backend.h"
+#include "tiny_model.h"
 
 using namespace llmrun;
 
@@ -87,7 +87,8 @@ void run_case(Arch arch, const Case& c) {
     params.push_back(sp);
   }
   std::vector<std::vector<int32_t>> want;
-  for (int i = 0; i < c.requests; ++i) want.push_back(reference(*model, prompts[i], max_tokens[i], params[i]));
+  for (int i = 0; i < c.requests; ++i)
+    want.push_back(reference(*model, prompts[i], max_tokens[i], params[i]));
 
   EngineConfig ec;
   ec.max_num_seqs = 64;
@@ -117,7 +118,8 @@ void run_case(Arch arch, const Case& c) {
       });
     }
     std::unique_lock<std::mutex> lock(got.mu);
-    ASSERT_TRUE(got.cv.wait_for(lock, std::chrono::seconds(60), [&] { return got.done == c.requests; }));
+    ASSERT_TRUE(
+        got.cv.wait_for(lock, std::chrono::seconds(60), [&] { return got.done == c.requests; }));
     lock.unlock();
     // Stats are published after the step that finished the last sequence.
     EngineStats st;

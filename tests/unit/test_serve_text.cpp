@@ -60,25 +60,32 @@ TEST(TextStream, IncompleteUtf8IsHeldUntilComplete) {
 
 TEST(ChatTemplate, RecognisesTemplatesFromTokenizerConfig) {
   TempDir dir;
-  auto write = [&](const std::string& json) { std::ofstream(dir.path() / "tokenizer_config.json") << json; };
+  auto write = [&](const std::string& json) {
+    std::ofstream(dir.path() / "tokenizer_config.json") << json;
+  };
   EXPECT_EQ(ChatTemplate::for_model_dir(dir.path()).kind(), ChatTemplateKind::plain);  // no file
   write(R"({"chat_template": "{% for m in messages %}<|im_start|>{{m.role}}{% endfor %}"})");
   EXPECT_EQ(ChatTemplate::for_model_dir(dir.path()).kind(), ChatTemplateKind::chatml);
   write(R"({"chat_template": [{"name": "default", "template": "<|start_header_id|>"}]})");
   EXPECT_EQ(ChatTemplate::for_model_dir(dir.path()).kind(), ChatTemplateKind::llama3);
   const std::vector<ChatMessage> msgs{{"system", "S"}, {"user", "U"}};
-  EXPECT_EQ(ChatTemplate(ChatTemplateKind::chatml).render(msgs),
-            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(
+      ChatTemplate(ChatTemplateKind::chatml).render(msgs),
+      "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(ChatTemplate(ChatTemplateKind::llama3).render(msgs),
-            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user"
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_"
+            "header_id|>user"
             "<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
   EXPECT_EQ(ChatTemplate().render(msgs), "system: S\nuser: U\nassistant:");
 }
 
 TEST(ChatTemplate, InstTemplatesOfLlama2AndMistral) {
   TempDir dir;
-  auto write = [&](const std::string& json) { std::ofstream(dir.path() / "tokenizer_config.json") << json; };
-  write(R"({"chat_template": "{{ bos_token + '[INST] ' + '<<SYS>>' }}", "bos_token": {"content": "<B>"}, "eos_token": "<E>"})");
+  auto write = [&](const std::string& json) {
+    std::ofstream(dir.path() / "tokenizer_config.json") << json;
+  };
+  write(
+      R"({"chat_template": "{{ bos_token + '[INST] ' + '<<SYS>>' }}", "bos_token": {"content": "<B>"}, "eos_token": "<E>"})");
   const ChatTemplate llama2 = ChatTemplate::for_model_dir(dir.path());
   EXPECT_EQ(llama2.kind(), ChatTemplateKind::llama2);
   EXPECT_EQ(llama2.render({{"system", "S"}, {"user", " U1 "}, {"assistant", "A1"}, {"user", "U2"}}),
@@ -97,14 +104,18 @@ TEST(ChatTemplate, InstTemplatesOfLlama2AndMistral) {
 
 TEST(ChatTemplate, Phi3AndZephyr) {
   TempDir dir;
-  auto write = [&](const std::string& json) { std::ofstream(dir.path() / "tokenizer_config.json") << json; };
+  auto write = [&](const std::string& json) {
+    std::ofstream(dir.path() / "tokenizer_config.json") << json;
+  };
   const std::vector<ChatMessage> msgs{{"system", "S"}, {"user", "U"}, {"tool", "T"}};
-  write(R"({"chat_template": "{% for m in messages %}{{'<|user|>\n' + m['content'] + '<|end|>\n'}}{% endfor %}"})");
+  write(
+      R"({"chat_template": "{% for m in messages %}{{'<|user|>\n' + m['content'] + '<|end|>\n'}}{% endfor %}"})");
   const ChatTemplate phi3 = ChatTemplate::for_model_dir(dir.path());
   EXPECT_EQ(phi3.kind(), ChatTemplateKind::phi3);
   EXPECT_EQ(phi3.render(msgs), "<|system|>\nS<|end|>\n<|user|>\nU<|end|>\n<|assistant|>\n");
   EXPECT_EQ(phi3.end_of_turn(), "<|end|>");
-  write(R"({"chat_template": "{{ bos_token }}{% for m in messages %}{{ '<|user|>\n' + m['content'] + eos_token }}{% endfor %}",
+  write(
+      R"({"chat_template": "{{ bos_token }}{% for m in messages %}{{ '<|user|>\n' + m['content'] + eos_token }}{% endfor %}",
             "eos_token": "</s>", "bos_token": "<s>"})");
   const ChatTemplate zephyr = ChatTemplate::for_model_dir(dir.path());
   EXPECT_EQ(zephyr.kind(), ChatTemplateKind::zephyr);
@@ -117,7 +128,8 @@ TEST(OpenAiRequest, ParsesParametersAndRejectsBadOnes) {
   ApiContext ctx{tok, tmpl, "m", 64, 256};
   using nlohmann::json;
   CompletionJob job = parse_completion_request(
-      json::parse(R"({"model":"m","prompt":["ab",[1,2,3]],"n":2,"seed":9,"stop":"x","logit_bias":{"5":-100},
+      json::parse(
+          R"({"model":"m","prompt":["ab",[1,2,3]],"n":2,"seed":9,"stop":"x","logit_bias":{"5":-100},
                       "logprobs":3,"top_k":-1,"min_p":0.1,"max_tokens":10,"stream":true,
                       "stream_options":{"include_usage":true}})"),
       false, ctx);
@@ -131,14 +143,16 @@ TEST(OpenAiRequest, ParsesParametersAndRejectsBadOnes) {
   EXPECT_EQ(job.params.sampling.top_k, 0);
   EXPECT_TRUE(job.include_usage);
   // Chat defaults max_tokens to the rest of the context.
-  CompletionJob chat = parse_completion_request(json::parse(R"({"messages":[{"role":"user","content":"hi"}]})"), true, ctx);
+  CompletionJob chat = parse_completion_request(
+      json::parse(R"({"messages":[{"role":"user","content":"hi"}]})"), true, ctx);
   EXPECT_EQ(chat.params.max_tokens, 64 - static_cast<int>(chat.prompts[0].size()));
 
-  for (const char* bad : {R"({"model":"other","prompt":"a"})", R"({"prompt":"a","temperature":-1})",
-                          R"({"prompt":"a","top_p":0})", R"({"prompt":[300]})", R"({"prompt":""})",
-                          R"({"prompt":"a","max_tokens":64})", R"({"prompt":"a","n":0})",
-                          R"({"prompt":"a","logit_bias":{"x":1}})", R"({"prompt":"a","stop":[1]})",
-                          R"({"prompt":"a","stream_options":{"include_usage":true}})", R"([1,2])"}) {
+  for (const char* bad :
+       {R"({"model":"other","prompt":"a"})", R"({"prompt":"a","temperature":-1})",
+        R"({"prompt":"a","top_p":0})", R"({"prompt":[300]})", R"({"prompt":""})",
+        R"({"prompt":"a","max_tokens":64})", R"({"prompt":"a","n":0})",
+        R"({"prompt":"a","logit_bias":{"x":1}})", R"({"prompt":"a","stop":[1]})",
+        R"({"prompt":"a","stream_options":{"include_usage":true}})", R"([1,2])"}) {
     try {
       parse_completion_request(json::parse(bad), false, ctx);
       ADD_FAILURE() << "accepted " << bad;

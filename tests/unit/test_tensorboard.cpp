@@ -46,7 +46,8 @@ TEST(TensorBoard, RecordsReadBackAndTornTailsStop) {
   EXPECT_EQ(sb.step, 8);
   EXPECT_EQ(sb.tags, std::vector<std::string>{"recipe"});
   EXPECT_TRUE(tb::summarize_event(tb::file_version_event(1.0)).is_file_version);
-  EXPECT_THROW(tb::summarize_event(std::string("\x0a\x05" "ab")),
+  EXPECT_THROW(tb::summarize_event(std::string("\x0a\x05"
+                                               "ab")),
                std::runtime_error);  // a field longer than the message
 }
 

@@ -161,7 +161,8 @@ TEST(LoadTokenizer, RejectsWhatItCannotEncodeExactly) {
   expect_rejected(p, "pre_tokenizer type \"Whitespace\" is not supported");
 
   doc = tiny_bpe();
-  doc["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+  doc["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   write_text(p, doc.dump());
   expect_rejected(p, "cannot compile regex");
 
@@ -209,8 +210,13 @@ static nlohmann::json tiny_sentencepiece() {
     std::snprintf(name, sizeof name, "<0x%02X>", b);
     vocab[name] = 3 + b;
   }
-  for (const auto& [t, id] : std::vector<std::pair<std::string, int>>{
-           {sp, 259}, {"a", 260}, {"b", 261}, {sp + "a", 262}, {sp + "ab", 263}, {"\xC3\xA9", 264}, {"a" + sp, 265}})
+  for (const auto& [t, id] : std::vector<std::pair<std::string, int>>{{sp, 259},
+                                                                      {"a", 260},
+                                                                      {"b", 261},
+                                                                      {sp + "a", 262},
+                                                                      {sp + "ab", 263},
+                                                                      {"\xC3\xA9", 264},
+                                                                      {"a" + sp, 265}})
     vocab[t] = id;
   auto added = [](int id, const char* c) {
     return nlohmann::json{{"id", id}, {"content", c}, {"special", true}, {"normalized", false}};
@@ -220,11 +226,14 @@ static nlohmann::json tiny_sentencepiece() {
       {"normalizer",
        {{"type", "Sequence"},
         {"normalizers",
-         {{{"type", "Prepend"}, {"prepend", sp}}, {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}}}}}},
+         {{{"type", "Prepend"}, {"prepend", sp}},
+          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}}}}}},
       {"pre_tokenizer", nullptr},
       {"post_processor",
        {{"type", "TemplateProcessing"},
-        {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"single",
+         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
         {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
       {"decoder",
        {{"type", "Sequence"},
@@ -234,7 +243,11 @@ static nlohmann::json tiny_sentencepiece() {
           {{"type", "Fuse"}},
           {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
       {"model",
-       {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true}, {"vocab", vocab},
+       {{"type", "BPE"},
+        {"unk_token", "<unk>"},
+        {"fuse_unk", true},
+        {"byte_fallback", true},
+        {"vocab", vocab},
         {"merges", {sp + " a", sp + "a b"}}}},
   };
 }
@@ -247,20 +260,25 @@ TEST(LoadTokenizer, SentencePieceBpeWithByteFallback) {
   EXPECT_EQ(tok->vocab_size(), 266);
   EXPECT_EQ(tok->eos_id(), 2);
   EXPECT_EQ(tok->encode("ab a"), (std::vector<int32_t>{263, 262}));
-  EXPECT_EQ(tok->encode(" a"), (std::vector<int32_t>{259, 262}));  // "▁▁a": the prepend and the space
+  EXPECT_EQ(tok->encode(" a"),
+            (std::vector<int32_t>{259, 262}));  // "▁▁a": the prepend and the space
   EXPECT_EQ(tok->encode("a\xC3\xA9"), (std::vector<int32_t>{262, 264}));
   // A character outside the vocabulary becomes its UTF-8 bytes' tokens.
-  EXPECT_EQ(tok->encode("a\xE2\x82\xAC"), (std::vector<int32_t>{262, 3 + 0xE2, 3 + 0x82, 3 + 0xAC}));
+  EXPECT_EQ(tok->encode("a\xE2\x82\xAC"),
+            (std::vector<int32_t>{262, 3 + 0xE2, 3 + 0x82, 3 + 0xAC}));
   // Prepend applies to every span between added tokens (transformers' legacy behaviour).
   EXPECT_EQ(tok->encode("<s>a"), (std::vector<int32_t>{1, 262}));
   EXPECT_TRUE(tok->encode("").empty());
-  for (const char* s : {"ab a", " a", "a\xE2\x82\xAC b", "  x y  "}) EXPECT_EQ(tok->decode(tok->encode(s)), s);
+  for (const char* s : {"ab a", " a", "a\xE2\x82\xAC b", "  x y  "})
+    EXPECT_EQ(tok->decode(tok->encode(s)), s);
   // decode strips the one leading space; token_bytes (streaming) keeps it.
   EXPECT_EQ(tok->decode({263}), "ab");
   EXPECT_EQ(tok->token_bytes(263), " ab");
   EXPECT_EQ(tok->token_bytes(3 + 0xE2), "\xE2");
   // Byte tokens that are not valid UTF-8 decode as one U+FFFD each.
-  EXPECT_EQ(tok->decode({260, 3 + 0xE2, 3 + 0x82, 260}), "a\xEF\xBF\xBD\xEF\xBF\xBD" "a");
+  EXPECT_EQ(tok->decode({260, 3 + 0xE2, 3 + 0x82, 260}),
+            "a\xEF\xBF\xBD\xEF\xBF\xBD"
+            "a");
   // The post-processor's <s> goes before a prompt, once.
   EXPECT_EQ(tok->bos_ids(), (std::vector<int32_t>{1}));
   EXPECT_EQ(tok->encode_prompt("a"), (std::vector<int32_t>{1, 262}));
@@ -273,7 +291,8 @@ TEST(LoadTokenizer, SentencePieceBpeWithByteFallback) {
   nlohmann::json no_template = tiny_sentencepiece();
   no_template["post_processor"] = nullptr;
   write_text(p, no_template.dump());
-  write_text(tmp / "tokenizer_config.json", R"({"add_bos_token": true, "bos_token": {"content": "<s>"}})");
+  write_text(tmp / "tokenizer_config.json",
+             R"({"add_bos_token": true, "bos_token": {"content": "<s>"}})");
   EXPECT_EQ(load_tokenizer(p)->bos_ids(), (std::vector<int32_t>{1}));
   std::filesystem::remove(tmp / "tokenizer_config.json");
   EXPECT_TRUE(load_tokenizer(p)->bos_ids().empty());
@@ -282,10 +301,14 @@ TEST(LoadTokenizer, SentencePieceBpeWithByteFallback) {
   nlohmann::json doc = tiny_sentencepiece();
   doc["model"]["byte_fallback"] = false;
   write_text(p, doc.dump());
-  EXPECT_EQ(load_tokenizer(p)->encode("a\xE2\x82\xAC\xE2\x82\xAC" "b"), (std::vector<int32_t>{262, 0, 261}));
+  EXPECT_EQ(load_tokenizer(p)->encode("a\xE2\x82\xAC\xE2\x82\xAC"
+                                      "b"),
+            (std::vector<int32_t>{262, 0, 261}));
   doc["model"]["fuse_unk"] = false;
   write_text(p, doc.dump());
-  EXPECT_EQ(load_tokenizer(p)->encode("a\xE2\x82\xAC\xE2\x82\xAC" "b"), (std::vector<int32_t>{262, 0, 0, 261}));
+  EXPECT_EQ(load_tokenizer(p)->encode("a\xE2\x82\xAC\xE2\x82\xAC"
+                                      "b"),
+            (std::vector<int32_t>{262, 0, 0, 261}));
 }
 
 TEST(LoadTokenizer, SentencePieceMetaspacePreTokenizer) {
@@ -296,7 +319,8 @@ TEST(LoadTokenizer, SentencePieceMetaspacePreTokenizer) {
   doc["normalizer"] = nullptr;
   doc["model"]["merges"] = {"a " + sp, sp + " a", sp + "a b"};  // "a▁" merges first
   // split: true cuts before every "▁", so "a▁" can never form.
-  doc["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", "always"}, {"split", true}};
+  doc["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", "always"}, {"split", true}};
   write_text(p, doc.dump());
   EXPECT_EQ(load_tokenizer(p)->encode("a b"), (std::vector<int32_t>{262, 259, 261}));
   doc["pre_tokenizer"]["split"] = false;
@@ -304,7 +328,8 @@ TEST(LoadTokenizer, SentencePieceMetaspacePreTokenizer) {
   EXPECT_EQ(load_tokenizer(p)->encode("a b"), (std::vector<int32_t>{259, 265, 261}));
   // "first": only the span at the start of the input gets the "▁", and a leading space is it.
   doc["model"]["merges"] = {sp + " a", sp + "a b"};
-  doc["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", "first"}, {"split", false}};
+  doc["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", sp}, {"prepend_scheme", "first"}, {"split", false}};
   write_text(p, doc.dump());
   auto tok = load_tokenizer(p);
   EXPECT_EQ(tok->encode("a"), (std::vector<int32_t>{262}));

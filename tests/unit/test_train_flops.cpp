@@ -18,7 +18,8 @@ TEST(TrainFlops, MegatronFormulaForGpt) {
   c.vocab = 50257;
   c.seq_len = 1024;
   const double l = c.layers, h = c.d_model, s = c.seq_len, V = c.vocab;
-  const double megatron_model = 72 * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)) / s;  // per token (B s tokens)
+  const double megatron_model =
+      72 * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)) / s;  // per token (B s tokens)
   const double megatron_hw = 96 * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)) / s;
   const TrainFlops none = train_flops(c, c.seq_len, Recompute::none);
   EXPECT_NEAR(none.model_per_token / megatron_model, 1.0, 1e-12);

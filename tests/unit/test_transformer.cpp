@@ -4,8 +4,8 @@
 #include <random>
 #include <vector>
 
-#include "test_backend.h"
 #include "model/transformer.h"
+#include "test_backend.h"
 #include "tiny_model.h"
 
 using namespace llmrun;
@@ -30,7 +30,8 @@ TEST(Transformer, CachedGenerationMatchesFullForward) {
 
     model.forward(tokens.data(), 1, cfg.seq_len);
     std::vector<float> full(size_t(model.logits().numel())), host(size_t(cfg.vocab));
-    be->copy(Tensor(full.data(), DType::f32, {model.logits().numel()}), model.logits().view({model.logits().numel()}));
+    be->copy(Tensor(full.data(), DType::f32, {model.logits().numel()}),
+             model.logits().view({model.logits().numel()}));
 
     KvCache cache = model.make_cache(cfg.seq_len);
     Buffer out = be->allocate(size_t(cfg.vocab) * 4);

@@ -32,7 +32,7 @@ void CpuBackend::adamw(Tensor params, const Tensor& grads, Tensor m, Tensor v,
 #pragma omp parallel for simd num_threads(threads_) if (n > cpu::kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i];
-    float pi = p[i] * decay;                   // param.mul_(1 - lr * wd)
+    float pi = p[i] * decay;                               // param.mul_(1 - lr * wd)
     const float mi = lerp_low ? mp[i] + w1 * (gi - mp[i])  // exp_avg.lerp_(grad, 1 - b1)
                               : gi - (gi - mp[i]) * (1.0f - w1);
     const float vi = vp[i] * b2f + w2 * gi * gi;  // exp_avg_sq.mul_(b2).addcmul_(g, g, 1 - b2)

@@ -100,7 +100,10 @@ void fwd_block(Rows q, Rows k, Rows v, float* o, int64_t ldo, float* lse, int nq
 struct BwdScratch {
   std::vector<float> p, dp, dk, dv;
   explicit BwdScratch(int d)
-      : p(kBq * kBk), dp(kBq * kBk), dk(static_cast<size_t>(kBk) * d), dv(static_cast<size_t>(kBk) * d) {}
+      : p(kBq * kBk),
+        dp(kBq * kBk),
+        dk(static_cast<size_t>(kBk) * d),
+        dv(static_cast<size_t>(kBk) * d) {}
 };
 
 // Everything one head's backward reads, for one sequence.
@@ -114,8 +117,8 @@ struct BwdHead {
 
 // Gradient contributions of query block [q0, q0 + nq) against key block [k0, k0 + nk):
 // adds into w.dk / w.dv (rows of the key block, stride d) when kv, and into dq when q.
-void bwd_tile(const BwdHead& h, int64_t q0, int nq, int64_t k0, int nk, int d, float scale,
-              bool kv, bool q, BwdScratch& w) {
+void bwd_tile(const BwdHead& h, int64_t q0, int nq, int64_t k0, int nk, int d, float scale, bool kv,
+              bool q, BwdScratch& w) {
   float *p = w.p.data(), *dp = w.dp.data();
   gemm(false, true, nq, nk, d, scale, h.q.row(q0), h.q.ld, h.k.row(k0), h.k.ld, 0.0f, p, kBk);
   for (int r = 0; r < nq; ++r) {
@@ -126,7 +129,8 @@ void bwd_tile(const BwdHead& h, int64_t q0, int nq, int64_t k0, int nk, int d, f
     for (int c = 0; c < nv; ++c) prow[c] = cpu::fast_exp(prow[c] - lse);
     std::fill(prow + nv, prow + nk, 0.0f);
   }
-  if (kv) gemm(true, false, nk, d, nq, 1.0f, p, kBk, h.dout.row(q0), h.dout.ld, 1.0f, w.dv.data(), d);
+  if (kv)
+    gemm(true, false, nk, d, nq, 1.0f, p, kBk, h.dout.row(q0), h.dout.ld, 1.0f, w.dv.data(), d);
   gemm(false, true, nq, nk, d, 1.0f, h.dout.row(q0), h.dout.ld, h.v.row(k0), h.v.ld, 0.0f, dp, kBk);
   for (int r = 0; r < nq; ++r) {
     float* dprow = dp + r * kBk;
@@ -136,7 +140,9 @@ void bwd_tile(const BwdHead& h, int64_t q0, int nq, int64_t k0, int nk, int d, f
     for (int c = 0; c < nk; ++c) dprow[c] = prow[c] * (dprow[c] - delta);
   }
   if (kv) gemm(true, false, nk, d, nq, scale, dp, kBk, h.q.row(q0), h.q.ld, 1.0f, w.dk.data(), d);
-  if (q) gemm(false, false, nq, d, nk, scale, dp, kBk, h.k.row(k0), h.k.ld, 1.0f, h.dq + q0 * h.dq_ld, h.dq_ld);
+  if (q)
+    gemm(false, false, nq, d, nk, scale, dp, kBk, h.k.row(k0), h.k.ld, 1.0f, h.dq + q0 * h.dq_ld,
+         h.dq_ld);
 }
 
 int blocks(int64_t n, int b) { return static_cast<int>((n + b - 1) / b); }
@@ -150,7 +156,8 @@ void CpuBackend::attention_fwd(Tensor out, Tensor lse, const Tensor& qkv, const 
   LLMRUN_CHECK(s.batch > 0 && s.seq > 0 && s.heads > 0 && s.kv_heads > 0 && s.head_dim > 0 &&
                    s.heads % s.kv_heads == 0,
                "attention: bad shape");
-  const int64_t bt = static_cast<int64_t>(s.batch) * s.seq, hd = static_cast<int64_t>(s.heads) * s.head_dim;
+  const int64_t bt = static_cast<int64_t>(s.batch) * s.seq,
+                hd = static_cast<int64_t>(s.heads) * s.head_dim;
   const int64_t c = s.qkv_cols();
   LLMRUN_CHECK(qkv.rows() == bt && qkv.cols() == c, "attention_fwd: qkv " + qkv.shape_str());
   LLMRUN_CHECK(out.rows() == bt && out.cols() == hd, "attention_fwd: out " + out.shape_str());
@@ -183,13 +190,14 @@ void CpuBackend::attention_fwd(Tensor out, Tensor lse, const Tensor& qkv, const 
   }
 }
 
-void CpuBackend::attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                               const Tensor& lse, const AttentionShape& s) {
+void CpuBackend::attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qkv,
+                               const Tensor& out, const Tensor& lse, const AttentionShape& s) {
   cpu::check_f32({&dqkv, &dout, &qkv, &out, &lse}, "attention_bwd operand");
   LLMRUN_CHECK(s.batch > 0 && s.seq > 0 && s.heads > 0 && s.kv_heads > 0 && s.head_dim > 0 &&
                    s.heads % s.kv_heads == 0,
                "attention: bad shape");
-  const int64_t bt = static_cast<int64_t>(s.batch) * s.seq, hd = static_cast<int64_t>(s.heads) * s.head_dim;
+  const int64_t bt = static_cast<int64_t>(s.batch) * s.seq,
+                hd = static_cast<int64_t>(s.heads) * s.head_dim;
   const int64_t c = s.qkv_cols();
   LLMRUN_CHECK(qkv.rows() == bt && qkv.cols() == c, "attention_bwd: qkv " + qkv.shape_str());
   LLMRUN_CHECK(dqkv.rows() == bt && dqkv.cols() == c, "attention_bwd: dqkv " + dqkv.shape_str());
@@ -229,7 +237,8 @@ void CpuBackend::attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qk
                    Rows{g + static_cast<int64_t>(b) * s.seq * hd + static_cast<int64_t>(h) * d, hd},
                    lp + (static_cast<int64_t>(b) * s.heads + h) * s.seq,
                    delta.data() + (static_cast<int64_t>(b) * s.heads + h) * s.seq,
-                   dbase + off + static_cast<int64_t>(h) * d, c};
+                   dbase + off + static_cast<int64_t>(h) * d,
+                   c};
   };
   // Key block j of kv head kvh: sums dk/dv over the query heads sharing it and every query
   // block at or after it, then stores them. With `with_dq` the same tiles also add into dq.
@@ -242,15 +251,15 @@ void CpuBackend::attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qk
       const BwdHead hh = head(b, h);
       for (int i = static_cast<int>(k0 / kBq); i < qb; ++i) {
         const int64_t q0 = static_cast<int64_t>(i) * kBq;
-        bwd_tile(hh, q0, static_cast<int>(std::min<int64_t>(kBq, s.seq - q0)), k0, nk, d, scale, true,
-                 with_dq, w);
+        bwd_tile(hh, q0, static_cast<int>(std::min<int64_t>(kBq, s.seq - q0)), k0, nk, d, scale,
+                 true, with_dq, w);
       }
     }
     const int64_t off = static_cast<int64_t>(b) * s.seq * c;
     for (int r = 0; r < nk; ++r) {
       float* drow = dbase + off + (k0 + r) * c;
-      std::memcpy(drow + static_cast<int64_t>(s.heads + kvh) * d, w.dk.data() + static_cast<size_t>(r) * d,
-                  d * sizeof(float));
+      std::memcpy(drow + static_cast<int64_t>(s.heads + kvh) * d,
+                  w.dk.data() + static_cast<size_t>(r) * d, d * sizeof(float));
       std::memcpy(drow + static_cast<int64_t>(s.heads + s.kv_heads + kvh) * d,
                   w.dv.data() + static_cast<size_t>(r) * d, d * sizeof(float));
     }
@@ -279,7 +288,8 @@ void CpuBackend::attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qk
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t t = 0; t < dkv_tasks; ++t) {
       const int j = static_cast<int>(t % kb);  // early key blocks are the big ones: first
-      kv_block(static_cast<int>(t / kb / s.kv_heads), static_cast<int>((t / kb) % s.kv_heads), j, false, w);
+      kv_block(static_cast<int>(t / kb / s.kv_heads), static_cast<int>((t / kb) % s.kv_heads), j,
+               false, w);
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < dq_tasks; ++t) {
@@ -289,7 +299,8 @@ void CpuBackend::attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qk
       const int64_t q0 = static_cast<int64_t>(i) * kBq;
       const int nq = static_cast<int>(std::min<int64_t>(kBq, s.seq - q0));
       for (int64_t k0 = 0; k0 < q0 + nq; k0 += kBk)
-        bwd_tile(hh, q0, nq, k0, static_cast<int>(std::min<int64_t>(kBk, s.seq - k0)), d, scale, false, true, w);
+        bwd_tile(hh, q0, nq, k0, static_cast<int>(std::min<int64_t>(kBk, s.seq - k0)), d, scale,
+                 false, true, w);
     }
   }
 }

@@ -40,12 +40,15 @@ void CpuBackend::copy(Tensor dst, const Tensor& src) {
 
 void CpuBackend::copy_cols(Tensor dst, const Tensor& src, int64_t col_begin) {
   LLMRUN_CHECK(dst.dtype == src.dtype && dst.rows() == src.rows(), "copy_cols: shapes differ");
-  LLMRUN_CHECK(col_begin >= 0 && col_begin + dst.cols() <= src.cols(), "copy_cols: columns out of range");
+  LLMRUN_CHECK(col_begin >= 0 && col_begin + dst.cols() <= src.cols(),
+               "copy_cols: columns out of range");
   const int64_t rows = dst.rows(), width = dst.cols() * int64_t(dtype_size(dst.dtype));
   const int64_t src_stride = src.cols() * int64_t(dtype_size(src.dtype));
-  const char* from = static_cast<const char*>(src.data) + col_begin * int64_t(dtype_size(src.dtype));
+  const char* from =
+      static_cast<const char*>(src.data) + col_begin * int64_t(dtype_size(src.dtype));
   char* to = static_cast<char*>(dst.data);
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(to + r * width, from + r * src_stride, size_t(width));
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(to + r * width, from + r * src_stride, size_t(width));
 }
 
 void CpuBackend::fill(Tensor x, float value) {
@@ -70,7 +73,8 @@ void CpuBackend::fill(Tensor x, float value) {
       std::fill(p, p + n, v);
       return;
     }
-    default: LLMRUN_CHECK(false, std::string("fill: unsupported dtype ") + dtype_name(x.dtype));
+    default:
+      LLMRUN_CHECK(false, std::string("fill: unsupported dtype ") + dtype_name(x.dtype));
   }
 }
 
@@ -88,7 +92,8 @@ void CpuBackend::cast(Tensor dst, const Tensor& src, float scale) {
     auto* d = static_cast<uint16_t*>(dst.data);
     const bool bf = dst.dtype == DType::bf16;
 #pragma omp parallel for num_threads(threads_) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) d[i] = bf ? f32_to_bf16(s[i] * scale) : f32_to_f16(s[i] * scale);
+    for (int64_t i = 0; i < n; ++i)
+      d[i] = bf ? f32_to_bf16(s[i] * scale) : f32_to_f16(s[i] * scale);
   } else if (dst.dtype == DType::f32 && is_half(src.dtype)) {
     const auto* s = static_cast<const uint16_t*>(src.data);
     float* d = dst.f32();
@@ -101,7 +106,8 @@ void CpuBackend::cast(Tensor dst, const Tensor& src, float scale) {
   }
 }
 
-const float* cpu::gemm_operand(const Tensor& x, DType dt, std::vector<float>& scratch, int threads) {
+const float* cpu::gemm_operand(const Tensor& x, DType dt, std::vector<float>& scratch,
+                               int threads) {
   const float* p = x.f32();
   if (dt == DType::f32) return p;
   const int64_t n = x.numel();
@@ -127,8 +133,8 @@ void CpuBackend::matmul(Tensor out, const Tensor& a, const Tensor& b, bool trans
   const float* bias_p = nullptr;
   if (bias) {
     check_f32(*bias, "matmul bias");
-    LLMRUN_CHECK(bias->numel() == n, "matmul: bias " + bias->shape_str() + " for out " +
-                                         out.shape_str());
+    LLMRUN_CHECK(bias->numel() == n,
+                 "matmul: bias " + bias->shape_str() + " for out " + out.shape_str());
     bias_p = bias->f32();
   }
   if (m == 0 || n == 0) return;
@@ -144,10 +150,9 @@ void CpuBackend::matmul(Tensor out, const Tensor& a, const Tensor& b, bool trans
     for (int64_t r = 0; r < m; ++r) std::memcpy(o + r * n, bias_p, n * sizeof(float));
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a_p,
-              static_cast<blasint>(a.cols()), b_p, static_cast<blasint>(b.cols()),
-              prefill ? 1.0f : beta, o, static_cast<blasint>(n));
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), alpha, a_p, static_cast<blasint>(a.cols()), b_p,
+              static_cast<blasint>(b.cols()), prefill ? 1.0f : beta, o, static_cast<blasint>(n));
   if (bias_p && !prefill) {
 #pragma omp parallel for num_threads(threads_) if (m * n > kParallelMin)
     for (int64_t r = 0; r < m; ++r) {
@@ -231,8 +236,10 @@ float CpuBackend::amax(const Tensor& x) {
   const int64_t n = x.numel();
   float m = 0.0f;
   bool nan = false;
-#pragma omp parallel for simd num_threads(threads_) reduction(max : m) reduction(|| : nan) \
-    if (n > kParallelMin)
+#pragma omp parallel for simd num_threads(threads_) reduction(max  \
+                                                              : m) \
+    reduction(||                                                   \
+              : nan) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float a = std::fabs(p[i]);
     m = std::max(m, a);

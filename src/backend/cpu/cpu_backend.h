@@ -2,8 +2,8 @@
 // Both share one OpenMP pool (OpenBLAS's OpenMP build), sized by the constructor. The op
 // families live in separate files: cpu_backend.cpp (memory, casts, GEMM, reductions),
 // cpu_linear_rows.cpp (the batch-invariant inference linear),
-// cpu_elementwise.cpp, cpu_norms.cpp, cpu_rope.cpp, cpu_attention.cpp, cpu_paged_attention.cpp (serving), cpu_embedding.cpp,
-// cpu_loss.cpp (softmax cross-entropy) and cpu_adamw.cpp.
+// cpu_elementwise.cpp, cpu_norms.cpp, cpu_rope.cpp, cpu_attention.cpp, cpu_paged_attention.cpp
+// (serving), cpu_embedding.cpp, cpu_loss.cpp (softmax cross-entropy) and cpu_adamw.cpp.
 #pragma once
 #include "backend/backend.h"
 
@@ -25,7 +25,8 @@ class CpuBackend final : public Backend {
 
   void matmul(Tensor out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
               float alpha = 1.0f, float beta = 0.0f, const Tensor* bias = nullptr) override;
-  void linear_rows(Tensor y, const Tensor& x, const Tensor& W, const Tensor* bias, bool accumulate) override;
+  void linear_rows(Tensor y, const Tensor& x, const Tensor& W, const Tensor* bias,
+                   bool accumulate) override;
   void sum_rows(Tensor out, const Tensor& x, bool accumulate) override;
 
   void add(Tensor out, const Tensor& a, const Tensor& b) override;
@@ -44,8 +45,8 @@ class CpuBackend final : public Backend {
   void rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                    const Tensor& rstd, bool accumulate_dx) override;
 
-  void rope(Tensor x, const Tensor& positions, int rotated_heads, int head_dim, float theta, const RopeScaling& scaling,
-            bool inverse) override;
+  void rope(Tensor x, const Tensor& positions, int rotated_heads, int head_dim, float theta,
+            const RopeScaling& scaling, bool inverse) override;
   void attention_fwd(Tensor out, Tensor lse, const Tensor& qkv, const AttentionShape& s) override;
   void attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                      const Tensor& lse, const AttentionShape& s) override;
@@ -53,18 +54,19 @@ class CpuBackend final : public Backend {
                         int start_pos, int heads, int kv_heads, int head_dim) override;
 
   void paged_attention(Tensor out, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-                       const Tensor& block_tables, const Tensor& query_starts, const Tensor& context_lens,
-                       int block_size, int heads, int kv_heads, int head_dim) override;
+                       const Tensor& block_tables, const Tensor& query_starts,
+                       const Tensor& context_lens, int block_size, int heads, int kv_heads,
+                       int head_dim) override;
   void scatter_rows(Tensor dst, const Tensor& src, const Tensor& slots, int64_t col_begin) override;
 
   void embedding_fwd(Tensor out, const Tensor& ids, const Tensor& table, bool accumulate) override;
   void embedding_bwd(Tensor dtable, const Tensor& dout, const Tensor& ids) override;
-  void softmax_xent(Tensor losses, Tensor logits, const Tensor& targets,
-                    float grad_scale) override;
+  void softmax_xent(Tensor losses, Tensor logits, const Tensor& targets, float grad_scale) override;
   void xent_row_max(Tensor row_max, const Tensor& logits) override;
-  void xent_partials(Tensor sums, const Tensor& logits, const Tensor& row_max, const Tensor& targets) override;
-  void xent_finish(Tensor losses, Tensor logits, const Tensor& row_max, const Tensor& sums, const Tensor& targets,
-                   float grad_scale) override;
+  void xent_partials(Tensor sums, const Tensor& logits, const Tensor& row_max,
+                     const Tensor& targets) override;
+  void xent_finish(Tensor losses, Tensor logits, const Tensor& row_max, const Tensor& sums,
+                   const Tensor& targets, float grad_scale) override;
 
   void adamw(Tensor params, const Tensor& grads, Tensor m, Tensor v,
              const AdamWParams& hp) override;

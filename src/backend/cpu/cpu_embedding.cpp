@@ -13,9 +13,8 @@ namespace {
 
 void check_ids(const int32_t* ids, int64_t n, int64_t vocab) {
   for (int64_t i = 0; i < n; ++i)
-    LLMRUN_CHECK(ids[i] < vocab,
-                 "embedding: id " + std::to_string(ids[i]) + " outside vocabulary of " +
-                     std::to_string(vocab));
+    LLMRUN_CHECK(ids[i] < vocab, "embedding: id " + std::to_string(ids[i]) +
+                                     " outside vocabulary of " + std::to_string(vocab));
 }
 
 }  // namespace

@@ -58,7 +58,8 @@ namespace llmrun {
 void CpuBackend::xent_row_max(Tensor row_max, const Tensor& logits) {
   cpu::check_f32({&row_max, &logits}, "xent_row_max");
   const int64_t n = logits.rows(), v = logits.cols();
-  LLMRUN_CHECK(row_max.numel() == n, "xent_row_max: row_max does not match logits " + logits.shape_str());
+  LLMRUN_CHECK(row_max.numel() == n,
+               "xent_row_max: row_max does not match logits " + logits.shape_str());
   const float* lp = logits.f32();
   float* mp = row_max.f32();
 #pragma omp parallel for schedule(static) num_threads(threads_) if (n * v > cpu::kParallelMin)
@@ -71,7 +72,8 @@ void CpuBackend::xent_row_max(Tensor row_max, const Tensor& logits) {
   }
 }
 
-void CpuBackend::xent_partials(Tensor sums, const Tensor& logits, const Tensor& row_max, const Tensor& targets) {
+void CpuBackend::xent_partials(Tensor sums, const Tensor& logits, const Tensor& row_max,
+                               const Tensor& targets) {
   cpu::check_f32({&sums, &logits, &row_max}, "xent_partials");
   cpu::check_i32(targets, "xent_partials targets");
   const int64_t n = logits.rows(), v = logits.cols();
@@ -81,8 +83,8 @@ void CpuBackend::xent_partials(Tensor sums, const Tensor& logits, const Tensor& 
   const int32_t* tp = targets.i32();
   float* sp = sums.f32();
   for (int64_t r = 0; r < n; ++r)
-    LLMRUN_CHECK(tp[r] < v, "xent_partials: target column " + std::to_string(tp[r]) + " outside this rank's " +
-                                std::to_string(v));
+    LLMRUN_CHECK(tp[r] < v, "xent_partials: target column " + std::to_string(tp[r]) +
+                                " outside this rank's " + std::to_string(v));
 #pragma omp parallel for schedule(static) num_threads(threads_) if (n * v > cpu::kParallelMin)
   for (int64_t r = 0; r < n; ++r) {
     const float* row = lp + r * v;
@@ -95,13 +97,14 @@ void CpuBackend::xent_partials(Tensor sums, const Tensor& logits, const Tensor& 
   }
 }
 
-void CpuBackend::xent_finish(Tensor losses, Tensor logits, const Tensor& row_max, const Tensor& sums,
-                             const Tensor& targets, float grad_scale) {
+void CpuBackend::xent_finish(Tensor losses, Tensor logits, const Tensor& row_max,
+                             const Tensor& sums, const Tensor& targets, float grad_scale) {
   cpu::check_f32({&losses, &logits, &row_max, &sums}, "xent_finish");
   cpu::check_i32(targets, "xent_finish targets");
   const int64_t n = logits.rows(), v = logits.cols();
-  LLMRUN_CHECK(losses.numel() == n && sums.numel() == 2 * n && row_max.numel() == n && targets.numel() == n,
-               "xent_finish: losses/sums/row_max/targets do not match logits " + logits.shape_str());
+  LLMRUN_CHECK(
+      losses.numel() == n && sums.numel() == 2 * n && row_max.numel() == n && targets.numel() == n,
+      "xent_finish: losses/sums/row_max/targets do not match logits " + logits.shape_str());
   float* lp = logits.f32();
   float* loss = losses.f32();
   const float *mp = row_max.f32(), *sp = sums.f32();

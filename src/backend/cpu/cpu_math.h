@@ -3,8 +3,8 @@
 #include <omp.h>
 
 #include <bit>
-#include <initializer_list>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -66,8 +66,8 @@ inline void check_i32(const Tensor& t, const char* what) {
                std::string(what) + " must be a host i32 tensor");
 }
 inline void check_same_numel(const Tensor& a, const Tensor& b, const char* what) {
-  LLMRUN_CHECK(a.numel() == b.numel(), std::string(what) + ": " + a.shape_str() + " vs " +
-                                           b.shape_str());
+  LLMRUN_CHECK(a.numel() == b.numel(),
+               std::string(what) + ": " + a.shape_str() + " vs " + b.shape_str());
 }
 
 // Splits [0, n) into `parts` contiguous ranges; returns range `i`.

@@ -112,13 +112,12 @@ void CpuBackend::layernorm_bwd(Tensor dx, Tensor dw, Tensor db, const Tensor& dy
   }
 }
 
-void CpuBackend::rmsnorm_fwd(Tensor out, Tensor rstd, const Tensor& x, const Tensor& w,
-                             float eps) {
+void CpuBackend::rmsnorm_fwd(Tensor out, Tensor rstd, const Tensor& x, const Tensor& w, float eps) {
   cpu::check_f32({&out, &rstd, &x, &w}, "rmsnorm_fwd operand");
   const int64_t rows = x.rows(), cols = x.cols();
-  LLMRUN_CHECK(out.rows() == rows && out.cols() == cols && rstd.numel() == rows &&
-                   w.numel() == cols,
-               "rmsnorm_fwd: shapes do not match x " + x.shape_str());
+  LLMRUN_CHECK(
+      out.rows() == rows && out.cols() == cols && rstd.numel() == rows && w.numel() == cols,
+      "rmsnorm_fwd: shapes do not match x " + x.shape_str());
   const float *xp = x.f32(), *wp = w.f32();
   float *o = out.f32(), *rp = rstd.f32();
 #pragma omp parallel for num_threads(threads_) if (rows * cols > kParallelMin)

@@ -11,28 +11,32 @@
 
 namespace llmrun {
 
-void CpuBackend::scatter_rows(Tensor dst, const Tensor& src, const Tensor& slots, int64_t col_begin) {
+void CpuBackend::scatter_rows(Tensor dst, const Tensor& src, const Tensor& slots,
+                              int64_t col_begin) {
   cpu::check_f32(dst, "scatter_rows dst");
   cpu::check_f32(src, "scatter_rows src");
   cpu::check_i32(slots, "scatter_rows slots");
   const int64_t n = src.rows(), w = dst.cols();
   LLMRUN_CHECK(slots.numel() == n && col_begin >= 0 && col_begin + w <= src.cols(),
-               "scatter_rows: src " + src.shape_str() + " slots " + slots.shape_str() + " dst " + dst.shape_str());
+               "scatter_rows: src " + src.shape_str() + " slots " + slots.shape_str() + " dst " +
+                   dst.shape_str());
   const int32_t* sp = slots.i32();
   for (int64_t r = 0; r < n; ++r)
-    LLMRUN_CHECK(sp[r] < dst.rows(), "scatter_rows: slot " + std::to_string(sp[r]) + " outside dst " + dst.shape_str());
+    LLMRUN_CHECK(sp[r] < dst.rows(),
+                 "scatter_rows: slot " + std::to_string(sp[r]) + " outside dst " + dst.shape_str());
   const float* s = src.f32();
   float* d = dst.f32();
   const int64_t sc = src.cols();
 #pragma omp parallel for num_threads(threads_) if (n * w > cpu::kParallelMin)
   for (int64_t r = 0; r < n; ++r)
-    if (sp[r] >= 0) std::memcpy(d + int64_t(sp[r]) * w, s + r * sc + col_begin, size_t(w) * sizeof(float));
+    if (sp[r] >= 0)
+      std::memcpy(d + int64_t(sp[r]) * w, s + r * sc + col_begin, size_t(w) * sizeof(float));
 }
 
-void CpuBackend::paged_attention(Tensor out, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-                                 const Tensor& block_tables, const Tensor& query_starts,
-                                 const Tensor& context_lens, int block_size, int heads, int kv_heads,
-                                 int head_dim) {
+void CpuBackend::paged_attention(Tensor out, const Tensor& q, const Tensor& k_pool,
+                                 const Tensor& v_pool, const Tensor& block_tables,
+                                 const Tensor& query_starts, const Tensor& context_lens,
+                                 int block_size, int heads, int kv_heads, int head_dim) {
   cpu::check_f32(out, "paged_attention out");
   cpu::check_f32(q, "paged_attention q");
   cpu::check_f32(k_pool, "paged_attention k_pool");
@@ -54,16 +58,18 @@ void CpuBackend::paged_attention(Tensor out, const Tensor& q, const Tensor& k_po
                    query_starts.shape_str() + " and block_tables " + block_tables.shape_str());
   const int32_t *qs = query_starts.i32(), *cl = context_lens.i32(), *bt = block_tables.i32();
   const int64_t max_blocks = block_tables.cols(), pool_blocks = k_pool.rows() / block_size;
-  LLMRUN_CHECK(qs[0] == 0 && qs[num_seqs] == tokens, "paged_attention: query_starts do not cover q");
+  LLMRUN_CHECK(qs[0] == 0 && qs[num_seqs] == tokens,
+               "paged_attention: query_starts do not cover q");
   // Validate up front so the parallel loop cannot read outside the pool.
   std::vector<int32_t> seq_of(static_cast<size_t>(tokens));
   int64_t work = 0;  // query-key pairs times head columns: the multiply-adds of QK^T
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int64_t n_new = qs[s + 1] - qs[s];
     work += n_new * cl[s] * hd;
-    LLMRUN_CHECK(n_new >= 0 && cl[s] >= n_new && (cl[s] + block_size - 1) / block_size <= max_blocks,
-                 "paged_attention: sequence " + std::to_string(s) + " has context " + std::to_string(cl[s]) +
-                     " for " + std::to_string(n_new) + " new tokens");
+    LLMRUN_CHECK(
+        n_new >= 0 && cl[s] >= n_new && (cl[s] + block_size - 1) / block_size <= max_blocks,
+        "paged_attention: sequence " + std::to_string(s) + " has context " + std::to_string(cl[s]) +
+            " for " + std::to_string(n_new) + " new tokens");
     for (int64_t b = 0; b < (cl[s] + block_size - 1) / block_size; ++b)
       LLMRUN_CHECK(bt[s * max_blocks + b] >= 0 && bt[s * max_blocks + b] < pool_blocks,
                    "paged_attention: block table entry outside the pool");
