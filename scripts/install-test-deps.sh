@@ -13,6 +13,7 @@ TEST_PACKAGES=(
   curl                          # the serving tests
   bc                            # tests/slurm/run.sh's timestamps
   procps                        # ps, pgrep: tests/e2e/dp_faults.sh, tests/slurm
+  clang-format git              # structure.format: tracked sources match .clang-format
 )
 # Some nodejs builds (NodeSource's) ship npm inside and conflict with Debian's npm package.
 command -v npm >/dev/null || TEST_PACKAGES+=(npm)
