@@ -29,7 +29,7 @@ build: test-deps configure
 # CTest does not print a skipped test's output; its reason ("SKIPPED: ...") is shown after.
 test: build
 	@cd $(BUILD) && { ctest --output-on-failure -j 2; rc=$$?; \
-	  grep -h '^SKIPPED:' Testing/Temporary/LastTest.log 2>/dev/null; exit $$rc; }
+	  grep -h '^SKIPPED:' Testing/Temporary/LastTest.log 2>/dev/null | sort -u; exit $$rc; }
 
 # The Slurm integration test alone (also part of `make test`): starts a private munge +
 # slurmctld + slurmd, runs scripts/slurm/train.sbatch through two requeues, stops them.

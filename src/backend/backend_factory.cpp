@@ -59,12 +59,20 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, int cpu_threads, int dev
 #endif
   }
 #if LLMRUN_HAVE_CUDA
-  if (kind == BackendKind::automatic && !emulate && visible_cuda_devices() > 0)
+  if (!emulate && resolve_backend_kind(kind) == BackendKind::cuda)
     return make_cuda_backend(device_ordinal % visible_cuda_devices());
 #endif
   (void)device_ordinal;
   if (emulate) return make_emulated_device_backend(cpu_threads);
   return make_cpu_backend(cpu_threads);
+}
+
+BackendKind resolve_backend_kind(BackendKind kind) {
+  if (kind != BackendKind::automatic) return kind;
+#if LLMRUN_HAVE_CUDA
+  if (visible_cuda_devices() > 0) return BackendKind::cuda;
+#endif
+  return BackendKind::cpu;
 }
 
 std::vector<std::string> built_backends() {

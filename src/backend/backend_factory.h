@@ -25,6 +25,10 @@ const char* backend_kind_name(BackendKind kind);
 std::unique_ptr<Backend> make_backend(BackendKind kind, int cpu_threads = 0,
                                       int device_ordinal = 0);
 
+// The backend `kind` stands for on this machine: automatic becomes cuda or cpu (no error
+// here for a cuda that cannot run: make_backend reports it).
+BackendKind resolve_backend_kind(BackendKind kind);
+
 // Backends compiled into this binary: {"cpu"} or {"cpu", "cuda"}.
 std::vector<std::string> built_backends();
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend_factory.h"
 #include "ckpt/convert.h"
 #include "cli/commands.h"
 #include "comm/launcher.h"
@@ -107,7 +108,8 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
         check_recipe_memory_budget(r);  // the same prediction and message as llmrun plan
         check_physical_memory(r, env);
         // The budget names GPU memory, and a CPU run might look like it used one: say what it did.
-        if (r.memory.budget_bytes > 0 && !env.under_launcher)
+        if (r.memory.budget_bytes > 0 && !env.under_launcher &&
+            resolve_backend_kind(parse_backend_kind(r.launch.backend)) == BackendKind::cpu)
           spdlog::info(
               "memory budget {} per rank (--gpu-mem / memory.budget_bytes): the plan's predicted "
               "peak fits it. Training runs on the CPU: the budget is checked against the "

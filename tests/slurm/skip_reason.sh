@@ -38,7 +38,7 @@ for tool in sbatch scontrol squeue sinfo scancel srun; do printf '#!/bin/sh\nexi
 
 out=$(PATH="$FAKE:$PATH" bash "$SRC/tests/slurm/run.sh" /bin/true "$SRC" 2>&1)
 rc=$?
-echo "$out"
+sed "s/^/run.sh: /" <<<"$out"  # prefixed: its stand-in SKIPPED line is not this run's
 [ $rc = 77 ] || fail "run.sh exited $rc, expected 77 (skipped)"
 line=$(grep '^SKIPPED:' <<<"$out")
 [ "$(grep -c '^SKIPPED:' <<<"$out")" = 1 ] || fail "expected one SKIPPED line"

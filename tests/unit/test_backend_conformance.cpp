@@ -36,7 +36,7 @@ class Conformance : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (GetParam() == "cuda") {
 #if LLMRUN_HAVE_CUDA
-      if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+      if (cuda_device_count() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device";
       be = make_cuda_backend(0);
 #endif
     } else {
