@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_math.h"
+#include "backend/op_shapes.h"
 
 namespace llmrun {
 
@@ -124,17 +125,10 @@ void CpuBackend::matmul(Tensor out, const Tensor& a, const Tensor& b, bool trans
   check_f32(a, "matmul a");
   check_f32(b, "matmul b");
   const int64_t m = out.rows(), n = out.cols();
-  const int64_t k = trans_a ? a.rows() : a.cols();
-  LLMRUN_CHECK((trans_a ? a.cols() : a.rows()) == m,
-               "matmul: a " + a.shape_str() + " does not give " + std::to_string(m) + " rows");
-  LLMRUN_CHECK((trans_b ? b.cols() : b.rows()) == k && (trans_b ? b.rows() : b.cols()) == n,
-               "matmul: a " + a.shape_str() + " and b " + b.shape_str() + " do not give out " +
-                   out.shape_str());
+  const int64_t k = check_matmul_shapes(out, a, b, trans_a, trans_b, bias);
   const float* bias_p = nullptr;
   if (bias) {
     check_f32(*bias, "matmul bias");
-    LLMRUN_CHECK(bias->numel() == n,
-                 "matmul: bias " + bias->shape_str() + " for out " + out.shape_str());
     bias_p = bias->f32();
   }
   if (m == 0 || n == 0) return;

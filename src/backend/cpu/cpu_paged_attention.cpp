@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
+#include "backend/op_shapes.h"
 
 namespace llmrun {
 
@@ -44,18 +45,10 @@ void CpuBackend::paged_attention(Tensor out, const Tensor& q, const Tensor& k_po
   cpu::check_i32(block_tables, "paged_attention block_tables");
   cpu::check_i32(query_starts, "paged_attention query_starts");
   cpu::check_i32(context_lens, "paged_attention context_lens");
-  LLMRUN_CHECK(heads > 0 && kv_heads > 0 && head_dim > 0 && heads % kv_heads == 0 && block_size > 0,
-               "paged_attention: bad shape");
+  check_paged_attention_shapes(out, q, k_pool, v_pool, block_tables, query_starts, context_lens,
+                               block_size, heads, kv_heads, head_dim);
   const int64_t hd = int64_t(heads) * head_dim, kvd = int64_t(kv_heads) * head_dim;
   const int64_t num_seqs = context_lens.numel(), tokens = q.rows();
-  LLMRUN_CHECK(q.cols() == hd && out.rows() == tokens && out.cols() == hd,
-               "paged_attention: q " + q.shape_str() + " out " + out.shape_str());
-  LLMRUN_CHECK(k_pool.cols() == kvd && v_pool.cols() == kvd && k_pool.rows() == v_pool.rows() &&
-                   k_pool.rows() % block_size == 0,
-               "paged_attention: pools " + k_pool.shape_str() + " / " + v_pool.shape_str());
-  LLMRUN_CHECK(query_starts.numel() == num_seqs + 1 && block_tables.rows() == num_seqs,
-               "paged_attention: " + std::to_string(num_seqs) + " sequences but query_starts " +
-                   query_starts.shape_str() + " and block_tables " + block_tables.shape_str());
   const int32_t *qs = query_starts.i32(), *cl = context_lens.i32(), *bt = block_tables.i32();
   const int64_t max_blocks = block_tables.cols(), pool_blocks = k_pool.rows() / block_size;
   LLMRUN_CHECK(qs[0] == 0 && qs[num_seqs] == tokens,

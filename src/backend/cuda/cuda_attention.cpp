@@ -2,6 +2,7 @@
 // attention with GQA, cached decode attention, paged attention) in kernels/attention*.cu.
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/op_shapes.h"
 #include "kernels/attention.cuh"
 
 namespace llmrun {
@@ -80,18 +81,9 @@ void CudaBackend::paged_attention(Tensor out, const Tensor& q, const Tensor& k_p
                                   const Tensor& v_pool, const Tensor& block_tables,
                                   const Tensor& query_starts, const Tensor& context_lens,
                                   int block_size, int heads, int kv_heads, int head_dim) {
-  check_shape(AttentionShape{1, 1, heads, kv_heads, head_dim}, "paged_attention");
-  LLMRUN_CHECK(block_size > 0, "paged_attention: bad block size");
-  const int64_t hd = int64_t(heads) * head_dim, kvd = int64_t(kv_heads) * head_dim;
+  check_paged_attention_shapes(out, q, k_pool, v_pool, block_tables, query_starts, context_lens,
+                               block_size, heads, kv_heads, head_dim);
   const int64_t num_seqs = context_lens.numel(), tokens = q.rows();
-  LLMRUN_CHECK(q.cols() == hd && out.rows() == tokens && out.cols() == hd,
-               "paged_attention: q " + q.shape_str() + " out " + out.shape_str());
-  LLMRUN_CHECK(k_pool.cols() == kvd && v_pool.cols() == kvd && k_pool.rows() == v_pool.rows() &&
-                   k_pool.rows() % block_size == 0,
-               "paged_attention: pools " + k_pool.shape_str() + " / " + v_pool.shape_str());
-  LLMRUN_CHECK(query_starts.numel() == num_seqs + 1 && block_tables.rows() == num_seqs,
-               "paged_attention: " + std::to_string(num_seqs) + " sequences but query_starts " +
-                   query_starts.shape_str() + " and block_tables " + block_tables.shape_str());
   if (tokens == 0 || num_seqs == 0) return;
   // The longest query run is bounded by the total without reading query_starts back to the
   // host (a sync per layer per step); the kernel needs only an upper bound.

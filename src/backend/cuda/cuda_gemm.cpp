@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_plan.h"
+#include "backend/op_shapes.h"
 #include "kernels/elementwise.cuh"
 #include "kernels/linear_rows.cuh"
 
@@ -50,17 +51,10 @@ void CudaBackend::matmul(Tensor out, const Tensor& a, const Tensor& b, bool tran
   const float* ap = dev_f32(a, "matmul a");
   const float* bp = dev_f32(b, "matmul b");
   const int64_t m = out.rows(), n = out.cols();
-  const int64_t k = trans_a ? a.rows() : a.cols();
-  LLMRUN_CHECK((trans_a ? a.cols() : a.rows()) == m,
-               "matmul: a " + a.shape_str() + " does not give " + std::to_string(m) + " rows");
-  LLMRUN_CHECK((trans_b ? b.cols() : b.rows()) == k && (trans_b ? b.rows() : b.cols()) == n,
-               "matmul: a " + a.shape_str() + " and b " + b.shape_str() + " do not give out " +
-                   out.shape_str());
+  const int64_t k = check_matmul_shapes(out, a, b, trans_a, trans_b, bias);
   const float* bias_p = nullptr;
   if (bias) {
     bias_p = dev_f32(*bias, "matmul bias");
-    LLMRUN_CHECK(bias->numel() == n,
-                 "matmul: bias " + bias->shape_str() + " for out " + out.shape_str());
   }
   if (m == 0 || n == 0) return;
   if (k == 0) {  // no product: out = beta * out (+ bias); cuBLASLt rejects k = 0
