@@ -120,6 +120,7 @@ void Transformer::plan_activations(int batch, int seq) {
   scratch_.d_qkv = alloc(DType::f32, {n, qkv_cols});
   scratch_.d_act = alloc(DType::f32, {n, f});
   scratch_.d_up = alloc(DType::f32, {n, up_cols});
+  scratch_.moe = allocate_moe_scratch(bc, n, alloc);
   targets_ = alloc(DType::i32, {n});
   positions_ = alloc(DType::i32, {n});
   losses_ = alloc(DType::f32, {n});
@@ -292,6 +293,7 @@ void Transformer::forward_chunk(int slot, const int32_t* tokens, const Tensor* i
         be_, block_cfg_, block_tensors(cfg_, params_, l), a, positions_,
         [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, comm_,
         linear_, l);
+    if (block_cfg_.moe.layer_is_moe(l)) moe_stats_.add(*a.moe.routing);
     release(l + 1, P::forward);
   }
   if (ends_model(m)) {
@@ -372,6 +374,9 @@ double Transformer::backward_chunk(int slot, const int32_t* targets, const Tenso
 
   const AttentionShape shape{batch_, seq_, block_cfg_.heads, block_cfg_.kv_heads,
                              block_cfg_.head_dim()};
+  // The router losses are per micro-batch means: weighted by its tokens, like the summed
+  // cross-entropy, so that grad_scale turns both into a per-token average.
+  scratch_.moe.loss_scale = grad_scale * float(int64_t(batch_) * seq_);
   for (int l = m.end - 1; l >= m.begin; --l) {
     acquire(l + 1, P::backward);
     BlockActivations& a = m.acts[size_t(l)];

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -125,6 +126,9 @@ class Transformer {
   bool tied_across_stages(int bucket) const;
   void sync_tied_grads(int bucket);
 
+  // Mixture of experts: the router statistics of the training forwards since the last call.
+  MoeStats take_moe_stats() { return std::exchange(moe_stats_, MoeStats{}); }
+
   // Activation bytes planned: the shared buffers and every slot allocated so far.
   size_t activation_bytes() const { return activation_bytes_; }
 
@@ -180,6 +184,7 @@ class Transformer {
   BucketHooks* hooks_ = nullptr;
   Recompute recompute_ = Recompute::none;
   LinearRunner* linear_ = nullptr;
+  MoeStats moe_stats_;
 
   Communicator* pp_ = nullptr;
   int batch_ = 0, seq_ = 0;

@@ -26,6 +26,7 @@ struct BlockActivations {
   Tensor up;      // [N, ffn] (GPT-2) or [N, 2 ffn] (Llama)
   Tensor act;     // [N, ffn]
   Tensor output;  // [N, d] residual stream out of the block
+  MoeActivations moe;  // an MoE model's routed-MLP state (src/model/moe.h)
 };
 
 // Backward temporaries, shared by all blocks.
@@ -35,6 +36,7 @@ struct BlockScratch {
   Tensor d_qkv;   // [N, qkv_cols]
   Tensor d_act;   // [N, ffn]
   Tensor d_up;    // [N, ffn] or [N, 2 ffn]
+  MoeScratch moe;
 };
 
 // Tensor parallelism inside a block (Megatron): qkv and up are column-parallel, out and down

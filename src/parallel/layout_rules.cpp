@@ -37,6 +37,10 @@ std::optional<LayoutProblem> layout_problem(const TrainingShape& s, const Traini
                          "Phi-3 keeps q, k and v in one tensor, whose key/value heads cannot be "
                          "replicated: " +
                              tp + " must not exceed model.kv_heads=" + std::to_string(m.kv_heads)};
+  if (m.moe.enabled() && l.tp > 1)
+    return LayoutProblem{"parallel.tp",
+                         "mixture-of-experts models train without tensor parallelism in this "
+                         "build (the experts are not split across tp ranks): use tp=1 with dp/pp"};
   if (m.ffn % l.tp != 0)
     return LayoutProblem{"parallel.tp",
                          "model.ffn=" + std::to_string(m.ffn) + " is not divisible by " + tp};

@@ -108,6 +108,19 @@ void describe_model(std::ostream& o, const Recipe& r) {
   o << "  norm_eps: " << num(m.norm_eps) << "\n"
     << "  tie_embeddings: " << (m.tie_embeddings ? "true" : "false") << "\n";
   if (m.qkv_bias) o << "  qkv_bias: true\n";
+  if (m.moe.enabled()) {  // with model.from only the training keys are recipe keys
+    const MoeConfig& x = m.moe;
+    o << "  moe:\n";
+    if (r.model_from.empty())
+      o << "    experts: " << x.experts << "\n    top_k: " << x.top_k
+        << "\n    expert_ffn: " << x.expert_ffn << "\n    shared_experts: " << x.shared_experts
+        << "\n    shared_ffn: " << x.shared_ffn << "\n    router: softmax_topk\n"
+        << "    norm_topk_prob: " << (x.norm_topk_prob ? "true" : "false")
+        << "\n    every: " << x.every << "\n";
+    o << "    aux_loss: " << num(x.aux_loss) << "\n    z_loss: " << num(x.z_loss)
+      << "\n    capacity_factor: " << (x.capacity_factor > 0 ? num(x.capacity_factor) : "null")
+      << "\n";
+  }
   if (m.phi3) o << "  # Phi-3 tensor names (fused qkv_proj, gate_up_proj), from the model dir\n";
   if (!r.model_from.empty()) o << "  from: " << str(r.model_from) << "\n";
 }
