@@ -118,6 +118,11 @@ def compute_reference(config, weights, tokens, hp):
         opt.zero_grad(set_to_none=True)
         loss = training_loss(config, model, inputs, targets)
         loss.backward()
+        # An expert no token reached has no gradient in torch, and AdamW would skip it; in
+        # llmrun (as in Megatron) its gradient is zero and it still decays and moves by its moments.
+        for p in params.values():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         if hp["clip"] > 0:
             torch.nn.utils.clip_grad_norm_(list(params.values()), hp["clip"])
         opt.step()
