@@ -4,7 +4,9 @@
 #  - `llmrun generate` and `llmrun serve`: concurrent requests (continuous batching) give each
 #    prompt the greedy text it gets alone;
 #  - a native model.moe recipe trains (loss falls), logs the router statistics, exports as
-#    Mixtral and reloads; model.from an MoE dir fine-tunes; invalid recipes are refused.
+#    Mixtral and reloads; model.from an MoE dir fine-tunes; invalid recipes are refused;
+#  - dp2 (ZeRO-2) and pp2 reproduce the one-rank loss curve within 1e-5 (the router losses are
+#    per micro-batch, and every layout runs the same micro-batches).
 source "$(dirname "$0")/common.bash"
 source "$(dirname "$0")/serve_common.bash"
 cd "$WORK"
@@ -100,4 +102,39 @@ expect_exit 2 "model.moe.every: must be 1 without shared experts" "$LLMRUN" trai
 expect_exit 2 "model.moe.router: expected softmax_topk" "$LLMRUN" train moe.yaml --set model.moe.router=sinkhorn
 expect_exit 2 "model.moe.shared_experts: .*qkv_bias" "$LLMRUN" train moe.yaml --set model.moe.shared_experts=1
 expect_exit 2 "mixture of experts needs model.arch llama" "$LLMRUN" train moe.yaml --set model.arch=gpt2 --set model.kv_heads=4
+# Layouts: dp2 and pp2 against one rank, ten steps of a Qwen2-MoE-style model (a dense layer,
+# routed layers with a shared expert, a capacity limit that drops slots).
+cat > lay.yaml <<'YAML'
+model:
+  arch: llama
+  layers: 4
+  d_model: 32
+  heads: 4
+  kv_heads: 2
+  seq_len: 32
+  ffn: 64
+  qkv_bias: true
+  moe: {experts: 4, top_k: 2, expert_ffn: 32, shared_experts: 1, shared_ffn: 16, every: 2,
+        norm_topk_prob: false, aux_loss: 0.01, z_loss: 0.001, capacity_factor: 1.0}
+data: {train: [{path: text.txt}]}
+train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 3.0e-3, warmup: 0, seed: 5}
+logging: {every: 1}
+YAML
+for layout in "base 1" "dp2 2 parallel.dp=2 parallel.zero=2" "pp2 2 parallel.pp=2"; do
+  set -- $layout
+  name=$1 nproc=$2; shift 2
+  sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
+  "$LLMRUN" train lay.yaml --nproc $nproc --set logging.metrics=$name.jsonl --set checkpoint.dir=$name \
+    "${sets[@]}" > $name.log 2>&1 || { cat $name.log; fail "layout $name"; }
+done
+for name in dp2 pp2; do
+  /usr/bin/python3 - base.jsonl $name.jsonl <<'PY' || fail "$name loss curve differs from one rank"
+import json, sys
+a, b = ({r["step"]: r["loss"] for r in map(json.loads, open(f)) if "loss" in r} for f in sys.argv[1:])
+assert len(a) == 10 and a.keys() == b.keys(), (sorted(a), sorted(b))
+worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in a)
+assert worst < 1e-5, f"{sys.argv[2]}: loss differs by {worst:.2e}"
+print(f"{sys.argv[2]}: ten losses within {worst:.1e} of one rank")
+PY
+done
 echo "moe e2e: ok"
