@@ -54,8 +54,8 @@ MoeConfig moe_from_json(const json& j, const std::string& where) {
   auto count = [&](const char* key, int64_t lo) {
     const json& v = need(key);
     if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > INT32_MAX)
-      throw UserError(where + ": model.moe." + key + " must be an integer >= " +
-                      std::to_string(lo) + ", got " + v.dump());
+      throw UserError(where + ": model.moe." + key +
+                      " must be an integer >= " + std::to_string(lo) + ", got " + v.dump());
     return int(v.get<int64_t>());
   };
   auto number = [&](const char* key) {

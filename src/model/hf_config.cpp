@@ -181,7 +181,8 @@ ModelConfig mixtral_from_hf(const HfReader& r) {
   m.top_k = r.positive_int("num_experts_per_tok", 2);
   m.expert_ffn = c.ffn;
   m.norm_topk_prob = true;
-  m.aux_loss = r.has("router_aux_loss_coef") ? r.positive_float("router_aux_loss_coef", 0.0f) : 0.001f;
+  m.aux_loss =
+      r.has("router_aux_loss_coef") ? r.positive_float("router_aux_loss_coef", 0.0f) : 0.001f;
   if (r.has("router_jitter_noise"))
     r.require(r.j_number("router_jitter_noise") == 0.0, "router_jitter_noise");
   if (m.top_k > m.experts) r.fail("num_experts_per_tok exceeds num_local_experts");
@@ -200,7 +201,8 @@ ModelConfig qwen2_moe_from_hf(const HfReader& r) {
   m.shared_ffn = r.positive_int("shared_expert_intermediate_size");
   m.norm_topk_prob = r.boolean("norm_topk_prob", false);
   m.every = r.positive_int("decoder_sparse_step", 1);
-  m.aux_loss = r.has("router_aux_loss_coef") ? r.positive_float("router_aux_loss_coef", 0.0f) : 0.001f;
+  m.aux_loss =
+      r.has("router_aux_loss_coef") ? r.positive_float("router_aux_loss_coef", 0.0f) : 0.001f;
   r.require(r.empty_list("mlp_only_layers"), "mlp_only_layers");
   if (m.top_k > m.experts) r.fail("num_experts_per_tok exceeds num_experts");
   return c;
@@ -269,7 +271,8 @@ json hf_config_json(const ModelConfig& c, int eos_token_id) {
     j["use_sliding_window"] = false;
   }
   const MoeConfig& m = c.moe;
-  if (m.enabled() && m.shared_width() == 0) {  // Mixtral (recipe validation: every 1, top-k renormalised)
+  if (m.enabled() &&
+      m.shared_width() == 0) {  // Mixtral (recipe validation: every 1, top-k renormalised)
     j["architectures"] = {"MixtralForCausalLM"};
     j["model_type"] = "mixtral";
     j.erase("attention_bias");

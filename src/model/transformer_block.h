@@ -23,9 +23,9 @@ struct BlockActivations {
   Tensor attn, lse;                      // [N, heads*head_dim], [batch, heads, seq]
   Tensor mid;                            // [N, d] residual after attention
   Tensor norm2, norm2_mean, norm2_rstd;
-  Tensor up;      // [N, ffn] (GPT-2) or [N, 2 ffn] (Llama)
-  Tensor act;     // [N, ffn]
-  Tensor output;  // [N, d] residual stream out of the block
+  Tensor up;           // [N, ffn] (GPT-2) or [N, 2 ffn] (Llama)
+  Tensor act;          // [N, ffn]
+  Tensor output;       // [N, d] residual stream out of the block
   MoeActivations moe;  // an MoE model's routed-MLP state (src/model/moe.h)
 };
 

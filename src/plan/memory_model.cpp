@@ -19,7 +19,7 @@ struct RankDims {
   int64_t d, f, vocab, seq, mb;
   int64_t heads, qkv_cols, attn_cols, up_cols;
   int64_t n, n_seq;  // tokens of a micro-batch; of them, the rows of a sequence-parallel shard
-  MoeConfig moe;      // model.moe (tp is 1 whenever experts > 0)
+  MoeConfig moe;     // model.moe (tp is 1 whenever experts > 0)
 };
 
 RankDims rank_dims(const TrainingShape& s, const TrainingLayout& l) {
@@ -58,8 +58,8 @@ int64_t block_params(const RankDims& x) {
 int64_t moe_block_delta(const RankDims& x) {
   const MoeConfig& m = x.moe;
   const int64_t d = x.d, fs = m.shared_width();
-  return d * m.experts + int64_t(m.experts) * 3 * d * m.expert_ffn +
-         (fs > 0 ? 3 * d * fs + d : 0) - 3 * d * x.f;
+  return d * m.experts + int64_t(m.experts) * 3 * d * m.expert_ffn + (fs > 0 ? 3 * d * fs + d : 0) -
+         3 * d * x.f;
 }
 
 // An MoE model's per-block routed buffers (model/moe.h: router logits, the permuted rows'
@@ -117,7 +117,8 @@ void plan_persistent(const StagePlan& sp, StageMemory& st) {
   std::vector<int64_t> buckets;
   if (st.embedding) buckets.push_back(x.vocab * x.d + (x.gpt2 ? int64_t(m.seq_len) * x.d : 0));
   for (size_t i = 0; i < st.blocks.size(); ++i)
-    buckets.push_back(block_params(x) + (m.moe.layer_is_moe(st.blocks[i]) ? moe_block_delta(x) : 0));
+    buckets.push_back(block_params(x) +
+                      (m.moe.layer_is_moe(st.blocks[i]) ? moe_block_delta(x) : 0));
   if (st.head) {
     int64_t n = x.gpt2 ? 2 * x.d : x.d;  // final norm
     if (!m.tie_embeddings || sp.pipelined())

@@ -40,7 +40,7 @@ ModelConfig tiny_config(const std::string& arch) {
     c.rope_theta = 10000.0f;
     c.qkv_bias = arch == "qwen2";  // Llama with q/k/v biases (jittered below, so they matter)
     c.phi3 = arch == "phi3";       // Llama with fused qkv_proj / gate_up_proj tensors
-    if (arch == "mixtral") {  // every MLP routed: 4 experts, top-2, renormalised
+    if (arch == "mixtral") {       // every MLP routed: 4 experts, top-2, renormalised
       c.moe = MoeConfig{4, 2, 24, 0, 0, true, 0.01f, 0.001f, 0.0f, 1};
     }
     if (arch == "qwen2-moe") {  // layer 1 routed (every 2), a gated shared expert, capacity 1
@@ -88,8 +88,10 @@ void jitter_vectors(Backend& be, Transformer& m, uint64_t seed) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s gpt2|llama|llama-tied|llama-rope-llama3|qwen2|phi3|mixtral|qwen2-moe OUT_DIR\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s gpt2|llama|llama-tied|llama-rope-llama3|qwen2|phi3|mixtral|qwen2-moe OUT_DIR\n",
+        argv[0]);
     return 2;
   }
   const std::string arch = argv[1];
@@ -158,12 +160,12 @@ int main(int argc, char** argv) {
     return std::string(buf);
   };
   std::map<std::string, std::string> meta{{"lr", exact(lr)},
-                  {"beta1", "0.9"},
-                  {"beta2", "0.95"},
-                  {"eps", "1e-8"},
-                  {"weight_decay", "0.1"},
-                  {"clip", exact(clip)},
-                  {"arch", arch_name(cfg.arch)}};
+                                          {"beta1", "0.9"},
+                                          {"beta2", "0.95"},
+                                          {"eps", "1e-8"},
+                                          {"weight_decay", "0.1"},
+                                          {"clip", exact(clip)},
+                                          {"arch", arch_name(cfg.arch)}};
   if (cfg.moe.enabled()) {
     meta["moe_aux_loss"] = exact(cfg.moe.aux_loss);
     meta["moe_z_loss"] = exact(cfg.moe.z_loss);
