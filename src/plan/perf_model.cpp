@@ -25,6 +25,11 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l,
   const double block_weights = (heads + 2 * kv) * hd * d + d * heads * hd + up * d + d * f;
   const double attention_fwd = 4.0 * m.seq_len * heads * hd;
   const double block_fwd = 2.0 * block_weights + attention_fwd;
+  // An MoE layer's MLP per token: the router, top_k experts and the shared expert (tp is 1).
+  const MoeConfig& moe = m.moe;
+  const double moe_mlp = d * moe.experts + 3.0 * d * moe.top_k * moe.expert_ffn +
+                         (moe.shared_width() > 0 ? 3.0 * d * moe.shared_width() + d : 0);
+  const double moe_fwd_delta = 2.0 * (moe_mlp - (up * d + d * f));
   const double head_fwd = 2.0 * double(vocab_rows(m.vocab, l.tp, 0)) * d;
   double recompute = 0;
   if (l.recompute == Recompute::full) recompute = block_fwd;
@@ -36,8 +41,13 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l,
   StageTimes times;
   for (const StageMemory& st : mem) {
     const double blocks = double(st.blocks.size());
-    double fwd = tokens * (blocks * block_fwd + (st.head ? head_fwd : 0)) / a.peak_flops;
-    double bwd = tokens * (blocks * (2 * block_fwd + recompute) + (st.head ? 2 * head_fwd : 0)) /
+    double moe_extra = 0;  // the stage's MoE layers' forward FLOPs over dense blocks'
+    for (int b : st.blocks) moe_extra += moe.layer_is_moe(b) ? moe_fwd_delta : 0;
+    double fwd =
+        tokens * (blocks * block_fwd + moe_extra + (st.head ? head_fwd : 0)) / a.peak_flops;
+    double bwd = tokens *
+                 (blocks * (2 * block_fwd + recompute) + 2 * moe_extra +
+                  (l.recompute == Recompute::full ? moe_extra : 0) + (st.head ? 2 * head_fwd : 0)) /
                  a.peak_flops;
     const double tp_each =
         2 * blocks * act * T / a.tp_bandwidth;  // two all-reduces per block each way
