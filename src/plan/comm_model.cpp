@@ -31,7 +31,7 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
   // Tokens per micro-batch on this rank (context parallelism: its share of each sequence).
   const double n = double(s.micro_batch) * m.seq_len / l.cp;
   const double act = 4.0 * n * m.d_model;  // one [tokens, d] fp32 tensor
-  const double param_bytes = s.compute == "fp32" ? 4 : 2;
+  const double param_bytes = 4;  // gradients and ZeRO-3 gathers move fp32 under bf16 compute too
   auto ring = [](int ranks) { return ranks > 1 ? double(ranks - 1) / ranks : 0.0; };
   const double D = ring(l.dp * l.cp), T = ring(l.tp);  // gradients reduce over dp x cp
   std::vector<StageComm> out;
