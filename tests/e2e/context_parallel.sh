@@ -109,6 +109,14 @@ done
 grep -q "context parallel cp 4 (p2p)" plan-cp4.txt || { cat plan-cp4.txt; fail "plan does not show cp"; }
 grep -q "context-parallel ring" plan-cp4.txt || fail "plan does not price the ring"
 
+# plan --search adds cp for long sequences (and only then): at seq_len 4096 with a budget one
+# rank's activations exceed, a cp layout ranks first.
+"$LLMRUN" plan llama.yaml --search --nproc 4 --top 1000 --set model.seq_len=4096 --set train.micro_batch=1 \
+  --set memory.budget_bytes=12MB >search-long.txt || { cat search-long.txt; fail "plan --search at seq 4096"; }
+grep -E "^1 .* cp[24] " search-long.txt || { cat search-long.txt; fail "no cp layout ranks first at seq 4096"; }
+"$LLMRUN" plan llama.yaml --search --nproc 4 --top 1000 >search-short.txt || fail "plan --search at seq 32"
+! grep -qE " cp[24] " search-short.txt || fail "plan --search offered cp for a 32-token sequence"
+
 # Checkpoints reshard across cp: saved at step 5 under cp2 x dp2 (ZeRO-1 partitions over
 # dp x cp), the last 5 steps at cp1 and at cp4 give the single-rank losses.
 run resume-from llama.yaml 4 parallel.cp=2 parallel.zero=1 checkpoint.every=5

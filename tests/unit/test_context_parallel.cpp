@@ -32,7 +32,9 @@ TEST(CpChunks, EveryPositionOnceAndEqualCausalWork) {
       for (int j = 0; j < c.local_len(); ++j) {
         seen.insert(c.position(j));
         keys += c.position(j) + 1;  // causal keys the token's query sees
-        if (j > 0 && j != c.chunk_len()) EXPECT_EQ(c.position(j), c.position(j - 1) + 1);
+        if (j > 0 && j != c.chunk_len()) {
+          EXPECT_EQ(c.position(j), c.position(j - 1) + 1);
+        }
       }
       // Rank r holds chunks r and 2cp-1-r.
       EXPECT_EQ(c.position(0), r * 5);
