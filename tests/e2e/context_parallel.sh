@@ -2,8 +2,10 @@
 # chunks i and 2cp-1-i, attention over the ring (p2p) or all-gathered keys and values. On
 # GPT-2 and Llama with GQA, cp2 and cp4 (both exchanges), cp2 x tp2 and cp2 x dp2 reproduce
 # the single-rank run: losses at each of 10 steps within 1e-5 (relative), the same exported
-# weights. A checkpoint saved at cp2 resumes at cp1 with the single-rank losses; a sequence
-# length that does not split into 2 x cp chunks is refused with the reason.
+# weights; so do recompute, pp, sequence parallelism, validation and the packed sampler. The
+# plan's activation memory matches the trainer's within 10%, and plan --search offers cp for
+# long sequences. A checkpoint saved at cp2 x dp2 resumes at cp1 and cp4 with the single-rank
+# losses; a sequence length that does not split into 2 x cp chunks is refused with the reason.
 source "$(dirname "$0")/common.bash"
 cd "$WORK"
 for i in $(seq 200); do printf 'context parallel sample %d: the quick brown fox jumps over the lazy dog. ' $i; done > text.txt
@@ -140,6 +142,14 @@ assert len(a) == 2 and len(b) == 2, (a, b)
 assert all(abs(x - y) / x < 1e-5 for x, y in zip(a, b)), (a, b)
 print("validation losses", a, b)
 PY
+
+# The packed sampler (an indexed dataset's shuffled windows): cp2 trains on the same windows.
+"$LLMRUN" data prepare --input text.txt --format text --tokenizer byte --output ds --workers 1 2>/dev/null
+sed -e 's|data: {train: \[{path: text.txt}\]}|data: {tokenizer: byte, train: [{path: ds}]}|' llama.yaml > packed.yaml
+grep -q "path: ds" packed.yaml || fail "packed.yaml"
+run packed-base packed.yaml 1
+run packed-cp2 packed.yaml 2 parallel.cp=2
+compare packed-base packed-cp2
 
 # Bad inputs: refused before any rank starts, with the reason.
 expect_exit 2 "parallel.cp.*not divisible by 2 x cp = 8" "$LLMRUN" train llama.yaml --nproc 4 --set parallel.cp=4 --set model.seq_len=36 --dry-run

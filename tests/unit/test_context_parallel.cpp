@@ -89,7 +89,8 @@ TEST(CpPlan, ActivationsShrinkWithCpAndTheRingIsPriced) {
   // floats) go cp-1 hops forward and backward, their gradients cp hops.
   const double packed = 4.0 * 2 * (4096 / 4) * 2 * 16;
   double ring = 0;
-  for (const CommItem& i : plan_communication(s, four)[0].items)
+  const std::vector<StageComm> comm = plan_communication(s, four);
+  for (const CommItem& i : comm[0].items)
     if (i.group == "cp") ring += i.sent;
   const int micro = 4;  // global batch 4 at dp 1
   EXPECT_DOUBLE_EQ(ring, 2.0 * micro * packed * (3 + 3 + 4));
