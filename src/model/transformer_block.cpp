@@ -173,7 +173,10 @@ void block_backward(Backend& be, const ModelConfig& cfg, const BlockTensors& w,
   // Attention half: d_resid is now dL/d(mid).
   lin.backward(be, {layer, LinearKind::out}, s.d_attn, g.out_w, g.out_b, all_rows(comm, d_resid),
                a.attn, w.out_w);
-  be.attention_bwd(s.d_qkv, s.d_attn, a.qkv, a.attn, a.lse, shape);
+  if (comm.attention)
+    comm.attention->backward(s.d_qkv, s.d_attn, a.qkv, a.attn, a.lse, shape);
+  else
+    be.attention_bwd(s.d_qkv, s.d_attn, a.qkv, a.attn, a.lse, shape);
   if (cfg.arch == Arch::llama)
     be.rope(s.d_qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta,
             cfg.rope_scaling, true);

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "model/bucket_store.h"
+#include "model/distributed_attention.h"
 #include "model/linear.h"
 
 namespace llmrun {
@@ -48,6 +49,8 @@ struct BlockComm {
   bool sequence_parallel = false;
   Tensor gathered;  // [N, d] scratch: all-gathered rows (sequence parallel)
   Tensor partial;   // [N, d] scratch: a row-parallel GEMM's partial sums
+  // Context parallelism: attention over the chunks every cp rank holds (null: one rank's).
+  DistributedAttention* attention = nullptr;
   bool active() const { return tp != nullptr && tp->size() > 1; }
 };
 

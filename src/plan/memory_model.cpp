@@ -17,7 +17,7 @@ namespace {
 struct RankDims {
   bool gpt2, qkv_bias;
   int64_t d, f, vocab, seq, mb;
-  int64_t heads, qkv_cols, attn_cols, up_cols;
+  int64_t heads, qkv_cols, attn_cols, up_cols, kv_cols;
   int64_t n, n_seq;  // tokens of a micro-batch; of them, the rows of a sequence-parallel shard
   MoeConfig moe;     // model.moe (tp is 1 whenever experts > 0)
 };
@@ -30,10 +30,11 @@ RankDims rank_dims(const TrainingShape& s, const TrainingLayout& l) {
   x.d = m.d_model;
   x.f = m.ffn / l.tp;
   x.vocab = vocab_rows(m.vocab, l.tp, 0);
-  x.seq = m.seq_len;
+  x.seq = m.seq_len / l.cp;  // context parallelism: this rank's two chunks of each sequence
   x.mb = s.micro_batch;
   x.heads = m.heads / l.tp;
   const int64_t kv = std::max(m.kv_heads / l.tp, 1);
+  x.kv_cols = kv * m.head_dim();
   x.qkv_cols = (x.heads + 2 * kv) * m.head_dim();
   x.attn_cols = x.heads * m.head_dim();
   x.up_cols = x.gpt2 ? x.f : 2 * x.f;
@@ -113,7 +114,8 @@ void plan_persistent(const StagePlan& sp, StageMemory& st) {
   // rounds the GEMM operands as they are used, it keeps no bf16 copy), so the weights are
   // their own master copy.
   const double param_bytes = 4, master_bytes = 0;
-  auto padded = [&](int64_t n) { return (n + l.dp - 1) / l.dp * l.dp; };
+  const int64_t group = int64_t(l.dp) * l.cp;  // ZeRO shards over dp x cp
+  auto padded = [&](int64_t n) { return (n + group - 1) / group * group; };
   // Parameters, bucket by bucket.
   std::vector<int64_t> buckets;
   if (st.embedding) buckets.push_back(x.vocab * x.d + (x.gpt2 ? int64_t(m.seq_len) * x.d : 0));
@@ -131,7 +133,7 @@ void plan_persistent(const StagePlan& sp, StageMemory& st) {
     st.largest_bucket = std::max(st.largest_bucket, padded(n));
   }
   st.buckets = static_cast<int>(buckets.size());
-  st.shard_elements = st.param_elements / l.dp;
+  st.shard_elements = st.param_elements / group;
   const double owned = double(l.zero >= 1 ? st.shard_elements : st.param_elements);
   const double params = param_bytes * double(l.zero >= 3 ? st.shard_elements : st.param_elements);
   // Offloaded ZeRO-3 shards leave device memory; a bucket is brought in only while it is
@@ -211,6 +213,15 @@ double workspace_floats(const StagePlan& sp, const StageMemory& st) {
   // Pipeline messages: the activation or gradient arriving from a neighbour and the gradient
   // leaving for the previous stage (the runner recycles them).
   if (sp.pipelined()) ws += 2.0 * double(x.n_seq) * x.d;
+  // Context parallelism (shared by all blocks): each local chunk's q, output, dq and output
+  // gradient, one block's partial output and LSE, and the packed key/value chunks with their
+  // gradient accumulators: two hops of each (p2p), or every rank's plus this rank's own
+  // (all_gather).
+  if (l.cp > 1 && !st.blocks.empty()) {
+    const double packed = 2.0 * double(x.n) * x.kv_cols;
+    const double rings = l.cp_comm == CpComm::p2p ? 4.0 : 2.0 * l.cp + 2.0;
+    ws += 4.5 * double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq / 2 + rings * packed;
+  }
   return ws;
 }
 

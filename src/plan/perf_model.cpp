@@ -17,7 +17,9 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l,
   const std::vector<StageMemory> mem = plan_memory(s, l);
   const std::vector<StageComm> comm = plan_communication(s, l);
   const int M = micro_batches_per_step(s, l);
-  const double tokens = double(s.micro_batch) * m.seq_len;
+  // Tokens of a micro-batch on one rank: under context parallelism its share of each sequence
+  // (each local token still attends over the whole sequence's keys, as before).
+  const double tokens = double(s.micro_batch) * m.seq_len / l.cp;
   // Per token, one tensor-parallel rank's forward FLOPs of one block and of the head.
   const double heads = double(m.heads / l.tp), kv = std::max(m.kv_heads / l.tp, 1),
                hd = m.head_dim();
@@ -53,12 +55,36 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l,
         2 * blocks * act * T / a.tp_bandwidth;  // two all-reduces per block each way
     fwd += tp_each;
     bwd += tp_each;
+    // Context parallel ring (p2p): the key/value hops travel while the attention blocks
+    // compute, so only what the attention does not cover shows; the dK/dV hops and the
+    // all_gather variant's collectives wait in full.
+    double cp_ring = 0, cp_exposed = 0;
+    if (l.cp > 1 && blocks > 0) {
+      const double packed = 4.0 * 2.0 * tokens * kv * hd;
+      const double attn_s = blocks * tokens * attention_fwd / a.peak_flops;
+      const double kv_s = blocks * (l.cp - 1) * packed / a.bandwidth;
+      if (l.cp_comm == CpComm::p2p) {
+        const double grad_s = blocks * l.cp * packed / a.bandwidth;
+        cp_ring = 2 * kv_s + grad_s;
+        const double exposed_f = std::max(0.0, kv_s - attn_s);
+        const double exposed_b = std::max(0.0, kv_s - 2 * attn_s) + grad_s;
+        cp_exposed = exposed_f + exposed_b;
+        fwd += exposed_f;
+        bwd += exposed_b;
+      } else {
+        cp_ring = cp_exposed = 3 * kv_s;
+        fwd += kv_s;
+        bwd += 2 * kv_s;
+      }
+    }
     times.forward.push_back(fwd);
     times.backward.push_back(bwd);
     if (fwd + bwd > p.forward_s + p.backward_s) {
       p.forward_s = fwd;
       p.backward_s = bwd;
       p.tp_comm_s = 2 * tp_each * M;
+      p.cp_comm_s = cp_ring * M;
+      p.cp_exposed_s = cp_exposed * M;
     }
   }
   p.compute_s = (p.forward_s + p.backward_s) * M;

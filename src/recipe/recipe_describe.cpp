@@ -176,7 +176,8 @@ void describe_ranks(std::ostream& o, const Recipe& r) {
     << "\n  dp: " << r.parallel.dp << "\n  zero: " << r.parallel.zero
     << "\n  sequence_parallel: " << (r.parallel.sequence_parallel ? "true" : "false")
     << "\n  pp_schedule: " << schedule_name(r.parallel.pp_schedule)
-    << "\n  virtual_stages: " << r.parallel.virtual_stages << "\n";
+    << "\n  virtual_stages: " << r.parallel.virtual_stages << "\n  cp: " << r.parallel.cp
+    << "\n  cp_comm: " << cp_comm_name(r.parallel.cp_comm) << "\n";
   if (!r.parallel.pp_layers.empty()) {
     o << "  pp_layers: [";
     for (size_t i = 0; i < r.parallel.pp_layers.size(); ++i)

@@ -54,8 +54,9 @@ StepReport run_one_step(TrainingRun& run, int64_t s, Clock::time_point t_start) 
   rep.comm_share = rep.stats.comm_wait_s / rep.step_seconds;
   rep.pipeline_idle = rep.stats.pipeline_idle_s / rep.step_seconds;
   rep.memory = run.opt->memory();
-  rep.activation_bytes =
-      run.model->activation_bytes() + (run.pipeline ? run.pipeline->buffer_bytes() : 0);
+  rep.activation_bytes = run.model->activation_bytes() +
+                         (run.pipeline ? run.pipeline->buffer_bytes() : 0) +
+                         (run.context_parallel ? run.context_parallel->buffer_bytes() : 0);
   rep.multi_rank = world > 1;
   const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
   rep.eta_seconds = elapsed / double(s - run.first_step + 1) * double(r.train.steps - s);
