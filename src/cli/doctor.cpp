@@ -14,6 +14,7 @@
 #include "backend/backend_check.h"
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
+#include "comm/collective_transport.h"
 #include "util/atomic_dir.h"
 #include "util/error.h"
 #if LLMRUN_HAVE_CUDA
@@ -103,6 +104,8 @@ int run_doctor(const DoctorArgs& a) {
   }
   nlohmann::json report = {{"version", LLMRUN_VERSION}, {"built_backends", built_backends()}};
   std::printf("llmrun %s\nbuilt backends: %s\n", LLMRUN_VERSION, built_backends_text().c_str());
+  report["collectives"] = collective_transports_text();
+  std::printf("collectives: %s\n", collective_transports_text().c_str());
   std::vector<CheckedBackend> checked;
   // The all-core CPU backend first: it reads the thread count before the reference pins one.
   std::unique_ptr<Backend> cpu_all = a.check_cpu ? make_backend(BackendKind::cpu, 0) : nullptr;

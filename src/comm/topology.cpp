@@ -30,4 +30,11 @@ Topology Topology::build(std::unique_ptr<Communicator> world, const ParallelLayo
   return t;
 }
 
+void Topology::wrap_groups(
+    const std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator>)>& wrap) {
+  tp_ = wrap(std::move(tp_));
+  pp_ = wrap(std::move(pp_));
+  dp_ = wrap(std::move(dp_));
+}
+
 }  // namespace llmrun

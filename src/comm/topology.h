@@ -2,6 +2,7 @@
 // Which rank does what: world rank r sits at tp_rank = r % tp, pp_rank = (r / tp) % pp,
 // dp_rank = r / (tp * pp) (tensor parallel fastest, as Megatron orders ranks, so a tp group
 // shares a node), and one communicator per group it belongs to.
+#include <functional>
 #include <memory>
 
 #include "comm/communicator.h"
@@ -27,6 +28,10 @@ class Topology {
   Communicator& dp() const { return *dp_; }
   int rank() const { return world_->rank(); }
   bool is_logger() const { return world_->rank() == 0; }  // prints progress, writes metrics
+  // Replaces the tp, pp and dp communicators (in that order, on every rank) by wrap(group):
+  // device collectives over NCCL (comm/collective_transport.h). The world stays as it is.
+  void wrap_groups(
+      const std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator>)>& wrap);
 
  private:
   ParallelLayout layout_;

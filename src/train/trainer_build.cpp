@@ -4,6 +4,7 @@
 #include "backend/backend_factory.h"
 #include "ckpt/hf_weight_files.h"
 #include "ckpt/hf_weights.h"
+#include "comm/collective_transport.h"
 #include "parallel/model_partition.h"
 #include "train/training_run.h"
 #include "util/allocation_phase.h"
@@ -32,6 +33,9 @@ void TrainingRun::build_world(const LaunchEnvironment& env) {
                          env.under_launcher ? env.local_rank : 0);
   if (recipe.precision.compute == "bf16") backend->set_gemm_dtype(DType::bf16);
   comm_staging.emplace(*backend);
+  // GPU ranks: NCCL for the groups whose ranks each have a GPU of their own (logged).
+  if (env.under_launcher)
+    use_device_collectives(topo, *backend, env.local_rank, env.local_size, recipe.launch.timeout_s);
 }
 
 void TrainingRun::build_data() {
