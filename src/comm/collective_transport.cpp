@@ -57,7 +57,8 @@ std::vector<std::string> all_gather_ids(Communicator& group, const std::string& 
 void use_device_collectives(Topology& topo, Backend& backend, int local_rank, int local_size,
                             double timeout_s) {
   if (topo.world().size() == 1) return;
-  const bool device = backend.device() != Device::cpu;
+  // A CUDA device (not the device-emulating CPU backend of the tests, whose memory is host memory).
+  const bool device = backend.device() == Device::cuda && backend.name().rfind("cuda", 0) == 0;
 #if LLMRUN_HAVE_NCCL
   const bool built = true;
 #else
