@@ -32,6 +32,7 @@ void TrainingRun::build_world(const LaunchEnvironment& env) {
                          env.under_launcher ? threads_per_rank(env.local_size) : 0,
                          env.under_launcher ? env.local_rank : 0);
   if (recipe.precision.compute == "bf16") backend->set_gemm_dtype(DType::bf16);
+  if (recipe.precision.fp8.enabled) require_fp8_device(*backend);  // before any allocation
   comm_staging.emplace(*backend);
   // GPU ranks: NCCL for the groups whose ranks each have a GPU of their own (logged).
   if (env.under_launcher)
