@@ -85,6 +85,10 @@ Fp8Linears::Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend
   if (Fp8GemmOps* ops = fp8_gemm_ops(be)) {
     require_fp8_device(be);
     device_ = std::make_unique<Fp8DeviceGemms>(be, *ops, int(tensors_.size()));
+    spdlog::info(
+        "FP8: native FP8 GEMMs ({} forward, {} gradients; fp32 accumulation); linears whose "
+        "sides are not multiples of 16 run the exact emulation",
+        fp8_format_name(Fp8Format::e4m3), fp8_format_name(grad_format));
   }
 }
 
