@@ -16,10 +16,11 @@
 
 namespace llmrun {
 
-TransportChoice choose_transport(bool nccl_built, bool device_backend, const char* nccl_env,
+TransportChoice choose_transport(const std::string& nccl_missing, bool device_backend,
+                                 const char* nccl_env,
                                  const std::vector<std::string>& member_devices) {
   if (!device_backend) return {CollectiveTransport::host_staging, "the backend is not a GPU"};
-  if (!nccl_built) return {CollectiveTransport::host_staging, "this llmrun was built without NCCL"};
+  if (!nccl_missing.empty()) return {CollectiveTransport::host_staging, nccl_missing};
   if (nccl_env && std::string(nccl_env) == "0")
     return {CollectiveTransport::host_staging, "LLMRUN_NCCL=0"};
   std::map<std::string, size_t> first;
@@ -60,16 +61,17 @@ void use_device_collectives(Topology& topo, Backend& backend, int local_rank, in
   // A CUDA device (not the device-emulating CPU backend of the tests, whose memory is host memory).
   const bool device = backend.device() == Device::cuda && backend.name().rfind("cuda", 0) == 0;
 #if LLMRUN_HAVE_NCCL
-  const bool built = true;
+  const std::string missing = device ? nccl_unavailable() : std::string();
 #else
-  const bool built = false;
+  const std::string missing = "this llmrun was built without NCCL";
   (void)local_rank;
   (void)local_size;
 #endif
+  const bool usable = missing.empty();
   std::string identity;  // this rank's device, as NCCL's duplicate check sees it
   int ordinal = 0;
 #if LLMRUN_HAVE_NCCL
-  if (device) {
+  if (device && usable) {
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     const DeviceBinding b =
         bind_rank_device(local_rank, local_size, nccl_visible_devices(), visible ? visible : "");
@@ -81,8 +83,8 @@ void use_device_collectives(Topology& topo, Backend& backend, int local_rank, in
   const int world_rank = topo.rank();
   topo.wrap_groups([&](std::unique_ptr<Communicator> group) {
     const std::vector<std::string> ids =
-        device && built ? all_gather_ids(*group, identity) : std::vector<std::string>{};
-    const TransportChoice c = choose_transport(built, device, std::getenv("LLMRUN_NCCL"), ids);
+        device && usable ? all_gather_ids(*group, identity) : std::vector<std::string>{};
+    const TransportChoice c = choose_transport(missing, device, std::getenv("LLMRUN_NCCL"), ids);
     if (device)
       spdlog::info("{} group ({} ranks): {} ({})", group->name(), group->size(),
                    c.transport == CollectiveTransport::nccl ? "NCCL" : "MPI with host staging",

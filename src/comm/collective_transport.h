@@ -19,9 +19,11 @@ struct TransportChoice {
   std::string reason;  // why, for the log line
 };
 
+// nccl_missing: "" when NCCL can be used, else why not (not built, libnccl not loadable).
 // member_devices: each group rank's device identity (PCI bus id), in group rank order.
 // nccl_env: the LLMRUN_NCCL environment variable ("0" forces host staging), null when unset.
-TransportChoice choose_transport(bool nccl_built, bool device_backend, const char* nccl_env,
+TransportChoice choose_transport(const std::string& nccl_missing, bool device_backend,
+                                 const char* nccl_env,
                                  const std::vector<std::string>& member_devices);
 
 // Replaces the tp, pp and dp groups of a multi-rank `topo` with NCCL-backed communicators

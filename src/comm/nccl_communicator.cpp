@@ -10,6 +10,7 @@
 #include "comm/nccl_communicator.h"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <exception>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 #include "comm/device_staging.h"
 #include "comm/nccl_bootstrap.h"
@@ -28,6 +30,69 @@ static_assert(sizeof(ncclUniqueId) == kNcclIdBytes, "NCCL's unique id size chang
 
 namespace {
 
+// libnccl is opened on first use, not linked: a process that never builds an NCCL
+// communicator (one rank, the CPU, --version) does not map it (it reserves more address space
+// than a rank under `ulimit -v` may have), and a machine without NCCL still runs llmrun with
+// the MPI fallback. The symbols used, resolved once.
+struct NcclApi {
+  void* lib = nullptr;
+  std::string error;
+#define LLMRUN_NCCL_FN(name) decltype(&::name) name = nullptr;
+  LLMRUN_NCCL_FN(ncclGetVersion)
+  LLMRUN_NCCL_FN(ncclGetUniqueId)
+  LLMRUN_NCCL_FN(ncclCommInitRankConfig)
+  LLMRUN_NCCL_FN(ncclCommGetAsyncError)
+  LLMRUN_NCCL_FN(ncclGetErrorString)
+  LLMRUN_NCCL_FN(ncclGetLastError)
+  LLMRUN_NCCL_FN(ncclCommAbort)
+  LLMRUN_NCCL_FN(ncclCommFinalize)
+  LLMRUN_NCCL_FN(ncclCommDestroy)
+  LLMRUN_NCCL_FN(ncclAllReduce)
+  LLMRUN_NCCL_FN(ncclReduceScatter)
+  LLMRUN_NCCL_FN(ncclAllGather)
+  LLMRUN_NCCL_FN(ncclBroadcast)
+#undef LLMRUN_NCCL_FN
+};
+
+const NcclApi& nccl_api() {
+  static const NcclApi api = [] {
+    NcclApi a;
+    a.lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!a.lib) {
+      const char* e = dlerror();
+      a.error = std::string("libnccl.so.2 cannot be loaded: ") + (e ? e : "unknown error");
+      return a;
+    }
+    auto resolve = [&a](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(a.lib, name));
+      if (!fn && a.error.empty()) a.error = std::string("libnccl.so.2 lacks ") + name;
+    };
+#define LLMRUN_NCCL_FN(name) resolve(a.name, #name);
+    LLMRUN_NCCL_FN(ncclGetVersion)
+    LLMRUN_NCCL_FN(ncclGetUniqueId)
+    LLMRUN_NCCL_FN(ncclCommInitRankConfig)
+    LLMRUN_NCCL_FN(ncclCommGetAsyncError)
+    LLMRUN_NCCL_FN(ncclGetErrorString)
+    LLMRUN_NCCL_FN(ncclGetLastError)
+    LLMRUN_NCCL_FN(ncclCommAbort)
+    LLMRUN_NCCL_FN(ncclCommFinalize)
+    LLMRUN_NCCL_FN(ncclCommDestroy)
+    LLMRUN_NCCL_FN(ncclAllReduce)
+    LLMRUN_NCCL_FN(ncclReduceScatter)
+    LLMRUN_NCCL_FN(ncclAllGather)
+    LLMRUN_NCCL_FN(ncclBroadcast)
+#undef LLMRUN_NCCL_FN
+    return a;
+  }();
+  return api;
+}
+
+const NcclApi& nccl() {
+  const NcclApi& a = nccl_api();
+  if (!a.error.empty()) throw std::runtime_error(a.error);
+  return a;
+}
+
 void cuda_ok(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess)
     throw std::runtime_error("CUDA error in " + what + ": " + cudaGetErrorName(e) + " (" +
@@ -36,7 +101,7 @@ void cuda_ok(cudaError_t e, const std::string& what) {
 
 void nccl_ok(ncclResult_t r, const std::string& what) {
   if (r != ncclSuccess && r != ncclInProgress)
-    throw std::runtime_error("NCCL error in " + what + ": " + ncclGetErrorString(r));
+    throw std::runtime_error("NCCL error in " + what + ": " + nccl().ncclGetErrorString(r));
 }
 
 // Element type for NCCL: reductions need an arithmetic type; anything else travels as bytes.
@@ -64,13 +129,13 @@ size_t nccl_count(const Tensor& t, ncclDataType_t type) {
 // is still being processed; ncclSuccess when idle or running fine; else its error.
 ncclResult_t comm_state(ncclComm_t comm) {
   ncclResult_t state = ncclSuccess;
-  const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+  const ncclResult_t r = nccl().ncclCommGetAsyncError(comm, &state);
   return r != ncclSuccess ? r : state;
 }
 
 std::string comm_error(ncclComm_t comm, ncclResult_t r) {
-  std::string s = ncclGetErrorString(r);
-  const char* last = ncclGetLastError(comm);
+  std::string s = nccl().ncclGetErrorString(r);
+  const char* last = nccl().ncclGetLastError(comm);
   if (last && *last) s += std::string(": ") + last;
   return s;
 }
@@ -81,7 +146,7 @@ struct NcclGroup {
   int device = 0;
   bool aborted = false;
   void abort() {
-    if (comm && !aborted) ncclCommAbort(comm);
+    if (comm && !aborted) nccl().ncclCommAbort(comm);
     aborted = true;
   }
 };
@@ -137,7 +202,7 @@ class NcclCollectives final : public DeviceCollectives {
     g_.device = ordinal;
     const NcclIdBytes id_bytes = bootstrap_unique_id(group, [] {
       ncclUniqueId id;
-      nccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId");
+      nccl_ok(nccl().ncclGetUniqueId(&id), "ncclGetUniqueId");
       NcclIdBytes b;
       std::memcpy(b.data(), &id, sizeof id);
       return b;
@@ -152,7 +217,7 @@ class NcclCollectives final : public DeviceCollectives {
             "the " + name_ + " group's NCCL stream");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    nccl_ok(ncclCommInitRankConfig(&g_.comm, group.size(), id, rank_, &config),
+    nccl_ok(nccl().ncclCommInitRankConfig(&g_.comm, group.size(), id, rank_, &config),
             "ncclCommInitRankConfig (" + name_ + " group)");
     StateProbe init(g_);
     wait_device_op(init, "NCCL initialisation of the " + name_ + " group", world_rank_, timeout_s_,
@@ -166,13 +231,13 @@ class NcclCollectives final : public DeviceCollectives {
       } else {
         // Finalize flushes and waits for quiescence without blocking the host; give it the
         // run's timeout, then abort rather than hang at exit.
-        ncclCommFinalize(g_.comm);
+        nccl().ncclCommFinalize(g_.comm);
         const auto deadline =
             std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
         while (comm_state(g_.comm) == ncclInProgress && std::chrono::steady_clock::now() < deadline)
           std::this_thread::sleep_for(std::chrono::microseconds(100));
         if (comm_state(g_.comm) == ncclSuccess)
-          ncclCommDestroy(g_.comm);
+          nccl().ncclCommDestroy(g_.comm);
         else
           g_.abort();
       }
@@ -185,8 +250,8 @@ class NcclCollectives final : public DeviceCollectives {
   std::unique_ptr<DeviceOpProbe> all_reduce(Tensor buf, ReduceOp op) override {
     const ncclDataType_t t = nccl_type(buf, true);
     return launch("all_reduce", {}, [&] {
-      return ncclAllReduce(buf.data, buf.data, nccl_count(buf, t), t,
-                           op == ReduceOp::sum ? ncclSum : ncclMax, g_.comm, g_.stream);
+      return nccl().ncclAllReduce(buf.data, buf.data, nccl_count(buf, t), t,
+                                  op == ReduceOp::sum ? ncclSum : ncclMax, g_.comm, g_.stream);
     });
   }
 
@@ -204,7 +269,8 @@ class NcclCollectives final : public DeviceCollectives {
       dst = scratch.data();
     }
     return launch("reduce_scatter", std::move(scratch), [&] {
-      const ncclResult_t r = ncclReduceScatter(in.data, dst, n, t, ncclSum, g_.comm, g_.stream);
+      const ncclResult_t r =
+          nccl().ncclReduceScatter(in.data, dst, n, t, ncclSum, g_.comm, g_.stream);
       if (dst != out.data && (r == ncclSuccess || r == ncclInProgress))
         cuda_ok(cudaMemcpyAsync(out.data, dst, out.bytes(), cudaMemcpyDeviceToDevice, g_.stream),
                 "reduce_scatter copy");
@@ -216,14 +282,15 @@ class NcclCollectives final : public DeviceCollectives {
     const ncclDataType_t t = nccl_type(in, false);
     // `in` at chunk rank() of `out` is exactly NCCL's in-place form.
     return launch("all_gather", {}, [&] {
-      return ncclAllGather(in.data, out.data, nccl_count(in, t), t, g_.comm, g_.stream);
+      return nccl().ncclAllGather(in.data, out.data, nccl_count(in, t), t, g_.comm, g_.stream);
     });
   }
 
   std::unique_ptr<DeviceOpProbe> broadcast(Tensor buf, int root) override {
     const ncclDataType_t t = nccl_type(buf, false);
     return launch("broadcast", {}, [&] {
-      return ncclBroadcast(buf.data, buf.data, nccl_count(buf, t), t, root, g_.comm, g_.stream);
+      return nccl().ncclBroadcast(buf.data, buf.data, nccl_count(buf, t), t, root, g_.comm,
+                                  g_.stream);
     });
   }
 
@@ -277,12 +344,13 @@ std::string nccl_device_identity(int ordinal) {
 }
 
 std::string nccl_version_text() {
-  int v = 0;
-  if (ncclGetVersion(&v) != ncclSuccess) v = NCCL_VERSION_CODE;
   // Codes since 2.9: major * 10000 + minor * 100 + patch.
+  const int v = NCCL_VERSION_CODE;
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
          std::to_string(v % 100);
 }
+
+std::string nccl_unavailable() { return nccl_api().error; }
 
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& group, int ordinal,
                                                          int world_rank, double timeout_s) {

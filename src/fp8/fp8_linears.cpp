@@ -128,8 +128,8 @@ Tensor Fp8Linears::cast(const Tensor& x, TensorState& t, int slot, bool record) 
   if (x.device == Device::cpu && q.device == Device::cpu) {
     st = fp8_round_trip(x.f32(), q.f32(), x.numel(), t.scaling.scale(), t.format);
   } else {
-    // Device memory: the emulation runs on host copies (correct, not fast; FP8 GEMMs on a
-    // device are their own work).
+    // Device memory on the emulated path (a shape the native FP8 GEMM does not take): the
+    // emulation runs on host copies (correct, not fast).
     std::vector<float>& in = host_in_[slot];
     std::vector<float>& out = host_out_[slot];
     in.resize(size_t(x.numel()));

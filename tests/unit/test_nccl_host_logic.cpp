@@ -122,21 +122,25 @@ TEST(NcclHostLogic, UniqueIdTravelsToTheOtherRanksOverTheHostPath) {
 
 TEST(NcclHostLogic, TransportChoice) {
   const std::vector<std::string> distinct = {"0000:17:00.0", "0000:65:00.0", "0000:ca:00.0"};
-  EXPECT_EQ(choose_transport(true, true, nullptr, distinct).transport, CollectiveTransport::nccl);
-  EXPECT_EQ(choose_transport(true, true, "1", {"0000:17:00.0"}).transport,
-            CollectiveTransport::nccl);
-  const auto cpu = choose_transport(true, false, nullptr, distinct);
+  EXPECT_EQ(choose_transport("", true, nullptr, distinct).transport, CollectiveTransport::nccl);
+  EXPECT_EQ(choose_transport("", true, "1", {"0000:17:00.0"}).transport, CollectiveTransport::nccl);
+  const auto cpu = choose_transport("", false, nullptr, distinct);
   EXPECT_EQ(cpu.transport, CollectiveTransport::host_staging);
   EXPECT_EQ(cpu.reason, "the backend is not a GPU");
-  const auto unbuilt = choose_transport(false, true, nullptr, distinct);
+  const auto unbuilt =
+      choose_transport("this llmrun was built without NCCL", true, nullptr, distinct);
   EXPECT_EQ(unbuilt.transport, CollectiveTransport::host_staging);
   EXPECT_EQ(unbuilt.reason, "this llmrun was built without NCCL");
-  const auto off = choose_transport(true, true, "0", distinct);
+  const auto unloadable =
+      choose_transport("libnccl.so.2 cannot be loaded: no such file", true, nullptr, distinct);
+  EXPECT_EQ(unloadable.transport, CollectiveTransport::host_staging);
+  EXPECT_EQ(unloadable.reason, "libnccl.so.2 cannot be loaded: no such file");
+  const auto off = choose_transport("", true, "0", distinct);
   EXPECT_EQ(off.transport, CollectiveTransport::host_staging);
   EXPECT_EQ(off.reason, "LLMRUN_NCCL=0");
   // Ranks 0 and 2 on one card: NCCL would refuse ("Duplicate GPU detected").
   const auto shared =
-      choose_transport(true, true, nullptr, {"0000:17:00.0", "0000:65:00.0", "0000:17:00.0"});
+      choose_transport("", true, nullptr, {"0000:17:00.0", "0000:65:00.0", "0000:17:00.0"});
   EXPECT_EQ(shared.transport, CollectiveTransport::host_staging);
   EXPECT_EQ(
       shared.reason,
@@ -318,3 +322,18 @@ TEST(DeviceCommunicator, WaitDeviceOpNeverReturnsAfterAFailure) {
 }
 
 }  // namespace
+
+#if LLMRUN_HAVE_NCCL
+#include "comm/nccl_communicator.h"
+
+namespace {
+
+// libnccl is opened at run time, not linked: the library CMake found must load and carry every
+// symbol the communicator uses (no GPU needed to resolve them).
+TEST(NcclHostLogic, TheNcclLibraryLoadsWithEverySymbol) {
+  EXPECT_EQ(llmrun::nccl_unavailable(), "");
+  EXPECT_EQ(llmrun::collective_transports_text(), "mpi, nccl " + llmrun::nccl_version_text());
+}
+
+}  // namespace
+#endif
