@@ -19,6 +19,7 @@
 #include "util/error.h"
 #if LLMRUN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/fp8_support.h"
 #endif
 
 namespace llmrun::cli {
@@ -131,7 +132,12 @@ int run_doctor(const DoctorArgs& a) {
            {"compute_capability", std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor)},
            {"total_bytes", d.total_bytes},
            {"free_bytes", d.free_bytes},
-           {"sm_count", d.sm_count}});
+           {"sm_count", d.sm_count},
+           {"fp8_gemms", cuda::fp8_gemm_supported(d.cc_major, d.cc_minor)}});
+      std::printf("device %d: FP8 GEMMs (precision.fp8): %s\n", d.ordinal,
+                  cuda::fp8_gemm_supported(d.cc_major, d.cc_minor)
+                      ? "yes"
+                      : "no (needs compute capability 8.9 or newer)");
     }
     for (const CudaDeviceInfo& d : infos) {
       auto gpu = make_cuda_backend(d.ordinal);
