@@ -1,10 +1,11 @@
 // NCCL collectives on a communication stream (see nccl_communicator.h).
 //
-// Ordering: the Backend seam exposes no stream handle, so an operation is ordered after the
-// compute that produced its buffer by synchronising the staging backend (comm_backend()) when
-// it is issued, as the MPI path does before it copies; it then runs on this group's stream
-// while the host goes on issuing compute, and its completion is an event that wait()/test()
-// poll together with NCCL's async error. The communicator is non-blocking (config.blocking =
+// Ordering (llm.c's zero.cuh pattern): an operation waits on the device for the compute that
+// produced its buffer (an event recorded on the backend's compute stream, backend/
+// device_streams.h, and cudaStreamWaitEvent on this group's stream), so the host goes on
+// issuing compute while the collective runs on its own high-priority stream; its completion is
+// an event that wait()/test() poll together with NCCL's async error, and the caller uses the
+// result only after wait(), as with MPI. The communicator is non-blocking (config.blocking =
 // 0): no NCCL call can hang the host, every wait is bounded by launch.timeout_s, and a
 // failure or timeout ends in ncclCommAbort and a message naming the rank and the operation.
 #include "comm/nccl_communicator.h"
@@ -20,6 +21,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "backend/device_streams.h"
 #include "comm/device_staging.h"
 #include "comm/nccl_bootstrap.h"
 #include "util/error.h"
@@ -215,6 +217,7 @@ class NcclCollectives final : public DeviceCollectives {
     // High priority: a collective's kernels get SMs ahead of the compute queued behind them.
     cuda_ok(cudaStreamCreateWithPriority(&g_.stream, cudaStreamNonBlocking, greatest),
             "the " + name_ + " group's NCCL stream");
+    cuda_ok(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "an NCCL ordering event");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     nccl_ok(nccl().ncclCommInitRankConfig(&g_.comm, group.size(), id, rank_, &config),
@@ -242,6 +245,7 @@ class NcclCollectives final : public DeviceCollectives {
           g_.abort();
       }
     }
+    if (ready_) cudaEventDestroy(ready_);
     if (g_.stream) cudaStreamDestroy(g_.stream);
   }
 
@@ -299,8 +303,15 @@ class NcclCollectives final : public DeviceCollectives {
   std::unique_ptr<DeviceOpProbe> launch(const char* op, Buffer scratch, Enqueue enqueue) {
     const std::string what = std::string(op) + " on the " + name_ + " group (NCCL)";
     cuda_ok(cudaSetDevice(g_.device), "cudaSetDevice");
-    // The buffer was written by kernels on the compute stream (see the top of this file).
-    if (Backend* be = comm_backend()) be->synchronize();
+    // The buffer was written by kernels on the compute stream: the group's stream waits for
+    // them on the device (an event), or, on a backend without a stream handle, the host does.
+    Backend* be = comm_backend();
+    if (DeviceStreams* ds = device_streams(be); ds && ds->device_ordinal() == g_.device) {
+      cuda_ok(cudaEventRecord(ready_, static_cast<cudaStream_t>(ds->compute_stream())), what);
+      cuda_ok(cudaStreamWaitEvent(g_.stream, ready_, 0), what);
+    } else if (be) {
+      be->synchronize();
+    }
     const ncclResult_t r = enqueue();
     if (r != ncclSuccess && r != ncclInProgress) {
       g_.abort();
@@ -320,6 +331,7 @@ class NcclCollectives final : public DeviceCollectives {
   }
 
   NcclGroup g_;
+  cudaEvent_t ready_ = nullptr;  // recorded on the compute stream before each operation
   std::string name_;
   int rank_;
   int world_rank_;

@@ -13,12 +13,14 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_context.h"
+#include "backend/device_streams.h"
 #include "backend/fp8_gemm.h"
 
 namespace llmrun {
 
-// Also the FP8 GEMMs (cuda_fp8.cpp) on devices with FP8 tensor cores.
-class CudaBackend final : public Backend, public Fp8GemmOps {
+// Also the FP8 GEMMs (cuda_fp8.cpp) on devices with FP8 tensor cores, and its compute stream
+// for the NCCL communicator's event ordering.
+class CudaBackend final : public Backend, public Fp8GemmOps, public DeviceStreams {
  public:
   explicit CudaBackend(int ordinal);
 
@@ -86,6 +88,9 @@ class CudaBackend final : public Backend, public Fp8GemmOps {
   void argmax_rows(Tensor ids, const Tensor& x) override;
   Buffer allocate_host_pinned(size_t bytes) override;
   void synchronize() override;
+
+  void* compute_stream() const override { return stream_; }
+  int device_ordinal() const override { return ctx_.ordinal; }
 
   std::string fp8_unsupported() const override;
   bool fp8_shape_supported(int64_t m, int64_t n, int64_t k) const override;
