@@ -177,6 +177,21 @@ for pair in fp8_vs_cpu_emulation fp8_vs_bf16; do
   if [ $rc -eq 0 ]; then record "$pair" PASS "$fig"; else record "$pair" FAIL "$fig"; fi
 done
 
+# The GEMM-only FP8 speedup at the Llama-3 8B shapes (d 4096, ffn 14336; bench kernels' FP8
+# rows next to its bf16 rows, same run).
+if wanted bench_fp8_gemm; then
+  if [ $gpu_ok = 0 ]; then record bench_fp8_gemm "$GPU_WHY" ""
+  elif "$LLMRUN" bench kernels "$RECIPES/llama-small.yaml" --backend cuda --dtype bf16 --set model.d_model=4096 \
+      --set model.heads=32 --set model.kv_heads=8 --set model.ffn=14336 --set model.seq_len=2048 \
+      --set train.micro_batch=2 --repeat 10 --json "$RES/bench_fp8_gemm.json" >"$RES/bench_fp8_gemm.log" 2>&1; then
+    if fig=$("$PY" -c "
+import json,sys; r={k['kernel']:k for k in json.load(open(sys.argv[1]))['kernels']}
+print(', '.join(f\"{p}: bf16 {r[p+' fwd']['gflops']/1e3:.0f} / fp8 {r[p+' fp8 fwd']['gflops']/1e3:.0f} TFLOP/s ({r[p+' fp8 fwd']['gflops']/r[p+' fwd']['gflops']:.2f}x)\" for p in ('qkv','up','down')))" "$RES/bench_fp8_gemm.json" 2>>"$RES/bench_fp8_gemm.log"); then
+      record bench_fp8_gemm PASS "$fig"
+    else record bench_fp8_gemm FAIL "no FP8 rows in bench kernels (see bench_fp8_gemm.log)"; fi
+  else record bench_fp8_gemm FAIL "exit $?: $(tail -n 1 "$RES/bench_fp8_gemm.log")"; fi
+fi
+
 # --- several ranks on one GPU (issue 17) --------------------------------------------------
 # dp2 on one card: NCCL refuses two ranks on one GPU, so the run must choose MPI with host
 # staging by itself (logged) and reproduce the one-rank loss curve (fp32: 1e-5 relative).
