@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
@@ -272,14 +273,15 @@ class NcclCollectives final : public DeviceCollectives {
       scratch = be->allocate(out.bytes());
       dst = scratch.data();
     }
-    return launch("reduce_scatter", std::move(scratch), [&] {
-      const ncclResult_t r =
-          nccl().ncclReduceScatter(in.data, dst, n, t, ncclSum, g_.comm, g_.stream);
-      if (dst != out.data && (r == ncclSuccess || r == ncclInProgress))
-        cuda_ok(cudaMemcpyAsync(out.data, dst, out.bytes(), cudaMemcpyDeviceToDevice, g_.stream),
+    return launch(
+        "reduce_scatter", std::move(scratch),
+        [&] { return nccl().ncclReduceScatter(in.data, dst, n, t, ncclSum, g_.comm, g_.stream); },
+        [&] {
+          if (dst != out.data)
+            cuda_ok(
+                cudaMemcpyAsync(out.data, dst, out.bytes(), cudaMemcpyDeviceToDevice, g_.stream),
                 "reduce_scatter copy");
-      return r;
-    });
+        });
   }
 
   std::unique_ptr<DeviceOpProbe> all_gather(const Tensor& in, Tensor out) override {
@@ -299,8 +301,11 @@ class NcclCollectives final : public DeviceCollectives {
   }
 
  private:
+  // Enqueues one NCCL call on the group's stream, then `after` (work on the same stream that
+  // must follow the NCCL kernel: enqueued only once NCCL has left ncclInProgress).
   template <class Enqueue>
-  std::unique_ptr<DeviceOpProbe> launch(const char* op, Buffer scratch, Enqueue enqueue) {
+  std::unique_ptr<DeviceOpProbe> launch(const char* op, Buffer scratch, Enqueue enqueue,
+                                        const std::function<void()>& after = {}) {
     const std::string what = std::string(op) + " on the " + name_ + " group (NCCL)";
     cuda_ok(cudaSetDevice(g_.device), "cudaSetDevice");
     // The buffer was written by kernels on the compute stream: the group's stream waits for
@@ -324,6 +329,7 @@ class NcclCollectives final : public DeviceCollectives {
       StateProbe enqueued(g_);
       wait_device_op(enqueued, what, world_rank_, timeout_s_, abort_job_failure());
     }
+    if (after) after();
     cudaEvent_t done;
     cuda_ok(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what);
     cuda_ok(cudaEventRecord(done, g_.stream), what);
