@@ -5,6 +5,7 @@
 #include <functional>
 #include <vector>
 
+#include "backend/fp8_gemm.h"
 #include "train/peak_flops.h"
 #include "util/terminal_progress.h"
 
@@ -88,6 +89,28 @@ nlohmann::json run_kernel_bench(Backend& be, const ModelConfig& cfg, const Kerne
     record(name + " bwd dW", mnk(p.out, p.in, M), flops,
            time_median(be, o.repeat, [&] { be.matmul(dw, dy, x, true, false, 1.0f, 1.0f); }));
   }
+
+  // FP8 GEMMs (E4M3 x E4M3, f32 output, fp32 accumulation) at the same forward shapes, on a
+  // device that has them: the GEMM-only speedup over the rows above.
+  Fp8GemmOps* fp8 = fp8_gemm_ops(be);
+  if (fp8 && fp8->fp8_unsupported().empty())
+    for (const Projection& p : projections) {
+      if (!fp8->fp8_shape_supported(M, p.out, p.in)) continue;
+      std::vector<Buffer> keep;
+      const Tensor x = filled(be, keep, {M, p.in}, 0.01f),
+                   w = filled(be, keep, {p.out, p.in}, 0.02f);
+      const Tensor y = filled(be, keep, {M, p.out}, 0.0f), one = filled(be, keep, {1}, 1.0f);
+      keep.push_back(be.allocate(size_t(M * p.in)));
+      const Tensor xq = keep.back().as(DType::fp8_e4m3, {M, p.in});
+      keep.push_back(be.allocate(size_t(p.out * p.in)));
+      const Tensor wq = keep.back().as(DType::fp8_e4m3, {p.out, p.in});
+      fp8->fp8_cast_transpose(xq, Tensor(), Tensor(), Tensor(), x, one, DType::fp8_e4m3);
+      fp8->fp8_cast_transpose(wq, Tensor(), Tensor(), Tensor(), w, one, DType::fp8_e4m3);
+      record(std::string(p.name) + " fp8 fwd", mnk(M, p.out, p.in),
+             2.0 * double(M) * double(p.out) * double(p.in), time_median(be, o.repeat, [&] {
+               fp8->fp8_matmul(y, xq, wq, one, one, 0.0f, nullptr);
+             }));
+    }
 
   {
     std::vector<Buffer> keep;

@@ -14,10 +14,12 @@
 #include "backend/backend_check.h"
 #include "backend/backend_factory.h"
 #include "cli/commands.h"
+#include "comm/collective_transport.h"
 #include "util/atomic_dir.h"
 #include "util/error.h"
 #if LLMRUN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/fp8_support.h"
 #endif
 
 namespace llmrun::cli {
@@ -103,6 +105,8 @@ int run_doctor(const DoctorArgs& a) {
   }
   nlohmann::json report = {{"version", LLMRUN_VERSION}, {"built_backends", built_backends()}};
   std::printf("llmrun %s\nbuilt backends: %s\n", LLMRUN_VERSION, built_backends_text().c_str());
+  report["collectives"] = collective_transports_text();
+  std::printf("collectives: %s\n", collective_transports_text().c_str());
   std::vector<CheckedBackend> checked;
   // The all-core CPU backend first: it reads the thread count before the reference pins one.
   std::unique_ptr<Backend> cpu_all = a.check_cpu ? make_backend(BackendKind::cpu, 0) : nullptr;
@@ -128,7 +132,12 @@ int run_doctor(const DoctorArgs& a) {
            {"compute_capability", std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor)},
            {"total_bytes", d.total_bytes},
            {"free_bytes", d.free_bytes},
-           {"sm_count", d.sm_count}});
+           {"sm_count", d.sm_count},
+           {"fp8_gemms", cuda::fp8_gemm_supported(d.cc_major, d.cc_minor)}});
+      std::printf("device %d: FP8 GEMMs (precision.fp8): %s\n", d.ordinal,
+                  cuda::fp8_gemm_supported(d.cc_major, d.cc_minor)
+                      ? "yes"
+                      : "no (needs compute capability 8.9 or newer)");
     }
     for (const CudaDeviceInfo& d : infos) {
       auto gpu = make_cuda_backend(d.ordinal);

@@ -14,6 +14,7 @@
 #include "backend/backend_factory.h"
 #include "ckpt/hf_weight_files.h"
 #include "cli/commands.h"
+#include "comm/collective_transport.h"
 #include "comm/mpi_communicator.h"
 #include "util/allocation_phase.h"
 #include "util/error.h"
@@ -49,7 +50,9 @@ int main(int argc, char** argv) {
   }
   CLI::App app{"llmrun: train and serve GPT-2 and Llama models with one binary"};
   app.set_version_flag("--version", std::string("llmrun ") + LLMRUN_VERSION +
-                                        " (backends: " + llmrun::cli::built_backends_text() + ")");
+                                        " (backends: " + llmrun::cli::built_backends_text() +
+                                        "; collectives: " + llmrun::collective_transports_text() +
+                                        ")");
   app.require_subcommand(1);
   // Options of the whole program, accepted before or after the subcommand (fallthrough: a
   // subcommand passes options it does not know to this level).

@@ -35,4 +35,13 @@ Topology Topology::build(std::unique_ptr<Communicator> world, const ParallelLayo
   return t;
 }
 
+void Topology::wrap_groups(
+    const std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator>)>& wrap) {
+  tp_ = wrap(std::move(tp_));
+  pp_ = wrap(std::move(pp_));
+  dp_ = wrap(std::move(dp_));
+  cp_ = wrap(std::move(cp_));
+  dp_cp_ = wrap(std::move(dp_cp_));  // the gradient reduction (dp x cp)
+}
+
 }  // namespace llmrun

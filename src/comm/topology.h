@@ -4,6 +4,7 @@
 // context parallel, as Megatron orders ranks, so a tp group shares a node), and one
 // communicator per group it belongs to. Gradients of replicated parameters are reduced over
 // dp x cp together (dp_cp), as Megatron folds cp into its data-parallel reduction.
+#include <functional>
 #include <memory>
 
 #include "comm/communicator.h"
@@ -32,6 +33,10 @@ class Topology {
   Communicator& dp_cp() const { return *dp_cp_; }  // the gradient reduction group
   int rank() const { return world_->rank(); }
   bool is_logger() const { return world_->rank() == 0; }  // prints progress, writes metrics
+  // Replaces the tp, pp, dp, cp and dp_cp communicators (in that order, on every rank) by wrap(group):
+  // device collectives over NCCL (comm/collective_transport.h). The world stays as it is.
+  void wrap_groups(
+      const std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator>)>& wrap);
 
  private:
   ParallelLayout layout_;

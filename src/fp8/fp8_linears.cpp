@@ -43,6 +43,8 @@ bool float_from_json(const json& j, float& out) {
   return true;
 }
 
+DType fp8_dtype(Fp8Format f) { return f == Fp8Format::e4m3 ? DType::fp8_e4m3 : DType::fp8_e5m2; }
+
 std::string short_float(float v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g", double(v));
@@ -80,6 +82,32 @@ Fp8Linears::Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend
       add_site(size_t(l) * kBlockKinds + k, LinearKind(k),
                "layers." + std::to_string(l) + "." + linear_kind_name(LinearKind(k)));
   add_site(site_first_.size() - 1, LinearKind::lm_head, "lm_head");
+  if (Fp8GemmOps* ops = fp8_gemm_ops(be)) {
+    require_fp8_device(be);
+    device_ = std::make_unique<Fp8DeviceGemms>(be, *ops, int(tensors_.size()));
+    spdlog::info(
+        "FP8: native FP8 GEMMs ({} forward, {} gradients; fp32 accumulation); linears whose "
+        "sides are not multiples of 16 run the exact emulation",
+        fp8_format_name(Fp8Format::e4m3), fp8_format_name(grad_format));
+  }
+}
+
+void require_fp8_device(Backend& be) {
+  if (Fp8GemmOps* ops = fp8_gemm_ops(be)) {
+    const std::string why = ops->fp8_unsupported();
+    if (!why.empty()) throw UserError(why);
+  }
+}
+
+void Fp8Linears::sync_device_scales() {
+  if (!device_scales_stale_) return;
+  std::vector<float> scale, scale_inv;
+  for (const TensorState& t : tensors_) {
+    scale.push_back(t.scaling.scale());
+    scale_inv.push_back(t.scaling.scale_inv());
+  }
+  device_->set_scales(scale, scale_inv);
+  device_scales_stale_ = false;
 }
 
 int Fp8Linears::first_tensor(LinearSite site) const {
@@ -100,8 +128,8 @@ Tensor Fp8Linears::cast(const Tensor& x, TensorState& t, int slot, bool record) 
   if (x.device == Device::cpu && q.device == Device::cpu) {
     st = fp8_round_trip(x.f32(), q.f32(), x.numel(), t.scaling.scale(), t.format);
   } else {
-    // Device memory: the emulation runs on host copies (correct, not fast; FP8 GEMMs on a
-    // device are their own work).
+    // Device memory on the emulated path (a shape the native FP8 GEMM does not take): the
+    // emulation runs on host copies (correct, not fast).
     std::vector<float>& in = host_in_[slot];
     std::vector<float>& out = host_out_[slot];
     in.resize(size_t(x.numel()));
@@ -125,6 +153,16 @@ void Fp8Linears::forward(Backend& be, LinearSite site, Tensor y, const Tensor& x
   if (first < 0) return LinearRunner::forward(be, site, y, x, W, bias, accumulate);
   TensorState& tx = tensors_[size_t(first + input)];
   TensorState& tw = tensors_[size_t(first + weight)];
+  if (device_ && device_->shape_ok(x.rows(), W.rows(), x.cols())) {
+    // y = x W^T: both operands in their stored orientation ("TN").
+    sync_device_scales();
+    const auto xq =
+        device_->cast(x, first + input, fp8_dtype(tx.format), 0, true, false, recording_);
+    const auto wq =
+        device_->cast(W, first + weight, fp8_dtype(tw.format), 1, true, false, recording_);
+    device_->gemm(y, xq.q, first + input, wq.q, first + weight, accumulate ? 1.0f : 0.0f, bias);
+    return;
+  }
   const Tensor xq = cast(x, tx, 0, recording_);
   const Tensor wq = cast(W, tw, 1, recording_);
   // The FP8 GEMM: products of FP8 values summed in fp32, times scale_inv_x * scale_inv_w.
@@ -139,6 +177,20 @@ void Fp8Linears::backward(Backend& be, LinearSite site, Tensor dx, const Tensor&
   TensorState& tx = tensors_[size_t(first + input)];
   TensorState& tw = tensors_[size_t(first + weight)];
   TensorState& tg = tensors_[size_t(first + grad_output)];
+  const int64_t n = x.rows(), in = x.cols(), out = W.rows();
+  if (device_ && device_->shape_ok(n, in, out) && device_->shape_ok(out, in, n)) {
+    // dx = dy W = dy (W^T)^T and dW += dy^T x = (dy^T) (x^T)^T: the transposed copies come
+    // from the same fused cast, with the forward's scales (bit for bit its FP8 values).
+    sync_device_scales();
+    const auto gq =
+        device_->cast(dy, first + grad_output, fp8_dtype(tg.format), 2, true, true, recording_);
+    const auto xq = device_->cast(x, first + input, fp8_dtype(tx.format), 0, false, true, false);
+    const auto wq = device_->cast(W, first + weight, fp8_dtype(tw.format), 1, false, true, false);
+    device_->gemm(dW, gq.qt, first + grad_output, xq.qt, first + input, 1.0f, nullptr);
+    if (!db.empty()) be.sum_rows(db, dy, /*accumulate=*/true);
+    device_->gemm(dx, gq.q, first + grad_output, wq.qt, first + weight, 0.0f, nullptr);
+    return;
+  }
   const Tensor gq = cast(dy, tg, 2, recording_);
   // The forward's FP8 input and weight, cast again with the same scales (they change only at
   // end_step), so they are bit for bit what the forward multiplied; their amaxes are recorded.
@@ -150,10 +202,26 @@ void Fp8Linears::backward(Backend& be, LinearSite site, Tensor dx, const Tensor&
   be.matmul(dx, gq, wq, false, false, tg.scaling.scale_inv() * tw.scaling.scale_inv(), 0.0f);
 }
 
-void Fp8Linears::begin_step() { recording_ = true; }
+void Fp8Linears::begin_step() {
+  recording_ = true;
+  if (device_) device_->begin_step();
+}
 
 void Fp8Linears::end_step(Communicator& ranks) {
   recording_ = false;
+  if (device_) {
+    // The native casts' amaxes and counts, once per step (host-emulated casts of shapes the
+    // FP8 GEMM does not take recorded theirs already; max and sums combine both).
+    std::vector<float> dev_amax;
+    std::vector<int32_t> dev_counts;
+    device_->read_step(dev_amax, dev_counts);
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      tensors_[i].scaling.record(dev_amax[i]);
+      tensors_[i].counts.overflows += dev_counts[2 * i];
+      tensors_[i].counts.underflows += dev_counts[2 * i + 1];
+    }
+    device_scales_stale_ = true;
+  }
   std::vector<float> amax(tensors_.size());
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const float a = tensors_[i].scaling.amax_history()[0];
@@ -212,6 +280,7 @@ json Fp8Linears::state() const {
 }
 
 void Fp8Linears::restore(const json& j, const std::string& where) {
+  device_scales_stale_ = true;
   for (TensorState& t : tensors_) t.scaling.reset();
   if (j.is_null()) {
     spdlog::info("{} holds no FP8 scaling state: FP8 scales start at 1", where);

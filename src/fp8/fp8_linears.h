@@ -5,6 +5,9 @@
 // the FP8 values in fp32 and applies the two inverse scales to the product, as cuBLASLt's
 // FP8 GEMM does with its scale pointers (so the result matches a GPU FP8 GEMM up to
 // accumulation order). The fp32 master weights are never modified.
+// On a backend with FP8 tensor cores (backend/fp8_gemm.h: CUDA on compute capability 8.9+) the
+// GEMMs are native FP8 GEMMs instead (fp8/fp8_device_gemm.h), with the same casts bit for bit,
+// the same scales and the same amax bookkeeping; a CUDA device without FP8 is refused.
 //
 // Formats: hybrid = E4M3 for inputs and weights, E5M2 for output gradients; e4m3 = E4M3 for
 // all three. The bias gradient is summed from the unquantised output gradient, as TE's fused
@@ -32,6 +35,7 @@
 #include "fp8/delayed_scaling.h"
 #include "fp8/fp8_cast.h"
 #include "fp8/fp8_config.h"
+#include "fp8/fp8_device_gemm.h"
 #include "model/config.h"
 #include "model/linear.h"
 
@@ -44,8 +48,10 @@ struct Fp8Counts {
 
 class Fp8Linears final : public LinearRunner {
  public:
-  // UserError when the backend's memory is not host memory (the emulation reads it directly).
+  // UserError when the backend is a GPU without FP8 tensor cores (require_fp8_device).
   Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend& be);
+  // Whether the GEMMs run as native FP8 GEMMs (else the exact emulation).
+  bool native() const { return device_ != nullptr; }
 
   void forward(Backend& be, LinearSite site, Tensor y, const Tensor& x, const Tensor& W,
                const Tensor* bias, bool accumulate) override;
@@ -92,6 +98,10 @@ class Fp8Linears final : public LinearRunner {
   int first_tensor(LinearSite site) const;
   // x cast to FP8 (values on the FP8 grid, in fp32) in scratch buffer `slot`.
   Tensor cast(const Tensor& x, TensorState& t, int slot, bool record);
+  // The native path (device_): scales to the device when they changed since the last upload.
+  void sync_device_scales();
+  std::unique_ptr<Fp8DeviceGemms> device_;
+  bool device_scales_stale_ = true;
 
   Fp8Section recipe_;
   AmaxCompute compute_;
@@ -104,5 +114,9 @@ class Fp8Linears final : public LinearRunner {
   Buffer scratch_[3];
   std::vector<float> host_in_[3], host_out_[3];  // staging when the tensors are in device memory
 };
+
+// Refuses (UserError) FP8 on a GPU without FP8 tensor cores: called when a run's backend is
+// built, before the model is allocated.
+void require_fp8_device(Backend& be);
 
 }  // namespace llmrun

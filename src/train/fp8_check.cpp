@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend_factory.h"
 #include "ckpt/training_checkpoint.h"
 #include "train/trainer.h"
 #include "util/error.h"
@@ -32,7 +33,8 @@ Curve train_curve(const Recipe& r, const LaunchEnvironment& env, int64_t steps) 
   };
   run_training(r, env, observer);
   if (int64_t(c.loss.size()) < steps)
-    throw UserError("--fp8-check: the " + std::string(r.precision.fp8.enabled ? "FP8" : "fp32") +
+    throw UserError("--fp8-check: the " +
+                    std::string(r.precision.fp8.enabled ? "FP8" : r.precision.compute) +
                     " run stopped after " + std::to_string(c.loss.size()) + " of " +
                     std::to_string(steps) + " steps (interrupted)");
   return c;
@@ -75,20 +77,25 @@ int run_fp8_check(const Recipe& recipe, const LaunchEnvironment& env, int64_t st
   Recipe fp8 = base, full = base;
   fp8.precision.fp8.enabled = true;
   full.precision.fp8.enabled = false;
-  spdlog::info("fp8 check: {} steps from step {} with FP8 ({}), then the same steps in fp32", steps,
-               start, fp8_scheme_name(recipe.precision.fp8.format));
+  // On a GPU the baseline is bf16 (what FP8 is meant to replace there): both runs compute the
+  // rest of the model with bf16 GEMM operands.
+  if (resolve_backend_kind(parse_backend_kind(recipe.launch.backend)) == BackendKind::cuda)
+    fp8.precision.compute = full.precision.compute = "bf16";
+  const std::string base_name = full.precision.compute;  // "fp32" or "bf16"
+  spdlog::info("fp8 check: {} steps from step {} with FP8 ({}), then the same steps in {}", steps,
+               start, fp8_scheme_name(recipe.precision.fp8.format), base_name);
   const Curve a = train_curve(fp8, env, steps);
-  spdlog::info("fp8 check: the same {} steps in fp32", steps);
+  spdlog::info("fp8 check: the same {} steps in {}", steps, base_name);
   const Curve b = train_curve(full, env, steps);
 
   const Fp8Section& f = recipe.precision.fp8;
   std::printf(
       "fp8 check: %lld steps from step %lld; FP8 %s, amax_history %d, amax_compute %s, margin %d "
-      "vs fp32\n",
+      "vs %s\n",
       static_cast<long long>(steps), static_cast<long long>(start), fp8_scheme_name(f.format),
-      f.amax_history, amax_compute_name(f.amax_compute), f.margin);
-  std::printf("%8s %12s %12s %10s %12s\n", "step", "loss_fp8", "loss_fp32", "rel_diff",
-              ("mean" + std::to_string(window) + "_diff").c_str());
+      f.amax_history, amax_compute_name(f.amax_compute), f.margin, base_name.c_str());
+  std::printf("%8s %12s %12s %10s %12s\n", "step", "loss_fp8", ("loss_" + base_name).c_str(),
+              "rel_diff", ("mean" + std::to_string(window) + "_diff").c_str());
   // NaN (a diverged run) must fail the check, so it counts as the worst.
   auto worse = [](double rel, double worst) { return std::isnan(rel) || rel > worst; };
   double worst_step_diff = 0, worst = 0;
@@ -121,11 +128,11 @@ int run_fp8_check(const Recipe& recipe, const LaunchEnvironment& env, int64_t st
   std::fflush(stdout);
   if (worse(worst, tolerance)) {
     std::fprintf(stderr,
-                 "error: FP8 loss diverges from fp32: the %lld-step mean differs by %.4e at step "
+                 "error: FP8 loss diverges from %s: the %lld-step mean differs by %.4e at step "
                  "%lld, more than "
                  "--fp8-check-tol %g\n",
-                 static_cast<long long>(window), worst, static_cast<long long>(worst_at),
-                 tolerance);
+                 base_name.c_str(), static_cast<long long>(window), worst,
+                 static_cast<long long>(worst_at), tolerance);
     return kFp8CheckFailed;
   }
   std::printf("fp8 check passed\n");

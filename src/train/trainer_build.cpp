@@ -4,6 +4,7 @@
 #include "backend/backend_factory.h"
 #include "ckpt/hf_weight_files.h"
 #include "ckpt/hf_weights.h"
+#include "comm/collective_transport.h"
 #include "parallel/model_partition.h"
 #include "train/training_run.h"
 #include "util/allocation_phase.h"
@@ -36,7 +37,11 @@ void TrainingRun::build_world(const LaunchEnvironment& env) {
     throw UserError(recipe.source + ": parallel.cp=" + std::to_string(recipe.parallel.cp) +
                     " runs on the CPU backend only (the " + backend->name() +
                     " backend has no block attention): set launch.backend: cpu");
+  if (recipe.precision.fp8.enabled) require_fp8_device(*backend);  // before any allocation
   comm_staging.emplace(*backend);
+  // GPU ranks: NCCL for the groups whose ranks each have a GPU of their own (logged).
+  if (env.under_launcher)
+    use_device_collectives(topo, *backend, env.local_rank, env.local_size, recipe.launch.timeout_s);
 }
 
 void TrainingRun::build_data() {

@@ -5,12 +5,14 @@ source "$(dirname "$0")/common.bash"
 cd "$WORK"
 
 "$LLMRUN" --version > version.txt || fail "--version failed"
-grep -qE '^llmrun [0-9]+\.[0-9]+\.[0-9]+ \(backends: cpu(, cuda)?\)$' version.txt || fail "--version: $(cat version.txt)"
-built=$(sed -E 's/.*\(backends: (.*)\)$/\1/' version.txt)
+grep -qE '^llmrun [0-9]+\.[0-9]+\.[0-9]+ \(backends: cpu(, cuda)?; collectives: mpi(, nccl [0-9]+\.[0-9]+\.[0-9]+)?\)$' version.txt || fail "--version: $(cat version.txt)"
+built=$(sed -E 's/.*\(backends: ([^;]*);.*/\1/' version.txt)
+collectives=$(sed -E 's/.*; collectives: (.*)\)$/\1/' version.txt)
 
 rc=0
 "$LLMRUN" doctor --json report.json > doctor.txt 2> doctor.err || rc=$?
 grep -qx "built backends: $built" doctor.txt || fail "doctor does not list the built backends: $(cat doctor.txt)"
+grep -qx "collectives: $collectives" doctor.txt || fail "doctor does not list the collectives: $(cat doctor.txt)"
 if grep -q '^no CUDA device visible' doctor.txt; then
   [ "$rc" = 0 ] || fail "doctor exited $rc without a GPU: $(cat doctor.err)"
   grep -q "^no CUDA device visible (built backends: $built" doctor.txt || fail "no-GPU line: $(cat doctor.txt)"

@@ -13,10 +13,14 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_context.h"
+#include "backend/device_streams.h"
+#include "backend/fp8_gemm.h"
 
 namespace llmrun {
 
-class CudaBackend final : public Backend {
+// Also the FP8 GEMMs (cuda_fp8.cpp) on devices with FP8 tensor cores, and its compute stream
+// for the NCCL communicator's event ordering.
+class CudaBackend final : public Backend, public Fp8GemmOps, public DeviceStreams {
  public:
   explicit CudaBackend(int ordinal);
 
@@ -84,6 +88,16 @@ class CudaBackend final : public Backend {
   void argmax_rows(Tensor ids, const Tensor& x) override;
   Buffer allocate_host_pinned(size_t bytes) override;
   void synchronize() override;
+
+  void* compute_stream() const override { return stream_; }
+  int device_ordinal() const override { return ctx_.ordinal; }
+
+  std::string fp8_unsupported() const override;
+  bool fp8_shape_supported(int64_t m, int64_t n, int64_t k) const override;
+  void fp8_cast_transpose(Tensor q, Tensor qt, Tensor amax, Tensor counts, const Tensor& x,
+                          const Tensor& scale, DType format) override;
+  void fp8_matmul(Tensor out, const Tensor& a, const Tensor& b, const Tensor& a_scale_inv,
+                  const Tensor& b_scale_inv, float beta, const Tensor* bias) override;
 
  private:
   // Device memory for this op only, not zeroed; freed (into the cache) when the Buffer goes,

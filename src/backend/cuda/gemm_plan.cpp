@@ -35,17 +35,37 @@ uint32_t pointer_alignment(uintptr_t p) {
   return p == 0 ? 256 : a;
 }
 
+namespace {
+
+const char* operands_name(GemmOperands o) {
+  switch (o) {
+    case GemmOperands::f32:
+      return " f32";
+    case GemmOperands::bf16:
+      return " bf16";
+    case GemmOperands::fp8_e4m3_e4m3:
+      return " e4m3 x e4m3";
+    case GemmOperands::fp8_e5m2_e4m3:
+      return " e5m2 x e4m3";
+    case GemmOperands::fp8_e4m3_e5m2:
+      return " e4m3 x e5m2";
+  }
+  return " ?";
+}
+
+}  // namespace
+
 bool GemmKey::operator==(const GemmKey& o) const {
   return p.m == o.p.m && p.n == o.p.n && p.k == o.p.k && p.trans_a == o.p.trans_a &&
          p.trans_b == o.p.trans_b && p.lda == o.p.lda && p.ldb == o.p.ldb && p.ldc == o.p.ldc &&
-         operands == o.operands && bias == o.bias && align_a == o.align_a && align_b == o.align_b &&
-         align_c == o.align_c;
+         operands == o.operands && bias == o.bias && out_bf16 == o.out_bf16 &&
+         align_a == o.align_a && align_b == o.align_b && align_c == o.align_c;
 }
 
 std::string GemmKey::str() const {
   return "m=" + std::to_string(p.m) + " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
-         (p.trans_a ? " transA" : "") + (p.trans_b ? " transB" : "") +
-         (operands == GemmOperands::bf16 ? " bf16" : " f32") + (bias ? " +bias" : "") +
+         (p.trans_a ? " transA" : "") + (p.trans_b ? " transB" : "") + operands_name(operands) +
+         (out_bf16 ? " ->bf16" : "") + (bias ? " +bias" : "") +
          " align=" + std::to_string(align_a) + "/" + std::to_string(align_b) + "/" +
          std::to_string(align_c);
 }
@@ -60,7 +80,7 @@ size_t GemmKeyHash::operator()(const GemmKey& k) const {
   mix(uint64_t(k.p.ldb));
   mix(uint64_t(k.p.ldc));
   mix((uint64_t(k.p.trans_a) << 0) | (uint64_t(k.p.trans_b) << 1) | (uint64_t(k.bias) << 2) |
-      (uint64_t(k.operands) << 3));
+      (uint64_t(k.operands) << 3) | (uint64_t(k.out_bf16) << 8));
   mix((uint64_t(k.align_a) << 32) | (uint64_t(k.align_b) << 16) | k.align_c);
   return h;
 }

@@ -29,13 +29,16 @@ LtProblem map_row_major(int64_t M, int64_t N, int64_t K, bool trans_a, bool tran
 // operands that are views into larger buffers, or it may pick a kernel that needs more.
 uint32_t pointer_alignment(uintptr_t p);
 
-enum class GemmOperands : uint8_t { f32, bf16 };
+// Operand types: f32, bf16, or FP8 (first letter: our a, second: our b; cuBLAS sees them
+// swapped, gemm_plan's mapping).
+enum class GemmOperands : uint8_t { f32, bf16, fp8_e4m3_e4m3, fp8_e5m2_e4m3, fp8_e4m3_e5m2 };
 
 // Everything the heuristic's choice depends on. Two calls with equal keys can share an algorithm.
 struct GemmKey {
   LtProblem p;
   GemmOperands operands = GemmOperands::f32;
   bool bias = false;
+  bool out_bf16 = false;  // C and D in bf16 (FP8 GEMMs); f32 otherwise
   uint32_t align_a = 0, align_b = 0, align_c = 0;
   bool operator==(const GemmKey& o) const;
   std::string str() const;  // for error messages

@@ -1,0 +1,59 @@
+// A communicator whose collectives on device tensors run on a device library (NCCL) while
+// everything else stays on the group's MPI communicator: control traffic (strings, scalars,
+// checkpoint indexes, FP8 amax vectors), host tensors, barriers, and point-to-point sends.
+// Plain C++: the device library sits behind DeviceCollectives, so the routing and the
+// timeout/abort path are unit-tested with a fault-injected implementation and no GPU.
+//
+// Point-to-point stays on MPI (device tensors staged through pinned host memory): NCCL matches
+// sends to receives in posting order, where the pipeline matches them by tag, and a pairwise
+// exchange (tied embeddings across stages) on one NCCL stream would deadlock without grouping.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace llmrun {
+
+// One device operation in flight.
+class DeviceOpProbe {
+ public:
+  enum class State { running, done, failed };
+  virtual ~DeviceOpProbe() = default;
+  // Non-blocking. On `failed`, `error` says why (the library's async error).
+  virtual State poll(std::string& error) = 0;
+  // Ends the communicator's outstanding work on this rank (ncclCommAbort), so that a dead or
+  // stalled peer cannot leave a kernel spinning on the device.
+  virtual void abort() = 0;
+};
+
+class DeviceCollectives {
+ public:
+  virtual ~DeviceCollectives() = default;
+  virtual std::string library() const = 0;  // "NCCL", for messages
+  // Enqueue one operation (tensors on the device; semantics of Communicator's).
+  virtual std::unique_ptr<DeviceOpProbe> all_reduce(Tensor buf, ReduceOp op) = 0;
+  virtual std::unique_ptr<DeviceOpProbe> reduce_scatter(const Tensor& in, Tensor out) = 0;
+  virtual std::unique_ptr<DeviceOpProbe> all_gather(const Tensor& in, Tensor out) = 0;
+  virtual std::unique_ptr<DeviceOpProbe> broadcast(Tensor buf, int root) = 0;
+};
+
+// Ends the job with a message ("rank N: OPERATION ..."); MpiRuntime::abort_all in a run.
+// Must not return (if it does, the caller throws std::runtime_error with the message).
+using CommFailure = std::function<void(const std::string&)>;
+CommFailure abort_job_failure();
+
+// Waits until `op` is done. When it fails, or is still running after timeout_s, aborts it and
+// calls fail("rank <world_rank>: <what> ...") naming the cause.
+void wait_device_op(DeviceOpProbe& op, const std::string& what, int world_rank, double timeout_s,
+                    const CommFailure& fail);
+
+// `host`: the group's MPI communicator (name, rank and size come from it). world_rank names
+// this rank in failures.
+std::unique_ptr<Communicator> make_device_communicator(std::unique_ptr<Communicator> host,
+                                                       std::unique_ptr<DeviceCollectives> device,
+                                                       int world_rank, double timeout_s,
+                                                       CommFailure fail = abort_job_failure());
+
+}  // namespace llmrun
