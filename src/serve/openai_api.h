@@ -10,6 +10,7 @@
 #include "data/tokenizer.h"
 #include "serve/chat_template.h"
 #include "serve/request.h"
+#include "serve/structured/token_mask.h"
 
 namespace llmrun {
 
@@ -45,6 +46,8 @@ struct ApiContext {
   std::string model_name;
   int max_model_len;
   int vocab;
+  // Compiled grammars for structured output; null: response_format and guided_* are refused.
+  structured::ConstraintCache* constraints = nullptr;
 };
 
 struct CompletionJob {
@@ -61,6 +64,11 @@ struct CompletionJob {
 std::vector<int32_t> token_ids(const nlohmann::json& a, int vocab, const char* param);
 CompletionJob parse_completion_request(const nlohmann::json& body, bool chat,
                                        const ApiContext& ctx);
+// response_format / guided_json / guided_regex / guided_choice / guided_grammar -> the
+// request's compiled grammar (null when it asks for none); 400 for a bad or unsupported one.
+std::shared_ptr<structured::CompiledConstraint> parse_constraint(const nlohmann::json& body,
+                                                                 const ApiContext& ctx,
+                                                                 int max_tokens);
 // Chat messages -> prompt text with the model's template (for /tokenize too).
 std::string render_chat(const nlohmann::json& messages, const ChatTemplate& tmpl);
 

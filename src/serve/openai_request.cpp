@@ -336,6 +336,9 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
                       std::to_string(ctx.max_model_len),
                   max_key);
   p.max_tokens = static_cast<int>(max_tokens);
+  p.constraint = parse_constraint(body, ctx, p.max_tokens);
+  // A constrained reply ends where its grammar does, not at the template's end-of-turn text.
+  if (p.constraint && chat && !ctx.chat_template.end_of_turn().empty()) p.stop.pop_back();
   return job;
 }
 
