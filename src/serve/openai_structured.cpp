@@ -13,6 +13,16 @@ using nlohmann::json;
 
 namespace {
 
+// Runs a translation, its UserError becoming a 400 that names the field.
+template <class F>
+std::string translated(const char* param, F&& f) {
+  try {
+    return f();
+  } catch (const UserError& e) {
+    throw invalid(e.what(), param);
+  }
+}
+
 json schema_value(const json& v, const char* param) {
   if (v.is_object() || v.is_boolean()) return v;
   if (v.is_string()) {  // vLLM also takes the schema as JSON text
@@ -42,8 +52,9 @@ std::pair<std::string, std::string> requested_grammar(const json& body) {
       const json& js = rf["json_schema"];
       if (!js.contains("schema"))
         throw invalid("'response_format.json_schema.schema' is required", "response_format");
-      found.push_back({structured::json_schema_to_gbnf(
-                           schema_value(js["schema"], "response_format")),
+      const json schema = schema_value(js["schema"], "response_format");
+      found.push_back({translated("response_format",
+                                  [&] { return structured::json_schema_to_gbnf(schema); }),
                        "response_format"});
     } else if (type != "text") {
       throw invalid("'response_format.type' must be text, json_object or json_schema, not " +
@@ -52,16 +63,19 @@ std::pair<std::string, std::string> requested_grammar(const json& body) {
     }
   }
   auto present = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
-  if (present("guided_json"))
+  if (present("guided_json")) {
+    const json schema = schema_value(body["guided_json"], "guided_json");
     found.push_back(
-        {structured::json_schema_to_gbnf(schema_value(body["guided_json"], "guided_json")),
+        {translated("guided_json", [&] { return structured::json_schema_to_gbnf(schema); }),
          "guided_json"});
+  }
   if (present("guided_regex")) {
     if (!body["guided_regex"].is_string())
       throw invalid("'guided_regex' must be a string", "guided_regex");
-    found.push_back(
-        {"root ::= " + structured::regex_to_gbnf(body["guided_regex"].get<std::string>(), false),
-         "guided_regex"});
+    const std::string re = body["guided_regex"].get<std::string>();
+    found.push_back({translated("guided_regex",
+                                [&] { return "root ::= " + structured::regex_to_gbnf(re, false); }),
+                     "guided_regex"});
   }
   if (present("guided_choice")) {
     const json& c = body["guided_choice"];
