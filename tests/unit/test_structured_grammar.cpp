@@ -26,7 +26,8 @@ Grammar gbnf(const std::string& text) { return Grammar::parse(text); }
 
 // A random sentence of `g`: a walk over the automaton taking random accepted bytes, heading
 // for the shortest completion once past `soft_len` bytes.
-// `ascii`: take only ASCII bytes (std::regex reads bytes, not UTF-8 characters).
+// `ascii`: take only printable ASCII (std::regex reads bytes, not UTF-8 characters, and its
+// `.` refuses \r as well as \n).
 std::string sample(const Grammar& g, std::mt19937& rng, size_t soft_len = 24, bool ascii = false) {
   GrammarState s(g);
   std::string out;
@@ -35,7 +36,7 @@ std::string sample(const Grammar& g, std::mt19937& rng, size_t soft_len = 24, bo
     std::vector<int> ok;
     int64_t best = INT64_MAX;
     std::vector<std::pair<int, int64_t>> cand;
-    for (int b = 0; b < (ascii ? 128 : 256); ++b) {
+    for (int b = ascii ? 0x20 : 0; b < (ascii ? 0x7F : 256); ++b) {
       GrammarState n = s.advance(uint8_t(b));
       if (n.dead()) continue;
       cand.push_back({b, n.min_remaining()});
