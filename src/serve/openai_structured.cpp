@@ -105,10 +105,21 @@ std::pair<std::string, std::string> requested_grammar(const json& body) {
 
 std::shared_ptr<structured::CompiledConstraint> parse_constraint(const json& body,
                                                                  const ApiContext& ctx,
-                                                                 int max_tokens) {
+                                                                 int max_tokens,
+                                                                 const ToolRequest* tools) {
   std::string param = "response_format";
   try {
     auto [gbnf, field] = requested_grammar(body);
+    if (tools && tools->forced()) {
+      if (!gbnf.empty())
+        throw invalid("'tool_choice' forces a tool call; it cannot be combined with '" + field +
+                          "'",
+                      "tool_choice");
+      gbnf = translated("tools", [&] {
+        return tool_call_grammar(*tools, ctx.chat_template.kind());
+      });
+      field = "tool_choice";
+    }
     if (gbnf.empty()) return nullptr;
     param = field;
     if (!ctx.constraints)

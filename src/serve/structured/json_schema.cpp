@@ -129,11 +129,12 @@ std::string int_range(std::optional<int64_t> lo, std::optional<int64_t> hi) {
 
 class SchemaConverter {
  public:
-  explicit SchemaConverter(const json& root) : root_(root) {}
+  SchemaConverter(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
 
-  std::string run() {
-    const std::string top = visit(root_, "#");
-    std::string out = "root ::= " + top + "\n" + kBaseRules;
+  // The schema's own rules (no base rules); `top` gets the expression of the whole schema.
+  std::string rules(std::string& top) {
+    top = visit(root_, "#");
+    std::string out;
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
     return out;
   }
@@ -142,7 +143,7 @@ class SchemaConverter {
   std::string new_rule(const std::string& body) {
     if (rules_.size() >= kMaxRules)
       throw UserError("JSON Schema: too large (its grammar passes 20000 rules)");
-    const std::string name = "s" + std::to_string(rules_.size());
+    const std::string name = prefix_ + "s" + std::to_string(rules_.size());
     rules_[name] = body;
     return name;
   }
@@ -413,6 +414,7 @@ class SchemaConverter {
   }
 
   const json& root_;
+  std::string prefix_;
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> refs_;
 };
@@ -436,11 +438,19 @@ std::string gbnf_literal(const std::string& bytes) {
   return out + "\"";
 }
 
-std::string json_schema_to_gbnf(const json& schema) {
+std::string json_schema_rules(const json& schema, const std::string& prefix, std::string& top) {
   if (schema.dump().size() > kMaxSchemaBytes)
     throw UserError("JSON Schema: too large (over 64 KiB)");
-  return SchemaConverter(schema).run();
+  return SchemaConverter(schema, prefix).rules(top);
 }
+
+std::string json_schema_to_gbnf(const json& schema) {
+  std::string top;
+  const std::string rules = json_schema_rules(schema, "", top);
+  return "root ::= " + top + "\n" + kBaseRules + rules;
+}
+
+std::string json_base_rules() { return kBaseRules; }
 
 std::string json_object_gbnf() { return std::string("root ::= jv-object\n") + kBaseRules; }
 

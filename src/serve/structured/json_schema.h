@@ -14,6 +14,13 @@ namespace llmrun::structured {
 // schema that nothing can satisfy, or one too large (over 64 KiB of JSON or 20000 rules).
 std::string json_schema_to_gbnf(const nlohmann::json& schema);
 
+// For composing several schemas into one grammar: the schema's rules with names starting
+// with `prefix` (base rules left out: see json_base_rules), `top` set to its expression.
+std::string json_schema_rules(const nlohmann::json& schema, const std::string& prefix,
+                              std::string& top);
+// The jv-* rules (generic JSON values) every schema grammar may refer to.
+std::string json_base_rules();
+
 // Any JSON object (response_format {"type": "json_object"}).
 std::string json_object_gbnf();
 
