@@ -96,8 +96,7 @@ struct HttpServer::Impl {
   ChatTemplate tmpl;
   ServerOptions opts;
   ApiContext ctx;
-  structured::ConstraintCache constraints{
-      std::make_shared<structured::TokenVocabulary>(tok, tok.vocab_size())};
+  structured::ConstraintCache constraints{tok};
   // Open connections (declared before ioc: sessions still suspended when ioc is destroyed
   // unregister themselves from their frames' destructors).
   std::mutex conns_mu;

@@ -162,7 +162,14 @@ std::shared_ptr<CompiledConstraint> ConstraintCache::get(const std::string& gbnf
     }
   }
   // Compiled outside the lock: a large grammar must not hold up other requests.
-  auto c = std::make_shared<CompiledConstraint>(Grammar::parse(gbnf), vocab_);
+  Grammar g = Grammar::parse(gbnf);
+  std::shared_ptr<const TokenVocabulary> vocab;
+  {
+    std::lock_guard<std::mutex> lock(vocab_mu_);
+    if (!vocab_) vocab_ = std::make_shared<TokenVocabulary>(*tok_, tok_->vocab_size());
+    vocab = vocab_;
+  }
+  auto c = std::make_shared<CompiledConstraint>(std::move(g), vocab);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = map_.find(gbnf);
   if (it != map_.end()) return it->second.first;

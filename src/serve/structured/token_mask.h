@@ -90,13 +90,17 @@ class ConstraintCache {
  public:
   ConstraintCache(std::shared_ptr<const TokenVocabulary> vocab, size_t capacity = 64)
       : vocab_(std::move(vocab)), capacity_(capacity) {}
+  // The vocabulary is built on the first request that needs it (for a 50K BPE vocabulary it
+  // takes seconds), not when the server starts.
+  ConstraintCache(const Tokenizer& tok, size_t capacity = 64) : tok_(&tok), capacity_(capacity) {}
   // Parses and compiles `gbnf` on a miss (UserError for a bad grammar).
   std::shared_ptr<CompiledConstraint> get(const std::string& gbnf);
 
  private:
+  const Tokenizer* tok_ = nullptr;
   std::shared_ptr<const TokenVocabulary> vocab_;
   size_t capacity_;
-  std::mutex mu_;
+  std::mutex vocab_mu_, mu_;
   std::list<std::string> lru_;  // most recent first
   std::unordered_map<std::string,
                      std::pair<std::shared_ptr<CompiledConstraint>, std::list<std::string>::iterator>>
