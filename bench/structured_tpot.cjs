@@ -47,7 +47,7 @@ async function run(concurrency, n, body) {
   await one(constrained);  // first request of the schema: compile and cold masks
   await one(plain);
   for (const c of [1, 32]) {
-    const n = c === 1 ? 4 : 64;
+    const n = c === 1 ? 8 : 64;
     const p = await run(c, n, plain);
     const s = await run(c, n, constrained);
     console.log(JSON.stringify({ concurrency: c, unconstrained: p, constrained: s,

@@ -69,10 +69,9 @@ CompletionJob parse_completion_request(const nlohmann::json& body, bool chat,
 // response_format / guided_json / guided_regex / guided_choice / guided_grammar -> the
 // request's compiled grammar (null when it asks for none); 400 for a bad or unsupported one.
 // A forced tool call (tool_choice required or named, `tools`) is such a grammar too.
-std::shared_ptr<structured::CompiledConstraint> parse_constraint(const nlohmann::json& body,
-                                                                 const ApiContext& ctx,
-                                                                 int max_tokens,
-                                                                 const ToolRequest* tools = nullptr);
+std::shared_ptr<structured::CompiledConstraint> parse_constraint(
+    const nlohmann::json& body, const ApiContext& ctx, int max_tokens,
+    const ToolRequest* tools = nullptr);
 // Chat messages -> prompt text with the model's template (for /tokenize too); with `tools`,
 // tool definitions, calls and results in the template family's format (tool_calls.h).
 std::string render_chat(const nlohmann::json& messages, const ChatTemplate& tmpl,

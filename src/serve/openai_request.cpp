@@ -199,8 +199,8 @@ std::string render_chat(const json& messages, const ChatTemplate& tmpl, const To
     }
     msgs.push_back(std::move(cm));
   }
-  return tmpl.render(with_tools(messages, std::move(msgs), tools ? *tools : ToolRequest{},
-                                tmpl.kind()));
+  return tmpl.render(
+      with_tools(messages, std::move(msgs), tools ? *tools : ToolRequest{}, tmpl.kind()));
 }
 
 CompletionJob parse_completion_request(const json& body, bool chat, const ApiContext& ctx) {

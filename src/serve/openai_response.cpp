@@ -158,10 +158,11 @@ std::vector<json> ResponseBuilder::stream_chunks(int index, const SequenceEvent&
     if (!text.empty()) delta["content"] = text;
     if (!calls.empty()) {  // the calls in one delta, then the finish with its own chunk
       json call_chunk = base("chat.completion.chunk");
-      call_chunk["choices"] = json::array({{{"index", index},
-                                            {"delta", {{"tool_calls", tool_calls_json(calls, true)}}},
-                                            {"logprobs", nullptr},
-                                            {"finish_reason", nullptr}}});
+      call_chunk["choices"] =
+          json::array({{{"index", index},
+                        {"delta", {{"tool_calls", tool_calls_json(calls, true)}}},
+                        {"logprobs", nullptr},
+                        {"finish_reason", nullptr}}});
       if (!text.empty()) {
         json content_chunk = base("chat.completion.chunk");
         content_chunk["choices"] = json::array(

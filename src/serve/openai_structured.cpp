@@ -53,9 +53,9 @@ std::pair<std::string, std::string> requested_grammar(const json& body) {
       if (!js.contains("schema"))
         throw invalid("'response_format.json_schema.schema' is required", "response_format");
       const json schema = schema_value(js["schema"], "response_format");
-      found.push_back({translated("response_format",
-                                  [&] { return structured::json_schema_to_gbnf(schema); }),
-                       "response_format"});
+      found.push_back(
+          {translated("response_format", [&] { return structured::json_schema_to_gbnf(schema); }),
+           "response_format"});
     } else if (type != "text") {
       throw invalid("'response_format.type' must be text, json_object or json_schema, not " +
                         echo(rf["type"]),
@@ -112,24 +112,21 @@ std::shared_ptr<structured::CompiledConstraint> parse_constraint(const json& bod
     auto [gbnf, field] = requested_grammar(body);
     if (tools && tools->forced()) {
       if (!gbnf.empty())
-        throw invalid("'tool_choice' forces a tool call; it cannot be combined with '" + field +
-                          "'",
-                      "tool_choice");
-      gbnf = translated("tools", [&] {
-        return tool_call_grammar(*tools, ctx.chat_template.kind());
-      });
+        throw invalid(
+            "'tool_choice' forces a tool call; it cannot be combined with '" + field + "'",
+            "tool_choice");
+      gbnf =
+          translated("tools", [&] { return tool_call_grammar(*tools, ctx.chat_template.kind()); });
       field = "tool_choice";
     }
     if (gbnf.empty()) return nullptr;
     param = field;
-    if (!ctx.constraints)
-      throw invalid("'" + field + "' is not available on this endpoint", field);
+    if (!ctx.constraints) throw invalid("'" + field + "' is not available on this endpoint", field);
     auto c = ctx.constraints->get(gbnf);
     const int64_t shortest = structured::GrammarState(c->grammar()).min_remaining();
     if (shortest > max_tokens)
-      throw invalid("the shortest output '" + field + "' allows takes " +
-                        std::to_string(shortest) + " bytes; max_tokens is " +
-                        std::to_string(max_tokens),
+      throw invalid("the shortest output '" + field + "' allows takes " + std::to_string(shortest) +
+                        " bytes; max_tokens is " + std::to_string(max_tokens),
                     "max_tokens");
     return c;
   } catch (const UserError& e) {

@@ -93,8 +93,9 @@ ToolRequest parse_tools(const json& body) {
       bool known = false;
       for (const auto& spec : t.tools) known = known || spec.name == t.named;
       if (!known)
-        throw invalid("'tool_choice' names '" + t.named.substr(0, 64) + "', which is not in 'tools'",
-                      "tool_choice");
+        throw invalid(
+            "'tool_choice' names '" + t.named.substr(0, 64) + "', which is not in 'tools'",
+            "tool_choice");
     } else {
       throw invalid(
           "'tool_choice' must be none, auto, required or {type: \"function\", function: {name}}",
@@ -115,9 +116,10 @@ std::vector<ChatMessage> with_tools(const json& messages, std::vector<ChatMessag
     uses_tools = uses_tools || m.contains("tool_calls") || m.value("role", "") == "tool";
   if (!uses_tools) return msgs;
   if (!template_supports_tools(kind))
-    throw invalid("this model's chat template has no tool-call format (supported: ChatML "
-                  "Hermes-style <tool_call>, Llama 3)",
-                  "tools");
+    throw invalid(
+        "this model's chat template has no tool-call format (supported: ChatML "
+        "Hermes-style <tool_call>, Llama 3)",
+        "tools");
   const bool llama = kind == ChatTemplateKind::llama3;
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < msgs.size(); ++i) {
@@ -130,8 +132,7 @@ std::vector<ChatMessage> with_tools(const json& messages, std::vector<ChatMessag
       for (const auto& call : m["tool_calls"]) {
         if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
             !call["function"].contains("name") || !call["function"]["name"].is_string())
-          throw invalid("a tool call in 'messages[" + std::to_string(i) +
-                            "]' needs function.name",
+          throw invalid("a tool call in 'messages[" + std::to_string(i) + "]' needs function.name",
                         "messages");
         const json& f = call["function"];
         const std::string args = f.contains("arguments") && f["arguments"].is_string()
@@ -142,8 +143,8 @@ std::vector<ChatMessage> with_tools(const json& messages, std::vector<ChatMessag
           cm.content += "{\"name\": " + name + ", \"parameters\": " + args + "}";
         } else {
           if (!cm.content.empty()) cm.content += "\n";
-          cm.content += std::string(kCallOpen) + "\n{\"name\": " + name + ", \"arguments\": " +
-                        args + "}\n" + kCallClose;
+          cm.content += std::string(kCallOpen) + "\n{\"name\": " + name +
+                        ", \"arguments\": " + args + "}\n" + kCallClose;
         }
       }
       out.push_back(std::move(cm));
@@ -178,8 +179,7 @@ std::string tool_call_grammar(const ToolRequest& tools, ChatTemplateKind kind) {
   for (const auto& spec : tools.tools) {
     if (tools.choice == ToolRequest::Choice::named && spec.name != tools.named) continue;
     std::string top = "\"{}\"";
-    if (!spec.parameters.is_null())
-    {
+    if (!spec.parameters.is_null()) {
       std::string prefix = std::to_string(k);
       prefix.insert(prefix.begin(), 't');
       prefix += '-';
@@ -187,8 +187,8 @@ std::string tool_call_grammar(const ToolRequest& tools, ChatTemplateKind kind) {
     }
     const std::string head =
         json(spec.name).dump() + (llama ? ", \"parameters\": " : ", \"arguments\": ");
-    alts += std::string(alts.empty() ? "" : " | ") + "( " + structured::gbnf_literal(head) +
-            " " + top + " )";
+    alts += std::string(alts.empty() ? "" : " | ") + "( " + structured::gbnf_literal(head) + " " +
+            top + " )";
     ++k;
   }
   const std::string open = llama ? "{\"name\": " : std::string(kCallOpen) + "\n{\"name\": ";
@@ -207,7 +207,7 @@ bool to_call(const std::string& text, ToolCall& call) {
     return false;
   }
   if (!v.is_object() || !v.contains("name") || !v["name"].is_string()) return false;
-  const json args = v.contains("arguments") ? v["arguments"]
+  const json args = v.contains("arguments")    ? v["arguments"]
                     : v.contains("parameters") ? v["parameters"]
                                                : json::object();
   if (!args.is_object()) return false;

@@ -77,10 +77,10 @@ TEST(StructuredGrammar, AcceptsExactlyItsLanguage) {
 
 TEST(StructuredGrammar, NegatedClassesAndDotTakeWholeUtf8Characters) {
   const Grammar g = gbnf("root ::= [^a] .\n");
-  EXPECT_TRUE(grammar_matches(g, "b\xc3\xa9"));             // b é
+  EXPECT_TRUE(grammar_matches(g, "b\xc3\xa9"));                     // b é
   EXPECT_TRUE(grammar_matches(g, "\xe2\x82\xac\xf0\x9f\x98\x80"));  // € 😀
   EXPECT_FALSE(grammar_matches(g, "ab"));
-  EXPECT_FALSE(grammar_matches(g, "b\xc3"));      // truncated
+  EXPECT_FALSE(grammar_matches(g, "b\xc3"));          // truncated
   EXPECT_FALSE(grammar_matches(g, "b\xed\xa0\x80"));  // a surrogate
   EXPECT_FALSE(grammar_matches(g, "b\xff"));
   const Grammar range = gbnf("root ::= [\xce\xb1-\xcf\x89]+\n");  // α-ω
@@ -112,7 +112,8 @@ TEST(StructuredGrammar, LongRepetitionsKeepStacksFlat) {
 }
 
 TEST(StructuredGrammar, MinRemainingIsTheShortestCompletion) {
-  const Grammar g = gbnf("root ::= \"{\" (\"\\\"k\\\":\" v)? \"}\"\nv ::= \"true\" | \"[\" v \"]\"\n");
+  const Grammar g =
+      gbnf("root ::= \"{\" (\"\\\"k\\\":\" v)? \"}\"\nv ::= \"true\" | \"[\" v \"]\"\n");
   GrammarState s(g);
   EXPECT_EQ(s.min_remaining(), 2);
   ASSERT_TRUE(s.advance("{\"k\":[["));
@@ -128,7 +129,8 @@ TEST(StructuredGrammar, BadGrammarsAreRefusedByName) {
     }
     return std::string("accepted");
   };
-  EXPECT_NE(message("root ::= a\na ::= a \"x\" | \"y\"\n").find("left-recursive"), std::string::npos);
+  EXPECT_NE(message("root ::= a\na ::= a \"x\" | \"y\"\n").find("left-recursive"),
+            std::string::npos);
   EXPECT_NE(message("root ::= missing\n").find("'missing' is used but not defined"),
             std::string::npos);
   EXPECT_NE(message("root ::= [^\\x00-\\U0010FFFF]\n").find("cannot match any string"),
@@ -141,10 +143,13 @@ TEST(StructuredGrammar, BadGrammarsAreRefusedByName) {
 // Independent oracle: std::regex (ECMAScript) on the same patterns.
 TEST(StructuredRegex, AgreesWithStdRegexOnRandomAndSampledStrings) {
   const std::vector<std::string> patterns = {
-      "[a-c]+",         "a|bc|",          "(ab)*c?",       "x{2,3}y{0,1}",  "[^a-c]b",
-      "\\d{1,3}(\\.\\d+)?", "(a|b)+?c",   "[abc-]{2}",     "a.c",           "(?:ab|a)(?:bc|c)",
-      "\\w+\\s\\w*",    "[A-Z][a-z]{2,}", "(a(b(c)?)?)+",  "\\(x\\)",       "^ab$",
-      "[\\]a]+",        "(a|)(b|)",       "a{3}",          "[0-9a-f]{2}-?", "\\D\\W"};
+      "[a-c]+",           "a|bc|",       "(ab)*c?",
+      "x{2,3}y{0,1}",     "[^a-c]b",     "\\d{1,3}(\\.\\d+)?",
+      "(a|b)+?c",         "[abc-]{2}",   "a.c",
+      "(?:ab|a)(?:bc|c)", "\\w+\\s\\w*", "[A-Z][a-z]{2,}",
+      "(a(b(c)?)?)+",     "\\(x\\)",     "^ab$",
+      "[\\]a]+",          "(a|)(b|)",    "a{3}",
+      "[0-9a-f]{2}-?",    "\\D\\W"};
   const std::string alphabet = "abcxyAZ019-.() _]";
   std::mt19937 rng(7);
   for (const auto& p : patterns) {
@@ -162,7 +167,8 @@ TEST(StructuredRegex, AgreesWithStdRegexOnRandomAndSampledStrings) {
 }
 
 TEST(StructuredRegex, JsonPatternsSearchAndEscape) {
-  const Grammar g = gbnf("root ::= \"\\\"\" " + json_pattern_to_gbnf("^[a-z]+\"\\d$") + " \"\\\"\"\n");
+  const Grammar g =
+      gbnf("root ::= \"\\\"\" " + json_pattern_to_gbnf("^[a-z]+\"\\d$") + " \"\\\"\"\n");
   EXPECT_TRUE(grammar_matches(g, "\"ab\\\"7\""));  // the quote escaped in the JSON string
   EXPECT_FALSE(grammar_matches(g, "\"ab\"7\""));
   const Grammar search = gbnf("root ::= \"\\\"\" " + json_pattern_to_gbnf("ab") + " \"\\\"\"\n");
@@ -238,9 +244,9 @@ TEST(StructuredJsonSchema, UnsupportedKeywordsAreNamed) {
   };
   EXPECT_NE(message({{"type", "array"}, {"uniqueItems", true}}).find("'uniqueItems' at #"),
             std::string::npos);
-  EXPECT_NE(message(json::parse(R"({"properties": {"a": {"not": {}}}})"))
-                .find("'not' at #/properties/a"),
-            std::string::npos);
+  EXPECT_NE(
+      message(json::parse(R"({"properties": {"a": {"not": {}}}})")).find("'not' at #/properties/a"),
+      std::string::npos);
   EXPECT_NE(message({{"type", "string"}, {"format", "hostname"}}).find("hostname"),
             std::string::npos);
   EXPECT_NE(message({{"$ref", "#/$defs/none"}}).find("points at nothing"), std::string::npos);
@@ -254,8 +260,8 @@ class TestTokenizer final : public Tokenizer {
  public:
   TestTokenizer() {
     for (int b = 0; b < 256; ++b) pieces_.push_back(std::string(1, char(b)));
-    for (const char* p : {"{\"", "\":", "\",\"", "true", "tr", "false", "null", "12", "123",
-                          "\"}", "ab", "abc", "abcd", "]}", "[[", "\xc3\xa9"})
+    for (const char* p : {"{\"", "\":", "\",\"", "true", "tr", "false", "null", "12", "123", "\"}",
+                          "ab", "abc", "abcd", "]}", "[[", "\xc3\xa9"})
       pieces_.push_back(p);
     pieces_.push_back("");  // the end token: no bytes
   }

@@ -124,7 +124,8 @@ class GrammarBuilder {
       skip_space(true);
     }
     for (size_t r = 0; r < names_.size(); ++r)
-      if (!defined_[r]) throw UserError("grammar: rule '" + names_[r] + "' is used but not defined");
+      if (!defined_[r])
+        throw UserError("grammar: rule '" + names_[r] + "' is used but not defined");
     auto it = ids_.find(root);
     if (it == ids_.end()) throw UserError("grammar: no rule named '" + root + "' to start from");
     return finish(it->second);
@@ -174,8 +175,8 @@ class GrammarBuilder {
     }
   }
   static bool ident_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
   }
   std::string ident() {
     const size_t b = i_;
@@ -187,8 +188,7 @@ class GrammarBuilder {
     size_t j = i_;
     while (j < t_.size() && ident_char(t_[j])) ++j;
     if (j == i_) return false;
-    while (j < t_.size() && (t_[j] == ' ' || t_[j] == '\t' || t_[j] == '\r' || t_[j] == '\n'))
-      ++j;
+    while (j < t_.size() && (t_[j] == ' ' || t_[j] == '\t' || t_[j] == '\r' || t_[j] == '\n')) ++j;
     return t_.compare(j, 3, "::=") == 0;
   }
 
@@ -477,8 +477,7 @@ class GrammarBuilder {
     std::function<void(int)> visit = [&](int r) {
       color[r] = 1;
       for (int s : left[r]) {
-        if (color[s] == 1)
-          throw UserError("grammar: rule '" + display(s) + "' is left-recursive");
+        if (color[s] == 1) throw UserError("grammar: rule '" + display(s) + "' is left-recursive");
         if (color[s] == 0) visit(s);
       }
       color[r] = 2;

@@ -59,7 +59,7 @@ class GrammarState {
   // Advances over every byte; false (state left dead) when one is refused.
   bool advance(const std::string& bytes);
   bool dead() const { return stacks_.empty(); }
-  bool accepting() const;  // the input so far is a whole sentence of the grammar
+  bool accepting() const;     // the input so far is a whole sentence of the grammar
   bool can_continue() const;  // some byte is still accepted
   // Fewest bytes that complete a sentence from here (the input so far plus them).
   int64_t min_remaining() const;

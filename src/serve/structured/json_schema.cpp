@@ -24,7 +24,8 @@ constexpr size_t kMaxRules = 20000;
 
 // Generic JSON values. Digits are capped (15 before the point, 15 after, 2 in an exponent)
 // so that every number stays a finite double, as validators read them.
-const char* kBaseRules = R"(jv-value ::= jv-object | jv-array | jv-string | jv-number | jv-boolean | jv-null
+const char* kBaseRules =
+    R"(jv-value ::= jv-object | jv-array | jv-string | jv-number | jv-boolean | jv-null
 jv-object ::= "{" ( jv-string ":" jv-value ( "," jv-string ":" jv-value )* )? "}"
 jv-array ::= "[" ( jv-value ( "," jv-value )* )? "]"
 jv-string ::= "\"" jv-char* "\""
@@ -40,12 +41,29 @@ jv-frac ::= "." [0-9]{1,15}
 const std::set<std::string> kAnnotations = {"title",    "description", "default",  "examples",
                                             "$schema",  "$id",         "$comment", "deprecated",
                                             "readOnly", "writeOnly",   "strict"};
-const std::set<std::string> kKeywords = {
-    "type",     "properties", "required",  "additionalProperties", "enum",
-    "const",    "items",      "minItems",  "maxItems",             "anyOf",
-    "oneOf",    "allOf",      "$ref",      "$defs",                "definitions",
-    "pattern",  "format",     "minLength", "maxLength",            "minimum",
-    "maximum",  "exclusiveMinimum",        "exclusiveMaximum"};
+const std::set<std::string> kKeywords = {"type",
+                                         "properties",
+                                         "required",
+                                         "additionalProperties",
+                                         "enum",
+                                         "const",
+                                         "items",
+                                         "minItems",
+                                         "maxItems",
+                                         "anyOf",
+                                         "oneOf",
+                                         "allOf",
+                                         "$ref",
+                                         "$defs",
+                                         "definitions",
+                                         "pattern",
+                                         "format",
+                                         "minLength",
+                                         "maxLength",
+                                         "minimum",
+                                         "maximum",
+                                         "exclusiveMinimum",
+                                         "exclusiveMaximum"};
 
 std::string digits_any(int n) { return n <= 0 ? "" : "[0-9]{" + std::to_string(n) + "}"; }
 
@@ -72,7 +90,8 @@ void same_length(const std::string& a, const std::string& b, const std::string& 
   }
   if (!b_nines) --hi;
   if (lo <= hi)
-    out.push_back(join(join(prefix, std::string("[") + lo + "-" + hi + "]"), digits_any(int(n - 1))));
+    out.push_back(
+        join(join(prefix, std::string("[") + lo + "-" + hi + "]"), digits_any(int(n - 1))));
   if (!b_nines) same_length(std::string(n - 1, '0'), rb, join(prefix, lit(b[0])), out);
 }
 
@@ -91,8 +110,9 @@ void nonneg_range(int64_t a, int64_t b, std::vector<std::string>& out) {
     same_length(std::to_string(a), std::to_string(top), "", out);
     if (top == b) return;
     if (b < 0) {  // every longer number up to the cap
-      if (d < max_digits) out.push_back("[1-9] [0-9]{" + std::to_string(d) + "," +
-                                        std::to_string(max_digits - 1) + "}");
+      if (d < max_digits)
+        out.push_back("[1-9] [0-9]{" + std::to_string(d) + "," + std::to_string(max_digits - 1) +
+                      "}");
       return;
     }
     a = p;
@@ -174,7 +194,8 @@ class SchemaConverter {
       if (!kKeywords.count(k) && !kAnnotations.count(k))
         throw UserError("JSON Schema: the keyword '" + k + "' at " + path + " is not supported");
     if (s.contains("$ref")) {
-      if (!s["$ref"].is_string()) throw UserError("JSON Schema: '$ref' at " + path + " must be a string");
+      if (!s["$ref"].is_string())
+        throw UserError("JSON Schema: '$ref' at " + path + " must be a string");
       const std::string ref = s["$ref"].get<std::string>();
       auto it = refs_.find(ref);
       if (it != refs_.end()) return it->second;
@@ -215,7 +236,8 @@ class SchemaConverter {
         types.push_back(t.get<std::string>());
       } else if (t.is_array() && !t.empty()) {
         for (const auto& e : t) {
-          if (!e.is_string()) throw UserError("JSON Schema: 'type' at " + path + " holds a non-string");
+          if (!e.is_string())
+            throw UserError("JSON Schema: 'type' at " + path + " holds a non-string");
           types.push_back(e.get<std::string>());
         }
       } else {
@@ -285,8 +307,10 @@ class SchemaConverter {
       const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
       // Days stop at 28 so that every date exists in every month.
       const std::string date =
-          "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] )";
-      const std::string time = "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] \"Z\"";
+          "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" "
+          "[0-8] )";
+      const std::string time =
+          "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] \"Z\"";
       std::string body;
       if (f == "date")
         body = date;
@@ -295,7 +319,8 @@ class SchemaConverter {
       else if (f == "date-time")
         body = date + " \"T\" " + time;
       else if (f == "uuid")
-        body = "[0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}";
+        body =
+            "[0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}";
       else if (f == "email")
         body = "[a-z0-9]{1,20} \"@\" [a-z0-9]{1,20} \".\" [a-z]{2,6}";
       else
@@ -331,7 +356,8 @@ class SchemaConverter {
     // Fractions k.f with k >= 0 lie in [k, k+1): inside the bounds when k and k+1 are.
     const int64_t flo = std::max<int64_t>(lo.value_or(0), 0);
     if (hi && *hi - 1 < flo) return new_rule(ints);
-    return new_rule(ints + " | " + int_range(flo, hi ? std::optional<int64_t>(*hi - 1) : std::nullopt) +
+    return new_rule(ints + " | " +
+                    int_range(flo, hi ? std::optional<int64_t>(*hi - 1) : std::nullopt) +
                     " jv-frac");
   }
 
@@ -377,8 +403,8 @@ class SchemaConverter {
     };
     std::vector<Prop> list;
     for (const auto& [k, v] : props.items())
-      list.push_back({gbnf_literal(json(k).dump() + ":"),
-                      visit(v, path + "/properties/" + k), required.count(k) > 0});
+      list.push_back({gbnf_literal(json(k).dump() + ":"), visit(v, path + "/properties/" + k),
+                      required.count(k) > 0});
     for (const auto& r : required)
       if (!props.contains(r)) {
         if (extra.is_boolean() && !extra.get<bool>())

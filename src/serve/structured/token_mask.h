@@ -102,8 +102,8 @@ class ConstraintCache {
   size_t capacity_;
   std::mutex vocab_mu_, mu_;
   std::list<std::string> lru_;  // most recent first
-  std::unordered_map<std::string,
-                     std::pair<std::shared_ptr<CompiledConstraint>, std::list<std::string>::iterator>>
+  std::unordered_map<
+      std::string, std::pair<std::shared_ptr<CompiledConstraint>, std::list<std::string>::iterator>>
       map_;
 };
 
