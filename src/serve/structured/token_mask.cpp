@@ -17,12 +17,36 @@ constexpr size_t kMaxCachedStates = 1024;  // per constraint; one mask is vocab/
 
 TokenVocabulary::TokenVocabulary(const Tokenizer& tok, int model_vocab)
     : size_(model_vocab), bytes_(size_t(model_vocab)) {
+  // Special tokens from the tokenizer.json text's "added_tokens" array alone: building or
+  // parsing the whole document (a 50K vocabulary and its merges) takes seconds.
   std::set<int32_t> special;
   try {
-    const auto doc = tok.tokenizer_json();
-    if (doc.contains("added_tokens") && doc["added_tokens"].is_array())
-      for (const auto& a : doc["added_tokens"])
+    const std::string text = tok.tokenizer_json_text();
+    const size_t key = text.find("\"added_tokens\"");
+    const size_t open = key == std::string::npos ? key : text.find('[', key);
+    if (open != std::string::npos) {
+      int depth = 0;
+      bool in_string = false, escaped = false;
+      size_t close = open;
+      for (; close < text.size(); ++close) {
+        const char c = text[close];
+        if (in_string) {
+          if (escaped)
+            escaped = false;
+          else if (c == '\\')
+            escaped = true;
+          else if (c == '"')
+            in_string = false;
+          continue;
+        }
+        if (c == '"') in_string = true;
+        if (c == '[' || c == '{') ++depth;
+        if ((c == ']' || c == '}') && --depth == 0) break;
+      }
+      const auto added = nlohmann::json::parse(text.substr(open, close - open + 1));
+      for (const auto& a : added)
         if (a.value("special", false) && a.contains("id")) special.insert(a["id"].get<int32_t>());
+    }
   } catch (const std::exception&) {
     // No tokenizer.json form: no added tokens to leave out.
   }
