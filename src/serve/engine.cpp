@@ -66,6 +66,8 @@ uint64_t Engine::submit(std::vector<int32_t> prompt, const GenerationParams& par
   if (!s->params.seeded)
     s->params.sampling.seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
   s->sampler = std::make_unique<TokenSampler>(s->params.sampling);
+  if (s->params.constraint)
+    s->matcher = std::make_unique<structured::ConstraintMatcher>(s->params.constraint);
   s->text = std::make_unique<TextStream>(tok_, s->params.stop);
   s->sink = std::move(sink);
   s->arrival = Clock::now();
@@ -174,7 +176,8 @@ namespace {
 // rest are greedy and take the backend's argmax.
 bool needs_distribution(const GenerationParams& p) {
   return p.sampling.temperature > 0.0f || p.logprobs >= 0 || p.presence_penalty != 0 ||
-         p.frequency_penalty != 0 || p.repetition_penalty != 1 || !p.logit_bias.empty();
+         p.frequency_penalty != 0 || p.repetition_penalty != 1 || !p.logit_bias.empty() ||
+         p.constraint != nullptr;
 }
 }  // namespace
 
@@ -262,6 +265,24 @@ void Engine::sample_and_report(Sequence& s, const float* logits, int32_t greedy)
       if (t >= 0 && t < V) work[t] += b;
     use = work.data();
   }
+  if (s.matcher) {  // structured output: refused tokens get -inf (serve/structured)
+    if (use != work.data()) work.assign(use, use + V);
+    use = work.data();
+    std::vector<int32_t> ends = cfg_.stop_token_ids;
+    ends.insert(ends.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+    if (tok_.eos_id() >= 0 && !p.ignore_eos) ends.push_back(tok_.eos_id());
+    const int64_t budget = std::min<int64_t>(p.max_tokens - s.generated(),
+                                             cfg_.max_model_len - int64_t(s.tokens.size()));
+    if (!s.matcher->mask_logits(work.data(), V, budget, ends)) {
+      SequenceEvent ev;
+      ev.text = s.text->flush();
+      return finish(s, ev, "length");
+    }
+    const int32_t token = s.sampler->sample(use, V);
+    if (std::find(ends.begin(), ends.end(), token) == ends.end())
+      LLMRUN_CHECK(s.matcher->accept(token), "a masked token was sampled");
+    return report_token(s, token, raw);
+  }
   report_token(s, s.sampler->sample(use, V), raw);
 }
 
@@ -307,6 +328,10 @@ void Engine::report_token(Sequence& s, int32_t token, const float* raw) {
   bool stopped = false;
   ev.text = s.text->push(token, stopped);
   if (stopped) return finish(s, ev, "stop");
+  if (s.matcher && s.matcher->complete()) {  // the grammar allows nothing more
+    ev.text += s.text->flush();
+    return finish(s, ev, "stop");
+  }
   if (s.generated() >= p.max_tokens || static_cast<int>(s.tokens.size()) >= cfg_.max_model_len) {
     ev.text += s.text->flush();
     return finish(s, ev, "length");

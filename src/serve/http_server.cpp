@@ -87,13 +87,16 @@ struct HttpServer::Impl {
         tok(t),
         tmpl(tm),
         opts(o),
-        ctx{tok, tmpl, o.model_name, e.config().max_model_len, t.vocab_size()} {}
+        ctx{tok, tmpl, o.model_name, e.config().max_model_len, t.vocab_size()} {
+    ctx.constraints = &constraints;
+  }
 
   Engine& engine;
   const Tokenizer& tok;
   ChatTemplate tmpl;
   ServerOptions opts;
   ApiContext ctx;
+  structured::ConstraintCache constraints{tok};
   // Open connections (declared before ioc: sessions still suspended when ioc is destroyed
   // unregister themselves from their frames' destructors).
   std::mutex conns_mu;

@@ -10,6 +10,8 @@
 #include "data/tokenizer.h"
 #include "serve/chat_template.h"
 #include "serve/request.h"
+#include "serve/structured/token_mask.h"
+#include "serve/tool_calls.h"
 
 namespace llmrun {
 
@@ -45,6 +47,8 @@ struct ApiContext {
   std::string model_name;
   int max_model_len;
   int vocab;
+  // Compiled grammars for structured output; null: response_format and guided_* are refused.
+  structured::ConstraintCache* constraints = nullptr;
 };
 
 struct CompletionJob {
@@ -54,6 +58,7 @@ struct CompletionJob {
   GenerationParams params;  // choice i of a prompt uses seed + i
   bool logprobs = false;
   int top_logprobs = 0;
+  ToolRequest tools;  // chat: the request's tools and tool_choice
   int sequences() const { return static_cast<int>(prompts.size()) * n; }
 };
 
@@ -61,8 +66,16 @@ struct CompletionJob {
 std::vector<int32_t> token_ids(const nlohmann::json& a, int vocab, const char* param);
 CompletionJob parse_completion_request(const nlohmann::json& body, bool chat,
                                        const ApiContext& ctx);
-// Chat messages -> prompt text with the model's template (for /tokenize too).
-std::string render_chat(const nlohmann::json& messages, const ChatTemplate& tmpl);
+// response_format / guided_json / guided_regex / guided_choice / guided_grammar -> the
+// request's compiled grammar (null when it asks for none); 400 for a bad or unsupported one.
+// A forced tool call (tool_choice required or named, `tools`) is such a grammar too.
+std::shared_ptr<structured::CompiledConstraint> parse_constraint(
+    const nlohmann::json& body, const ApiContext& ctx, int max_tokens,
+    const ToolRequest* tools = nullptr);
+// Chat messages -> prompt text with the model's template (for /tokenize too); with `tools`,
+// tool definitions, calls and results in the template family's format (tool_calls.h).
+std::string render_chat(const nlohmann::json& messages, const ChatTemplate& tmpl,
+                        const ToolRequest* tools = nullptr);
 
 // Builds the response objects. One per request; choice index = prompt * n + i.
 class ResponseBuilder {
@@ -89,7 +102,11 @@ class ResponseBuilder {
     std::string text, finish_reason;
     std::vector<TokenLogprob> logprobs;
     bool role_sent = false;
+    size_t emitted = 0;     // with tools: bytes of text already streamed as content
+    bool in_calls = false;  // with tools: the rest of the text is tool calls
   };
+  // With tools: the content to stream now for choice `c`, and at the end the tool calls.
+  std::string stream_content(Choice& c, bool finished, std::vector<ToolCall>& calls) const;
   std::vector<Choice> choices_;
   int prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
   std::vector<bool> prompt_counted_;

@@ -156,7 +156,7 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& p, const ApiCon
 
 }  // namespace
 
-std::string render_chat(const json& messages, const ChatTemplate& tmpl) {
+std::string render_chat(const json& messages, const ChatTemplate& tmpl, const ToolRequest* tools) {
   if (!messages.is_array() || messages.empty())
     throw invalid("'messages' must be a non-empty array", "messages");
   std::vector<ChatMessage> msgs;
@@ -199,7 +199,8 @@ std::string render_chat(const json& messages, const ChatTemplate& tmpl) {
     }
     msgs.push_back(std::move(cm));
   }
-  return tmpl.render(msgs);
+  return tmpl.render(
+      with_tools(messages, std::move(msgs), tools ? *tools : ToolRequest{}, tmpl.kind()));
 }
 
 CompletionJob parse_completion_request(const json& body, bool chat, const ApiContext& ctx) {
@@ -216,7 +217,9 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
   }
   if (chat) {
     if (!body.contains("messages")) throw invalid("'messages' is required", "messages");
-    job.prompts.push_back(ctx.tok.encode_prompt(render_chat(body["messages"], ctx.chat_template)));
+    job.tools = parse_tools(body);
+    job.prompts.push_back(
+        ctx.tok.encode_prompt(render_chat(body["messages"], ctx.chat_template, &job.tools)));
     if (job.prompts[0].empty()) throw invalid("the rendered chat encodes to no tokens", "messages");
   } else {
     if (!body.contains("prompt")) throw invalid("'prompt' is required", "prompt");
@@ -336,6 +339,9 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
                       std::to_string(ctx.max_model_len),
                   max_key);
   p.max_tokens = static_cast<int>(max_tokens);
+  p.constraint = parse_constraint(body, ctx, p.max_tokens, &job.tools);
+  // A constrained reply ends where its grammar does, not at the template's end-of-turn text.
+  if (p.constraint && chat && !ctx.chat_template.end_of_turn().empty()) p.stop.pop_back();
   return job;
 }
 

@@ -37,6 +37,44 @@ json ResponseBuilder::base(const char* object) const {
   return {{"id", id_}, {"object", object}, {"created", created_}, {"model", ctx_.model_name}};
 }
 
+namespace {
+json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+  json out = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    json c = {{"id", calls[k].id},
+              {"type", "function"},
+              {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
+    if (with_index) c["index"] = k;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+}  // namespace
+
+std::string ResponseBuilder::stream_content(Choice& c, bool finished,
+                                            std::vector<ToolCall>& calls) const {
+  const ChatTemplateKind kind = ctx_.chat_template.kind();
+  std::string out;
+  if (!c.in_calls) {
+    size_t partial = 0, start = std::string::npos;
+    // Llama 3 calls are the whole reply: once text went out as content, none follows.
+    if (!(kind == ChatTemplateKind::llama3 && c.emitted > 0))
+      start = tool_call_start(c.text.substr(c.emitted), kind, partial);
+    const size_t end =
+        start != std::string::npos ? c.emitted + start : c.text.size() - (finished ? 0 : partial);
+    out = c.text.substr(c.emitted, end - c.emitted);
+    c.emitted = end;
+    c.in_calls = start != std::string::npos;
+  }
+  if (finished && c.in_calls) {
+    std::string rest;
+    calls = extract_tool_calls(c.text.substr(c.emitted), kind, rest);
+    out += rest;
+    c.emitted = c.text.size();
+  }
+  return out;
+}
+
 json ResponseBuilder::usage() const {
   return {{"prompt_tokens", prompt_tokens_},
           {"completion_tokens", completion_tokens_},
@@ -113,12 +151,33 @@ std::vector<json> ResponseBuilder::stream_chunks(int index, const SequenceEvent&
                                        {"finish_reason", nullptr}}});
       out.push_back(std::move(first));
     }
-    if (ev.text.empty() && !ev.finished && lps.is_null()) return out;
+    std::vector<ToolCall> calls;
+    const std::string text = job_.tools.active() ? stream_content(c, ev.finished, calls) : ev.text;
+    if (text.empty() && !ev.finished && lps.is_null()) return out;
     json delta = json::object();
-    if (!ev.text.empty()) delta["content"] = ev.text;
+    if (!text.empty()) delta["content"] = text;
+    if (!calls.empty()) {  // the calls in one delta, then the finish with its own chunk
+      json call_chunk = base("chat.completion.chunk");
+      call_chunk["choices"] =
+          json::array({{{"index", index},
+                        {"delta", {{"tool_calls", tool_calls_json(calls, true)}}},
+                        {"logprobs", nullptr},
+                        {"finish_reason", nullptr}}});
+      if (!text.empty()) {
+        json content_chunk = base("chat.completion.chunk");
+        content_chunk["choices"] = json::array(
+            {{{"index", index}, {"delta", delta}, {"logprobs", lps}, {"finish_reason", nullptr}}});
+        out.push_back(std::move(content_chunk));
+        delta = json::object();
+      }
+      out.push_back(std::move(call_chunk));
+    }
     json chunk = base("chat.completion.chunk");
-    chunk["choices"] = json::array(
-        {{{"index", index}, {"delta", delta}, {"logprobs", lps}, {"finish_reason", reason}}});
+    chunk["choices"] =
+        json::array({{{"index", index},
+                      {"delta", delta},
+                      {"logprobs", calls.empty() ? lps : json(nullptr)},
+                      {"finish_reason", calls.empty() ? reason : json("tool_calls")}}});
     out.push_back(std::move(chunk));
   } else {
     if (ev.text.empty() && !ev.finished && lps.is_null()) return out;
@@ -143,7 +202,17 @@ json ResponseBuilder::final_response() const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     const json lps = job_.logprobs ? logprobs_json(c.logprobs, 0) : json(nullptr);
-    if (job_.chat)
+    if (job_.chat && job_.tools.active()) {
+      std::string content;
+      const auto calls = extract_tool_calls(c.text, ctx_.chat_template.kind(), content);
+      json message = {{"role", "assistant"},
+                      {"content", calls.empty() || !content.empty() ? json(content) : json()}};
+      if (!calls.empty()) message["tool_calls"] = tool_calls_json(calls, false);
+      choices.push_back({{"index", i},
+                         {"message", message},
+                         {"logprobs", lps},
+                         {"finish_reason", calls.empty() ? c.finish_reason : "tool_calls"}});
+    } else if (job_.chat)
       choices.push_back({{"index", i},
                          {"message", {{"role", "assistant"}, {"content", c.text}}},
                          {"logprobs", lps},

@@ -4,12 +4,17 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "serve/sampler.h"
 
 namespace llmrun {
+
+namespace structured {
+class CompiledConstraint;
+}
 
 struct GenerationParams {
   SamplingParams sampling;  // temperature 0 = greedy
@@ -22,6 +27,8 @@ struct GenerationParams {
   float repetition_penalty = 1;  // Hugging Face/CTRL: over prompt and generated tokens
   std::map<int32_t, float> logit_bias;
   int logprobs = -1;  // -1: none; else also this many top alternatives
+  // Structured output (serve/structured): tokens outside this grammar are never sampled.
+  std::shared_ptr<structured::CompiledConstraint> constraint;
 };
 
 struct TopLogprob {

@@ -9,6 +9,7 @@
 #include "serve/kv_block_manager.h"
 #include "serve/request.h"
 #include "serve/sampler.h"
+#include "serve/structured/token_mask.h"
 #include "serve/text_stream.h"
 
 namespace llmrun {
@@ -23,6 +24,7 @@ struct Sequence {
   SeqBlocks kv;
   GenerationParams params;
   std::unique_ptr<TokenSampler> sampler;
+  std::unique_ptr<structured::ConstraintMatcher> matcher;  // set when params.constraint is
   std::unique_ptr<TextStream> text;
   EventSink sink;
   std::chrono::steady_clock::time_point arrival, last_token;
