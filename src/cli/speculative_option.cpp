@@ -31,8 +31,8 @@ namespace {
 // Why two tokenizers differ, or empty when every id decodes to the same bytes.
 std::string tokenizer_difference(const Tokenizer& a, const Tokenizer& b) {
   if (a.vocab_size() != b.vocab_size())
-    return "the draft's tokenizer has " + std::to_string(b.vocab_size()) + " tokens, the target's " +
-           std::to_string(a.vocab_size());
+    return "the draft's tokenizer has " + std::to_string(b.vocab_size()) +
+           " tokens, the target's " + std::to_string(a.vocab_size());
   if (a.eos_id() != b.eos_id())
     return "the end token differs (" + std::to_string(b.eos_id()) + " vs " +
            std::to_string(a.eos_id()) + ")";
@@ -55,8 +55,7 @@ SpeculativeConfig make_speculative_config(const SpeculativeOptions& o, const Loa
     throw UserError("--ngram-min " + std::to_string(o.ngram_min) + " exceeds --ngram-max " +
                     std::to_string(o.ngram_max));
   if (c.method == SpecMethod::draft) {
-    if (o.draft_model_dir.empty())
-      throw UserError("--speculative draft needs --draft-model DIR");
+    if (o.draft_model_dir.empty()) throw UserError("--speculative draft needs --draft-model DIR");
     draft = load_model_dir(o.draft_model_dir, backend);
     const std::string why = tokenizer_difference(*target.tokenizer, *draft.tokenizer);
     if (!why.empty())

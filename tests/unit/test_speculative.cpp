@@ -29,12 +29,13 @@ TEST(NgramProposer, LongestMostRecentMatchAndPeriodicContinuation) {
   // The latest earlier occurrence of the tail "6 7" is followed by 9 2 (an older one by 8 1).
   EXPECT_EQ(propose_ngram({6, 7, 8, 1, 6, 7, 9, 2, 6, 7}, o, 2), (std::vector<int32_t>{9, 2}));
   // The tail's longest recurring n-gram decides: "5 6 7" (followed by 8 1) beats "6 7".
-  EXPECT_EQ(propose_ngram({5, 6, 7, 8, 1, 6, 7, 9, 2, 5, 6, 7}, o, 2), (std::vector<int32_t>{8, 1}));
+  EXPECT_EQ(propose_ngram({5, 6, 7, 8, 1, 6, 7, 9, 2, 5, 6, 7}, o, 2),
+            (std::vector<int32_t>{8, 1}));
   // Longest n-gram wins over a more recent shorter one: "1 2 3" -> 4, though "3" -> 0 is later.
   EXPECT_EQ(propose_ngram({1, 2, 3, 4, 3, 0, 1, 2, 3}, o, 1), (std::vector<int32_t>{4}));
   // A period shorter than k continues through the proposal itself.
   EXPECT_EQ(propose_ngram({1, 2, 1, 2}, o, 5), (std::vector<int32_t>{1, 2, 1, 2, 1}));
-  EXPECT_TRUE(propose_ngram({1, 2, 3, 4}, o, 4).empty());   // nothing recurs
+  EXPECT_TRUE(propose_ngram({1, 2, 3, 4}, o, 4).empty());       // nothing recurs
   EXPECT_TRUE(propose_ngram({1, 2, 1, 2}, {3, 3}, 4).empty());  // only 3-grams allowed
   EXPECT_TRUE(propose_ngram({7}, o, 4).empty());
 }
@@ -271,8 +272,8 @@ ExactLaw exact_law(Transformer& m, const std::vector<int32_t>& prompt, const Gen
     m.forward_cached(ctx.data(), static_cast<int>(ctx.size()), cache, logits);
     be.copy(Tensor(host.data(), DType::f32, {vocab}), logits);
     const float* raw = nullptr;
-    const float* use = apply_logit_processors(gp, ctx, static_cast<int>(prompt.size()),
-                                              host.data(), vocab, vocab, masked, work, raw);
+    const float* use = apply_logit_processors(gp, ctx, static_cast<int>(prompt.size()), host.data(),
+                                              vocab, vocab, masked, work, raw);
     std::vector<double> p;
     sampler.distribution(use, vocab, p);
     return p;

@@ -54,7 +54,8 @@ void DraftProposer::propose(const std::vector<Sequence*>& seqs, const std::vecto
     // the last token: its logits draft the first token.
     const size_t L = s.tokens.size();
     size_t keep = 0;
-    while (keep < st.draft_history.size() && keep + 1 < L && st.draft_history[keep] == s.tokens[keep])
+    while (keep < st.draft_history.size() && keep + 1 < L &&
+           st.draft_history[keep] == s.tokens[keep])
       ++keep;
     st.draft_history.resize(keep);
     kv_.trim(st.draft_kv, static_cast<int>(keep));
@@ -102,7 +103,8 @@ void DraftProposer::propose(const std::vector<Sequence*>& seqs, const std::vecto
     in.block_tables.assign(size_t(S) * in.max_blocks, 0);
     for (int s = 0; s < S; ++s) {
       const SeqBlocks& b = ran[size_t(s)].first->spec.draft_kv;
-      std::copy(b.blocks.begin(), b.blocks.end(), in.block_tables.begin() + size_t(s) * in.max_blocks);
+      std::copy(b.blocks.begin(), b.blocks.end(),
+                in.block_tables.begin() + size_t(s) * in.max_blocks);
     }
     runner_->execute(in);
     for (auto& [s, n] : ran) {
@@ -113,7 +115,8 @@ void DraftProposer::propose(const std::vector<Sequence*>& seqs, const std::vecto
     }
     bool any_greedy = false;
     for (Work* w : rows) any_greedy = any_greedy || !needs_distribution(w->s->params);
-    const std::vector<int32_t> greedy = any_greedy ? runner_->argmax_rows() : std::vector<int32_t>();
+    const std::vector<int32_t> greedy =
+        any_greedy ? runner_->argmax_rows() : std::vector<int32_t>();
     for (size_t r = 0; r < rows.size(); ++r) {
       Sequence& s = *rows[r]->s;
       if (!needs_distribution(s.params)) {

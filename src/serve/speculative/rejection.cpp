@@ -17,7 +17,8 @@ Verdict verify_proposal(const std::vector<double>& p, int32_t proposed,
   std::vector<double> residual(p.size());
   double total = 0;
   for (size_t v = 0; v < p.size(); ++v)
-    total += residual[v] = std::max(0.0, p[v] - (q ? (*q)[v] : (int32_t(v) == proposed ? 1.0 : 0.0)));
+    total += residual[v] =
+        std::max(0.0, p[v] - (q ? (*q)[v] : (int32_t(v) == proposed ? 1.0 : 0.0)));
   // p == q leaves no residual mass; then a rejection has probability 0 and p itself is the
   // right law (this only guards rounding).
   if (total <= 0) return {false, sampler.draw(p)};

@@ -39,8 +39,8 @@ std::string SpecDecodeMetrics::render(const std::string& prefix, int num_spec_to
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream o;
   auto head = [&](const std::string& name, const char* type, const char* help) {
-    o << "# HELP " << prefix << name << " " << help << "\n# TYPE " << prefix << name << " "
-      << type << "\n";
+    o << "# HELP " << prefix << name << " " << help << "\n# TYPE " << prefix << name << " " << type
+      << "\n";
   };
   head("spec_decode_num_drafts_total", "counter", "Verification steps with a proposal.");
   o << prefix << "spec_decode_num_drafts_total " << drafts_ << "\n";
