@@ -6,13 +6,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <map>
-#include <sstream>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <mutex>
-#include <regex>
 #include <random>
+#include <regex>
+#include <sstream>
 #include <thread>
 
 #include "util/error.h"
@@ -354,7 +354,8 @@ std::string format_serve_bench(const json& r) {
     row("Acceptance rate:", num(sd["acceptance_rate"].get<double>(), 3));
     row("Mean acceptance length:", num(sd["mean_acceptance_length"].get<double>(), 2));
     std::string pp;
-    for (const auto& v : sd["per_position_acceptance_rate"]) pp += (pp.empty() ? "" : " ") + num(v.get<double>(), 3);
+    for (const auto& v : sd["per_position_acceptance_rate"])
+      pp += (pp.empty() ? "" : " ") + num(v.get<double>(), 3);
     row("Per-position acceptance rate:", pp);
   }
   s += "==================================================\n";

@@ -29,7 +29,8 @@ struct ServeBenchOptions {
 
 // Runs the load against http://host:port and returns the results object (also what
 // --json writes); "spec_decode" holds the server's speculative decoding counters over the run
-// (from /metrics, llmrun's or vLLM's names) when it has any. Throws UserError when the server cannot be reached or answers errors.
+// (from /metrics, llmrun's or vLLM's names) when it has any. Throws UserError when the server
+// cannot be reached or answers errors.
 nlohmann::json run_serve_bench(const ServeBenchOptions& o);
 // The human-readable table of a results object.
 std::string format_serve_bench(const nlohmann::json& r);

@@ -1,9 +1,9 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "ckpt/model_dir.h"

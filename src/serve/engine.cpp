@@ -39,8 +39,8 @@ Engine::Engine(Transformer& model, const Tokenizer& tok, const EngineConfig& cfg
   const SpeculativeConfig& sc = cfg_.speculative;
   // Verification reads k + 1 logits rows of a proposing sequence.
   const int logit_rows =
-      sc.enabled() ? std::max(cfg_.max_num_seqs,
-                              std::min(cfg_.max_batched_tokens, cfg_.max_num_seqs * (sc.num_tokens + 1)))
+      sc.enabled() ? std::max(cfg_.max_num_seqs, std::min(cfg_.max_batched_tokens,
+                                                          cfg_.max_num_seqs * (sc.num_tokens + 1)))
                    : cfg_.max_num_seqs;
   runner_ = std::make_unique<ModelRunner>(
       model_,
@@ -55,8 +55,8 @@ Engine::Engine(Transformer& model, const Tokenizer& tok, const EngineConfig& cfg
                       std::to_string(sc.draft_model->config().vocab) + " tokens, the target's " +
                       std::to_string(model_.config().vocab) + ": they must share the tokenizer");
     drafter_ = std::make_unique<DraftProposer>(
-        *sc.draft_model, DraftLimits{cfg_.max_num_seqs, cfg_.max_batched_tokens,
-                                     cfg_.max_model_len, cfg_.block_size, tok_.vocab_size()});
+        *sc.draft_model, DraftLimits{cfg_.max_num_seqs, cfg_.max_batched_tokens, cfg_.max_model_len,
+                                     cfg_.block_size, tok_.vocab_size()});
   }
   stats_.kv_blocks = cfg_.num_blocks;
   thread_ = std::thread([this] { loop(); });
@@ -335,8 +335,8 @@ void Engine::sample_and_report(Sequence& s, const float* logits, int32_t greedy)
   if (!logits) return report_token(s, greedy, nullptr);
   std::vector<float> masked, work;
   const float* raw = nullptr;
-  const float* use = apply_logit_processors(p, s.tokens, s.prompt_len, logits, V,
-                                            tok_.vocab_size(), masked, work, raw);
+  const float* use = apply_logit_processors(p, s.tokens, s.prompt_len, logits, V, tok_.vocab_size(),
+                                            masked, work, raw);
   report_token(s, s.sampler->sample(use, V), raw);
 }
 

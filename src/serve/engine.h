@@ -93,7 +93,7 @@ class Engine {
   KvBlockManager kv_;
   Scheduler scheduler_;
   std::unique_ptr<ModelRunner> runner_;
-  std::unique_ptr<DraftProposer> drafter_;  // --speculative draft
+  std::unique_ptr<DraftProposer> drafter_;              // --speculative draft
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // engine thread only
   ServingMetrics metrics_;
   std::vector<uint64_t> finished_;  // erased from seqs_ once no step holds pointers to them

@@ -43,8 +43,8 @@ void ModelRunner::execute(const BatchInput& in) {
   const ModelConfig& mc = model_.config();
   const int T = static_cast<int>(in.tokens.size()), S = static_cast<int>(in.context_lens.size());
   const int R = static_cast<int>(in.logit_rows.size()), mb = in.max_blocks;
-  LLMRUN_CHECK(T > 0 && T <= lim_.max_batched_tokens && S > 0 && S <= lim_.max_num_seqs && R <= lim_.max_logit_rows &&
-                   mb >= 1 && mb <= max_blocks_per_seq_,
+  LLMRUN_CHECK(T > 0 && T <= lim_.max_batched_tokens && S > 0 && S <= lim_.max_num_seqs &&
+                   R <= lim_.max_logit_rows && mb >= 1 && mb <= max_blocks_per_seq_,
                "ModelRunner: a step of " + std::to_string(T) + " tokens, " + std::to_string(S) +
                    " sequences exceeds its limits");
   LLMRUN_CHECK(in.positions.size() == size_t(T) && in.slots.size() == size_t(T) &&

@@ -69,7 +69,8 @@ void TokenSampler::distribution(const float* logits, int vocab, std::vector<doub
   std::vector<double> w(keep);
   const double top = logits[order[0]];
   double total = 0;
-  for (int i = 0; i < keep; ++i) total += w[i] = std::exp((logits[order[i]] - top) / p_.temperature);
+  for (int i = 0; i < keep; ++i)
+    total += w[i] = std::exp((logits[order[i]] - top) / p_.temperature);
   if (p_.min_p > 0.0f) {
     int cut = 1;
     while (cut < keep && w[cut] >= p_.min_p * w[0]) ++cut;

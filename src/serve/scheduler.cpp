@@ -32,8 +32,9 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     // A speculative proposal runs whole or not at all: it is dropped (the sequence decodes
     // one token) rather than cut by the token budget or paid for with a preemption.
     std::vector<int32_t>& draft = s->spec.draft;
-    if (!draft.empty() && (static_cast<int>(s->tokens.size() + draft.size()) - s->computed > budget ||
-                           !kv_.ensure(s->kv, static_cast<int>(s->tokens.size() + draft.size()))))
+    if (!draft.empty() &&
+        (static_cast<int>(s->tokens.size() + draft.size()) - s->computed > budget ||
+         !kv_.ensure(s->kv, static_cast<int>(s->tokens.size() + draft.size()))))
       draft.clear();
     const int len = static_cast<int>(s->tokens.size() + draft.size());
     const int remaining = len - s->computed;
