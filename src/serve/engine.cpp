@@ -288,6 +288,8 @@ void Engine::verify(Sequence& s, int first_row, int d, const std::vector<int32_t
   std::vector<float> row, masked, work;
   std::vector<double> p;
   int accepted = 0;
+  // The step's tokens go to the client as one event: one wake-up of its writer per step.
+  SequenceEvent pending;
   for (int i = 0; i <= d; ++i) {
     int32_t token;
     bool ok = false;
@@ -315,9 +317,10 @@ void Engine::verify(Sequence& s, int first_row, int d, const std::vector<int32_t
       }
     }
     if (ok) ++accepted;
-    report_token(s, token, raw);
+    report_token(s, token, raw, &pending);
     if (finished(s) || !ok) break;
   }
+  if (!finished(s)) s.sink(std::move(pending));
   metrics_.spec.record(d, accepted);
   record_acceptance(st, cfg_.speculative, d, accepted);
   st.draft.clear();
@@ -340,11 +343,13 @@ void Engine::sample_and_report(Sequence& s, const float* logits, int32_t greedy)
   report_token(s, s.sampler->sample(use, V), raw);
 }
 
-void Engine::report_token(Sequence& s, int32_t token, const float* raw) {
+void Engine::report_token(Sequence& s, int32_t token, const float* raw,
+                          SequenceEvent* pending) {
   const int V = model_.config().vocab;
   const GenerationParams& p = s.params;
-  SequenceEvent ev;
-  ev.token_ids = {token};
+  SequenceEvent local;
+  SequenceEvent& ev = pending ? *pending : local;
+  ev.token_ids.push_back(token);
   if (p.logprobs >= 0) {
     LLMRUN_CHECK(raw != nullptr, "logprobs need the logits row");
     double mx = -INFINITY, sum = 0;
@@ -380,13 +385,13 @@ void Engine::report_token(Sequence& s, int32_t token, const float* raw) {
     return finish(s, ev, "stop");
   if (stops_on(p.stop_token_ids)) return finish(s, ev, "stop");
   bool stopped = false;
-  ev.text = s.text->push(token, stopped);
+  ev.text += s.text->push(token, stopped);
   if (stopped) return finish(s, ev, "stop");
   if (s.generated() >= p.max_tokens || static_cast<int>(s.tokens.size()) >= cfg_.max_model_len) {
     ev.text += s.text->flush();
     return finish(s, ev, "length");
   }
-  s.sink(std::move(ev));
+  if (!pending) s.sink(std::move(ev));
 }
 
 void Engine::finish(Sequence& s, SequenceEvent& ev, const std::string& reason) {

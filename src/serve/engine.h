@@ -82,7 +82,10 @@ class Engine {
   void sample_and_report(Sequence& s, const float* logits, int32_t greedy);
   // Appends the token, reports it (with logprobs from `raw`, the row's unpenalised logits)
   // and finishes the sequence on a stop or its length.
-  void report_token(Sequence& s, int32_t token, const float* raw);
+  // `pending`: add to this event instead of sending one (a verification step's tokens go out
+  // together; a finish sends it).
+  void report_token(Sequence& s, int32_t token, const float* raw,
+                    SequenceEvent* pending = nullptr);
   void finish(Sequence& s, SequenceEvent& ev, const std::string& reason);
   void erase_finished();
   void publish_stats();
