@@ -343,8 +343,7 @@ void Engine::sample_and_report(Sequence& s, const float* logits, int32_t greedy)
   report_token(s, s.sampler->sample(use, V), raw);
 }
 
-void Engine::report_token(Sequence& s, int32_t token, const float* raw,
-                          SequenceEvent* pending) {
+void Engine::report_token(Sequence& s, int32_t token, const float* raw, SequenceEvent* pending) {
   const int V = model_.config().vocab;
   const GenerationParams& p = s.params;
   SequenceEvent local;

@@ -84,8 +84,7 @@ class Engine {
   // and finishes the sequence on a stop or its length.
   // `pending`: add to this event instead of sending one (a verification step's tokens go out
   // together; a finish sends it).
-  void report_token(Sequence& s, int32_t token, const float* raw,
-                    SequenceEvent* pending = nullptr);
+  void report_token(Sequence& s, int32_t token, const float* raw, SequenceEvent* pending = nullptr);
   void finish(Sequence& s, SequenceEvent& ev, const std::string& reason);
   void erase_finished();
   void publish_stats();
