@@ -401,3 +401,25 @@ TEST(SpeculativeSampling, SelfCheckRejectsWrongAcceptanceRules) {
     EXPECT_GT(std::max(b2, b3), 1.0) << "accept-with-sqrt(p) went undetected";
   }
 }
+
+TEST(SpeculativeBackoff, FailingProposalsPauseASequenceAndGoodOnesKeepItOn) {
+  SpeculativeConfig c;
+  SpecState st;
+  for (int i = 0; i < 10; ++i) record_acceptance(st, c, 4, 4);
+  EXPECT_EQ(st.backoff, 0);
+  int steps = 0;
+  while (st.backoff == 0 && steps < 10) {
+    record_acceptance(st, c, 4, 0);
+    ++steps;
+  }
+  EXPECT_EQ(st.backoff, c.backoff_steps) << "all-rejected proposals never backed off";
+  EXPECT_LE(steps, 4) << "backing off took too many failed verifications";
+  // After the pause one more failure backs off again at once; a success keeps it on.
+  st.backoff = 0;
+  record_acceptance(st, c, 4, 0);
+  EXPECT_EQ(st.backoff, c.backoff_steps);
+  st.backoff = 0;
+  st.acceptance = c.min_acceptance + 0.1;
+  record_acceptance(st, c, 4, 3);
+  EXPECT_EQ(st.backoff, 0);
+}

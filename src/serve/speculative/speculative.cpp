@@ -18,7 +18,7 @@ void record_acceptance(SpecState& st, const SpeculativeConfig& c, int proposed, 
   if (st.acceptance < c.min_acceptance) {
     st.backoff = c.backoff_steps;
     // Come back undecided: one good verification keeps it on, one bad one backs off again.
-    st.acceptance = c.min_acceptance + 0.15;
+    st.acceptance = c.min_acceptance + 0.1;
   }
 }
 
