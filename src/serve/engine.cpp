@@ -208,7 +208,8 @@ void Engine::propose() {
     }
     // k proposals yield up to k + 1 tokens: stay within max_tokens and max_model_len.
     const int limit = std::min(s.prompt_len + s.params.max_tokens, cfg_.max_model_len);
-    const int k = std::min(sc.num_tokens, limit - static_cast<int>(s.tokens.size()) - 1);
+    const int k = std::min(proposal_length(s.spec, sc.num_tokens),
+                           limit - static_cast<int>(s.tokens.size()) - 1);
     if (k <= 0) continue;
     if (sc.method == SpecMethod::ngram) {
       s.spec.draft = propose_ngram(s.tokens, sc.ngram, k);

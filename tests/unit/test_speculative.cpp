@@ -417,9 +417,14 @@ TEST(SpeculativeBackoff, FailingProposalsPauseASequenceAndGoodOnesKeepItOn) {
   // After the pause one more failure backs off again at once; a success keeps it on.
   st.backoff = 0;
   record_acceptance(st, c, 4, 0);
-  EXPECT_EQ(st.backoff, c.backoff_steps);
+  EXPECT_EQ(st.backoff, 2 * c.backoff_steps) << "a second pause in a row is twice as long";
+  EXPECT_EQ(proposal_length(st, 4), 1) << "after failures a sequence proposes one token";
   st.backoff = 0;
   st.acceptance = c.min_acceptance + 0.1;
   record_acceptance(st, c, 4, 3);
   EXPECT_EQ(st.backoff, 0);
+  EXPECT_EQ(st.pauses, 0) << "a good proposal resets the pause length";
+  st.acceptance = 0.9;
+  EXPECT_EQ(proposal_length(st, 4), 4);
+  EXPECT_EQ(proposal_length(st, 2), 2);
 }

@@ -28,7 +28,8 @@ struct SpeculativeConfig {
   // vLLM's speculative_disable_by_batch_size: no proposals while this many sequences run.
   int disable_by_batch_size = 8;
   // Per-sequence back-off: below this running acceptance rate (an exponential average over
-  // its verified proposals) the sequence proposes nothing for `backoff_steps` decode steps.
+  // its verified proposals) the sequence proposes nothing for `backoff_steps` decode steps,
+  // doubled at each further back-off until a proposal does well again.
   double min_acceptance = 0.35;
   int backoff_steps = 24;
   // The draft model (method draft): same tokenizer as the target, its own KV pool.
@@ -50,6 +51,7 @@ struct SpecState {
   std::vector<std::vector<double>> draft_probs;
   double acceptance = 1.0;  // running acceptance rate of its proposals
   int backoff = 0;          // decode steps left without proposals
+  int pauses = 0;           // back-offs since its last well-accepted proposal (each one longer)
   // The draft model's KV of this sequence (method draft): its blocks, and the tokens whose k/v
   // they hold (positions 0 .. size-1), compared with the sequence's tokens at each proposal.
   SeqBlocks draft_kv;
@@ -58,5 +60,8 @@ struct SpecState {
 
 // Updates the back-off state after `accepted` of `proposed` tokens were accepted.
 void record_acceptance(SpecState& st, const SpeculativeConfig& c, int proposed, int accepted);
+// Tokens to propose now, at most `k`: fewer while the sequence's acceptance is middling (a
+// rejected row still costs its compute).
+int proposal_length(const SpecState& st, int k);
 
 }  // namespace llmrun
