@@ -6,8 +6,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <random>
+#include <regex>
+#include <sstream>
 #include <thread>
 
 #include "util/error.h"
@@ -45,6 +50,68 @@ http::response<http::string_body> simple_get(const ServeBenchOptions& o,
   http::response<http::string_body> res;
   http::read(stream, buf, res);
   return res;
+}
+
+// The speculative decoding counters in a /metrics text (llmrun: or vllm: prefix), by name
+// without prefix or _total; per-position counters as "accepted_per_pos/N".
+std::map<std::string, double> spec_counters(const std::string& text) {
+  static const std::regex line(
+      R"(^(?:llmrun|vllm):spec_decode_(num_drafts|num_draft_tokens|num_accepted_tokens|num_accepted_tokens_per_pos)(?:_total)?(\{[^}]*\})? ([0-9.eE+-]+)$)");
+  static const std::regex position(R"re(position="(\d+)")re");
+  std::map<std::string, double> out;
+  std::istringstream in(text);
+  std::string l;
+  std::smatch m, pos;
+  while (std::getline(in, l)) {
+    if (!std::regex_match(l, m, line)) continue;
+    const std::string labels = m[2].str();
+    if (m[1] == "num_accepted_tokens_per_pos") {
+      if (std::regex_search(labels, pos, position))
+        out["accepted_per_pos/" + pos[1].str()] += std::stod(m[3]);
+    } else {
+      out[m[1].str()] += std::stod(m[3]);
+    }
+  }
+  return out;
+}
+
+std::map<std::string, double> scrape_spec(const ServeBenchOptions& o) {
+  try {
+    const auto res = simple_get(o, "/metrics");
+    if (res.result() == http::status::ok) return spec_counters(res.body());
+  } catch (const std::exception&) {
+    // A server without /metrics simply has no speculative decoding figures.
+  }
+  return {};
+}
+
+std::vector<std::vector<int>> make_prompts(const ServeBenchOptions& o, std::mt19937_64& rng) {
+  std::vector<std::vector<int>> prompts(size_t(o.num_prompts));
+  std::string text;
+  if (o.dataset == "text") {
+    std::ifstream f(o.dataset_path, std::ios::binary);
+    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    if (!f.good() && !f.eof())
+      throw UserError("--dataset-path: cannot read '" + o.dataset_path + "'");
+    if (text.size() < size_t(o.input_len))
+      throw UserError("--dataset-path " + o.dataset_path + " has fewer bytes than --input-len");
+  } else if (o.dataset != "random" && o.dataset != "repeat") {
+    throw UserError("--dataset must be random, repeat or text, got '" + o.dataset + "'");
+  }
+  for (auto& p : prompts) {
+    p.resize(size_t(o.input_len));
+    if (o.dataset == "text") {
+      const size_t at = rng() % (text.size() - size_t(o.input_len) + 1);
+      for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<unsigned char>(text[at + i]);
+      continue;
+    }
+    std::vector<int> unit(size_t(4 + rng() % 9));
+    for (int& t : unit) t = 32 + static_cast<int>(rng() % 95);
+    for (size_t i = 0; i < p.size(); ++i)
+      // printable bytes: valid in byte-level vocabularies
+      p[i] = o.dataset == "repeat" ? unit[i % unit.size()] : 32 + static_cast<int>(rng() % 95);
+  }
+  return prompts;
 }
 
 RequestResult one_request(const ServeBenchOptions& o, const std::string& model,
@@ -153,12 +220,8 @@ json run_serve_bench(const ServeBenchOptions& o) {
   }
 
   std::mt19937_64 rng(o.seed);
-  std::vector<std::vector<int>> prompts(o.num_prompts);
-  for (auto& p : prompts) {
-    p.resize(o.input_len);
-    for (int& t : p)
-      t = 32 + static_cast<int>(rng() % 95);  // printable bytes: valid in byte-level vocabularies
-  }
+  const std::vector<std::vector<int>> prompts = make_prompts(o, rng);
+  const std::map<std::string, double> spec_before = scrape_spec(o);
   std::exponential_distribution<double> gap(o.request_rate > 0 ? o.request_rate : 1.0);
 
   std::vector<RequestResult> results(o.num_prompts);
@@ -227,6 +290,25 @@ json run_serve_bench(const ServeBenchOptions& o) {
               {"itl_ms", stats_ms(itl)},
               {"e2e_ms", stats_ms(e2e)}};
   if (!first_error.empty()) out["first_error"] = first_error;
+  out["dataset"] = o.dataset;
+  // vLLM's derived figures: acceptance rate = accepted / draft tokens, mean acceptance length
+  // = 1 + accepted / drafts, per-position acceptance = accepted at position i / drafts.
+  std::map<std::string, double> spec = scrape_spec(o);
+  for (auto& [k, v] : spec)
+    if (spec_before.count(k)) v -= spec_before.at(k);
+  if (spec.count("num_drafts")) {
+    const double drafts = spec["num_drafts"], proposed = spec["num_draft_tokens"],
+                 accepted = spec["num_accepted_tokens"];
+    json per_pos = json::array();
+    for (int i = 0; spec.count("accepted_per_pos/" + std::to_string(i)); ++i)
+      per_pos.push_back(drafts > 0 ? spec["accepted_per_pos/" + std::to_string(i)] / drafts : 0.0);
+    out["spec_decode"] = {{"num_drafts", drafts},
+                          {"num_draft_tokens", proposed},
+                          {"num_accepted_tokens", accepted},
+                          {"acceptance_rate", proposed > 0 ? accepted / proposed : 0.0},
+                          {"mean_acceptance_length", drafts > 0 ? 1.0 + accepted / drafts : 0.0},
+                          {"per_position_acceptance_rate", per_pos}};
+  }
   return out;
 }
 
@@ -266,6 +348,19 @@ std::string format_serve_bench(const json& r) {
     row(("Mean " + base + " (ms):").c_str(), num(r[key]["mean"].get<double>()));
     row(("Median " + base + " (ms):").c_str(), num(r[key]["median"].get<double>()));
     row(("P99 " + base + " (ms):").c_str(), num(r[key]["p99"].get<double>()));
+  }
+  if (r.contains("spec_decode")) {
+    const json& sd = r["spec_decode"];
+    s += "---------- Speculative Decoding ----------\n";
+    row("Drafts:", num(sd["num_drafts"].get<double>(), 0));
+    row("Draft tokens:", num(sd["num_draft_tokens"].get<double>(), 0));
+    row("Accepted tokens:", num(sd["num_accepted_tokens"].get<double>(), 0));
+    row("Acceptance rate:", num(sd["acceptance_rate"].get<double>(), 3));
+    row("Mean acceptance length:", num(sd["mean_acceptance_length"].get<double>(), 2));
+    std::string pp;
+    for (const auto& v : sd["per_position_acceptance_rate"])
+      pp += (pp.empty() ? "" : " ") + num(v.get<double>(), 3);
+    row("Per-position acceptance rate:", pp);
   }
   s += "==================================================\n";
   return s;

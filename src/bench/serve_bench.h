@@ -20,10 +20,17 @@ struct ServeBenchOptions {
   int input_len = 128, output_len = 128;
   int max_concurrency = 0;  // 0: unlimited
   uint64_t seed = 0;
+  // Prompts: "random" printable bytes; "repeat", a short random unit repeated (the
+  // code/summarise-the-prompt shape where prompt lookup speculation pays); "text", windows of
+  // the file dataset_path at random offsets. Byte ids, as for a byte-level vocabulary.
+  std::string dataset = "random";
+  std::string dataset_path;
 };
 
 // Runs the load against http://host:port and returns the results object (also what
-// --json writes). Throws UserError when the server cannot be reached or answers errors.
+// --json writes); "spec_decode" holds the server's speculative decoding counters over the run
+// (from /metrics, llmrun's or vLLM's names) when it has any. Throws UserError when the server
+// cannot be reached or answers errors.
 nlohmann::json run_serve_bench(const ServeBenchOptions& o);
 // The human-readable table of a results object.
 std::string format_serve_bench(const nlohmann::json& r);

@@ -10,6 +10,7 @@
 #include "ckpt/model_dir.h"
 #include "cli/backend_option.h"
 #include "cli/commands.h"
+#include "cli/speculative_option.h"
 #include "serve/http_server.h"
 #include "util/error.h"
 
@@ -21,6 +22,7 @@ struct BenchServeArgs {
   ServeBenchOptions opts;
   BackendOptions backend;
   int max_num_seqs = 64, max_batched_tokens = 512;
+  SpeculativeOptions speculative;
 };
 
 // Serves model_dir in this process on a free loopback port for the duration of `body`.
@@ -40,6 +42,8 @@ void with_local_server(BenchServeArgs& a, F body) {
     throw UserError(
         "--input-len + --output-len = " + std::to_string(a.opts.input_len + a.opts.output_len) +
         " exceeds the model's context of " + std::to_string(ec.max_model_len));
+  LoadedModel draft;
+  ec.speculative = make_speculative_config(a.speculative, m, *backend, draft);
   Engine engine(*m.model, *m.tokenizer, ec);
   ServerOptions so;
   so.port = 0;
@@ -123,12 +127,18 @@ Command add_bench_command(CLI::App& root, const std::vector<std::string>& argv) 
       ->check(CLI::NonNegativeNumber);
   app->add_option("--seed", a->opts.seed, "Seed for prompts and arrivals");
   app->add_option("--json", a->json_out, "Write the results as JSON here");
+  app->add_option("--dataset", a->opts.dataset,
+                  "Prompts: random bytes, repeat (a short unit repeated), text (--dataset-path)")
+      ->capture_default_str();
+  app->add_option("--dataset-path", a->opts.dataset_path,
+                  "With --dataset text: a file whose byte windows are the prompts");
   add_backend_options(app, a->backend, /*with_dtype=*/true);
   app->add_option("--max-num-seqs", a->max_num_seqs, "With --model-dir: running batch limit")
       ->check(CLI::Range(1, 4096));
   app->add_option("--max-batched-tokens", a->max_batched_tokens,
                   "With --model-dir: tokens per step")
       ->check(CLI::Range(1, 1 << 20));
+  add_speculative_options(app, a->speculative);  // with --model-dir
   const std::vector<Command> others = {add_bench_train_command(*bench, argv),
                                        add_bench_kernels_command(*bench)};
   return {bench, [a, app, others]() {

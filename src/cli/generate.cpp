@@ -1,12 +1,16 @@
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "ckpt/model_dir.h"
 #include "cli/backend_option.h"
 #include "cli/commands.h"
+#include "cli/speculative_option.h"
+#include "serve/engine.h"
 #include "serve/sampler.h"
 
 namespace llmrun::cli {
@@ -19,11 +23,83 @@ struct GenerateArgs {
   SamplingParams sampling{0.0f, 0, 1.0f, 0};
   BackendOptions backend;
   bool timing = false;
+  SpeculativeOptions speculative;
 };
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// With --speculative the single sequence runs through the serving engine, whose steps verify
+// several proposed tokens at once; the output is printed the way the plain loop prints it.
+void generate_speculative(const GenerateArgs& a, LoadedModel& m, Backend& backend,
+                          const std::vector<int32_t>& prompt, int budget) {
+  EngineConfig ec;
+  ec.max_num_seqs = 1;
+  ec.max_batched_tokens = 512;
+  ec.max_model_len = budget;
+  ec.num_blocks = (budget + ec.block_size - 1) / ec.block_size + 1;
+  ec.prefix_caching = false;
+  ec.stop_token_ids = m.eos_token_ids;
+  LoadedModel draft;
+  ec.speculative = make_speculative_config(a.speculative, m, backend, draft);
+  GenerationParams gp;
+  gp.sampling = a.sampling;
+  gp.seeded = true;
+  gp.max_tokens = budget - static_cast<int>(prompt.size());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int tokens = 0;
+  Clock::time_point first, last;
+  const auto start = Clock::now();
+  const Tokenizer& tok = *m.tokenizer;
+  {
+    Engine engine(*m.model, tok, ec);
+    engine.submit(prompt, gp, [&](SequenceEvent&& ev) {
+      for (int32_t id : ev.token_ids) {
+        if (id == tok.eos_id() ||
+            std::find(m.eos_token_ids.begin(), m.eos_token_ids.end(), id) != m.eos_token_ids.end())
+          continue;  // the end token ends the text; it is not part of it
+        const std::string piece = tok.token_bytes(id);
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+      }
+      std::fflush(stdout);
+      std::lock_guard<std::mutex> lock(mu);
+      const auto now = Clock::now();
+      if (tokens == 0) first = now;
+      last = now;
+      tokens += static_cast<int>(ev.token_ids.size());
+      if (ev.finished) {
+        done = true;
+        cv.notify_all();
+      }
+    });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    std::fputs("\n", stdout);
+    if (a.timing) {
+      std::fflush(stdout);
+      const ServingMetrics& sm = engine.metrics();
+      const double prefill_ms = std::chrono::duration<double, std::milli>(first - start).count();
+      const double decode_ms = std::chrono::duration<double, std::milli>(last - first).count();
+      const int steps = tokens - 1;
+      std::fprintf(stderr,
+                   "timing: prefill %zu tokens %.2f ms; decode %d tokens %.2f ms (%.2f ms/token, "
+                   "%.1f tokens/s)\n",
+                   prompt.size(), prefill_ms, steps, decode_ms, steps > 0 ? decode_ms / steps : 0.0,
+                   decode_ms > 0 ? 1000.0 * steps / decode_ms : 0.0);
+      const int64_t drafts = sm.spec.drafts(), proposed = sm.spec.draft_tokens(),
+                    accepted = sm.spec.accepted_tokens();
+      std::fprintf(stderr,
+                   "speculative: %lld drafts, %lld of %lld proposed tokens accepted (acceptance "
+                   "rate %.3f, mean acceptance length %.2f)\n",
+                   static_cast<long long>(drafts), static_cast<long long>(accepted),
+                   static_cast<long long>(proposed), proposed ? double(accepted) / proposed : 0.0,
+                   drafts ? 1.0 + double(accepted) / drafts : 0.0);
+    }
+  }
 }
 
 int generate(const GenerateArgs& a) {
@@ -45,6 +121,17 @@ int generate(const GenerateArgs& a) {
     budget = cfg.seq_len;
   }
 
+  if (parse_spec_method(a.speculative.method) != SpecMethod::none) {
+    std::fputs(a.prompt.c_str(), stdout);
+    generate_speculative(a, m, *backend, prompt, budget);
+    if (budget < asked)
+      std::fprintf(stderr,
+                   "note: stopped after at most %d of %d tokens: the model's context length is %d "
+                   "tokens (prompt %zu)\n",
+                   budget - static_cast<int>(prompt.size()), a.max_tokens, cfg.seq_len,
+                   prompt.size());
+    return 0;
+  }
   KvCache cache = m.model->make_cache(budget);
   Buffer logits_buf = backend->allocate(size_t(cfg.vocab) * 4);
   Tensor logits = logits_buf.as(DType::f32, {cfg.vocab});
@@ -136,6 +223,7 @@ Command add_generate_command(CLI::App& root) {
   app->add_option("--seed", args->sampling.seed, "Sampling seed");
   add_backend_options(app, args->backend, /*with_dtype=*/true);
   app->add_flag("--timing", args->timing, "Print prefill and per-token decode time to stderr");
+  add_speculative_options(app, args->speculative);
   return {app, [args]() { return generate(*args); }};
 }
 

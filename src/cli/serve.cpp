@@ -6,6 +6,7 @@
 #include "ckpt/model_dir.h"
 #include "cli/backend_option.h"
 #include "cli/commands.h"
+#include "cli/speculative_option.h"
 #include "serve/http_server.h"
 #include "util/error.h"
 
@@ -20,6 +21,7 @@ struct ServeArgs {
   int kv_blocks = 0;
   BackendOptions backend;
   bool no_prefix_caching = false;
+  SpeculativeOptions speculative;
 };
 
 int serve(ServeArgs& a) {
@@ -57,6 +59,8 @@ int serve(ServeArgs& a) {
   if (a.server.model_name.empty())
     a.server.model_name = std::filesystem::path(a.model_dir).parent_path().filename().string();
   const ChatTemplate tmpl = ChatTemplate::for_model_dir(a.model_dir);
+  LoadedModel draft;
+  ec.speculative = make_speculative_config(a.speculative, m, *backend, draft);
   Engine engine(*m.model, *m.tokenizer, ec);
   HttpServer server(engine, *m.tokenizer, tmpl, a.server);
   server.run();
@@ -112,6 +116,7 @@ Command add_serve_command(CLI::App& root) {
   add_backend_options(app, a->backend, /*with_dtype=*/true);
   app->add_flag("--no-prefix-caching", a->no_prefix_caching,
                 "Do not reuse KV blocks of common prompt prefixes");
+  add_speculative_options(app, a->speculative);
   return {app, [a]() { return serve(*a); }};
 }
 

@@ -5,6 +5,8 @@
 #include <random>
 #include <unordered_map>
 
+#include "serve/logit_processors.h"
+#include "serve/speculative/rejection.h"
 #include "util/error.h"
 
 namespace llmrun {
@@ -34,11 +36,28 @@ Engine::Engine(Transformer& model, const Tokenizer& tok, const EngineConfig& cfg
                     std::to_string(int64_t(cfg_.num_blocks) * cfg_.block_size) +
                     " tokens, less than --max-model-len " + std::to_string(cfg_.max_model_len) +
                     ": raise --kv-blocks/--kv-cache-bytes or lower --max-model-len");
+  const SpeculativeConfig& sc = cfg_.speculative;
+  // Verification reads k + 1 logits rows of a proposing sequence.
+  const int logit_rows =
+      sc.enabled() ? std::max(cfg_.max_num_seqs, std::min(cfg_.max_batched_tokens,
+                                                          cfg_.max_num_seqs * (sc.num_tokens + 1)))
+                   : cfg_.max_num_seqs;
   runner_ = std::make_unique<ModelRunner>(
       model_,
       ModelRunnerLimits{cfg_.max_batched_tokens, cfg_.max_num_seqs, cfg_.max_model_len,
-                        cfg_.block_size, cfg_.num_blocks},
+                        cfg_.block_size, cfg_.num_blocks, logit_rows},
       tok_.vocab_size());
+  if (sc.enabled()) metrics_.num_spec_tokens = sc.num_tokens;
+  if (sc.enabled() && sc.method == SpecMethod::draft) {
+    LLMRUN_CHECK(sc.draft_model != nullptr, "speculative draft: no draft model");
+    if (sc.draft_model->config().vocab != model_.config().vocab)
+      throw UserError("--draft-model: its vocabulary has " +
+                      std::to_string(sc.draft_model->config().vocab) + " tokens, the target's " +
+                      std::to_string(model_.config().vocab) + ": they must share the tokenizer");
+    drafter_ = std::make_unique<DraftProposer>(
+        *sc.draft_model, DraftLimits{cfg_.max_num_seqs, cfg_.max_batched_tokens, cfg_.max_model_len,
+                                     cfg_.block_size, tok_.vocab_size()});
+  }
   stats_.kv_blocks = cfg_.num_blocks;
   thread_ = std::thread([this] { loop(); });
 }
@@ -131,6 +150,7 @@ void Engine::publish_stats() {
   stats_.prefix_queries = kv_.prefix_queries();
   stats_.prefix_hits = kv_.prefix_hits();
   stats_.preemptions = scheduler_.preemptions();
+  stats_.draft_kv_blocks_used = drafter_ ? drafter_->blocks_in_use() : 0;
   stats_.prompt_tokens = stats_prompt_tokens_;
   stats_.generation_tokens = stats_generation_tokens_;
   stats_.steps = steps_;
@@ -146,6 +166,7 @@ void Engine::loop() {
     }
     take_inbox();
     if (!seqs_.empty()) {
+      propose();
       const std::vector<ScheduledChunk> chunks = scheduler_.schedule();
       LLMRUN_CHECK(!chunks.empty(), "scheduler made no progress with " +
                                         std::to_string(seqs_.size()) + " sequences");
@@ -171,15 +192,37 @@ void Engine::loop() {
   inbox_.clear();
 }
 
-namespace {
-// Whether sampling this sequence's next token needs its whole logits row on the host; the
-// rest are greedy and take the backend's argmax.
-bool needs_distribution(const GenerationParams& p) {
-  return p.sampling.temperature > 0.0f || p.logprobs >= 0 || p.presence_penalty != 0 ||
-         p.frequency_penalty != 0 || p.repetition_penalty != 1 || !p.logit_bias.empty() ||
-         p.constraint != nullptr;
+void Engine::propose() {
+  const SpeculativeConfig& sc = cfg_.speculative;
+  for (auto& [id, s] : seqs_) s->spec.draft.clear();
+  if (!sc.enabled()) return;
+  // A large batch is compute-bound: extra verification rows cost what they would save.
+  if (sc.disable_by_batch_size > 0 && scheduler_.num_running() >= sc.disable_by_batch_size) return;
+  std::vector<Sequence*> drafting;
+  std::vector<int> want;
+  for (auto& [id, sp] : seqs_) {
+    Sequence& s = *sp;
+    // Only a running sequence in its decode phase (everything but its last token computed).
+    if (s.kv.blocks.empty() || s.computed + 1 != static_cast<int>(s.tokens.size())) continue;
+    if (s.matcher) continue;  // structured output: proposals are not checked by the grammar
+    if (s.spec.backoff > 0) {
+      --s.spec.backoff;
+      continue;
+    }
+    // k proposals yield up to k + 1 tokens: stay within max_tokens and max_model_len.
+    const int limit = std::min(s.prompt_len + s.params.max_tokens, cfg_.max_model_len);
+    const int k = std::min(proposal_length(s.spec, sc.num_tokens),
+                           limit - static_cast<int>(s.tokens.size()) - 1);
+    if (k <= 0) continue;
+    if (sc.method == SpecMethod::ngram) {
+      s.spec.draft = propose_ngram(s.tokens, sc.ngram, k);
+    } else {
+      drafting.push_back(&s);
+      want.push_back(k);
+    }
+  }
+  if (drafter_ && !drafting.empty()) drafter_->propose(drafting, want);
 }
-}  // namespace
 
 void Engine::step(const std::vector<ScheduledChunk>& chunks) {
   const int V = model_.config().vocab;
@@ -191,10 +234,12 @@ void Engine::step(const std::vector<ScheduledChunk>& chunks) {
   in.context_lens.resize(size_t(S));
   in.block_tables.assign(size_t(S) * in.max_blocks, 0);
   std::vector<Sequence*> samplers;
+  std::vector<int> first_row, drafts;  // per sampler: its first logits row, its proposal size
   for (int s = 0; s < S; ++s) {
     const ScheduledChunk& c = chunks[s];
+    const int real = static_cast<int>(c.seq->tokens.size());
     for (int p = c.start; p < c.start + c.n; ++p) {
-      in.tokens.push_back(c.seq->tokens[p]);
+      in.tokens.push_back(p < real ? c.seq->tokens[p] : c.seq->spec.draft[size_t(p - real)]);
       in.positions.push_back(p);
       in.slots.push_back(c.seq->kv.blocks[p / bs] * bs + p % bs);
     }
@@ -203,7 +248,10 @@ void Engine::step(const std::vector<ScheduledChunk>& chunks) {
     std::copy(c.seq->kv.blocks.begin(), c.seq->kv.blocks.end(),
               in.block_tables.begin() + size_t(s) * in.max_blocks);
     if (c.samples) {
-      in.logit_rows.push_back(in.query_starts[s + 1] - 1);
+      // The last real token's row and one per proposed token: verification reads them all.
+      first_row.push_back(static_cast<int>(in.logit_rows.size()));
+      drafts.push_back(c.draft);
+      for (int j = c.draft; j >= 0; --j) in.logit_rows.push_back(in.query_starts[s + 1] - 1 - j);
       samplers.push_back(c.seq);
     }
   }
@@ -211,60 +259,91 @@ void Engine::step(const std::vector<ScheduledChunk>& chunks) {
   ++steps_;
 
   for (const auto& c : chunks) {
-    c.seq->computed = c.start + c.n;
+    // Proposed tokens count as computed only once accepted (verify).
+    c.seq->computed = c.start + c.n - c.draft;
     kv_.publish(c.seq->kv, c.seq->tokens, c.seq->computed);
   }
   const int R = static_cast<int>(samplers.size());
   bool any_greedy = false;
   for (const Sequence* s : samplers) any_greedy = any_greedy || !needs_distribution(s->params);
   const std::vector<int32_t> greedy =
-      any_greedy ? runner_->argmax_rows() : std::vector<int32_t>(size_t(R), -1);
+      any_greedy ? runner_->argmax_rows() : std::vector<int32_t>(in.logit_rows.size(), -1);
   std::vector<float> row;
   for (int r = 0; r < R; ++r) {
+    const int first = first_row[size_t(r)];
+    if (drafts[size_t(r)] > 0) {
+      verify(*samplers[r], first, drafts[size_t(r)], greedy);
+      continue;
+    }
     if (!needs_distribution(samplers[r]->params)) {
-      sample_and_report(*samplers[r], nullptr, greedy[size_t(r)]);
+      sample_and_report(*samplers[r], nullptr, greedy[size_t(first)]);
       continue;
     }
     row.resize(size_t(V));
-    runner_->copy_row(r, row.data());
+    runner_->copy_row(first, row.data());
     sample_and_report(*samplers[r], row.data(), -1);
   }
+}
+
+void Engine::verify(Sequence& s, int first_row, int d, const std::vector<int32_t>& greedy) {
+  const int V = model_.config().vocab;
+  SpecState& st = s.spec;
+  const bool dist = needs_distribution(s.params);
+  std::vector<float> row, masked, work;
+  std::vector<double> p;
+  int accepted = 0;
+  // The step's tokens go to the client as one event: one wake-up of its writer per step.
+  SequenceEvent pending;
+  for (int i = 0; i <= d; ++i) {
+    int32_t token;
+    bool ok = false;
+    const float* raw = nullptr;
+    if (!dist) {
+      // Greedy: the target's own pick at each position; a proposal survives when it is that.
+      token = greedy[size_t(first_row + i)];
+      ok = i < d && token == st.draft[size_t(i)];
+    } else {
+      row.resize(size_t(V));
+      runner_->copy_row(first_row + i, row.data());
+      // Penalties see the accepted proposals: s.tokens grows as they are reported.
+      const float* use = apply_logit_processors(s.params, s.tokens, s.prompt_len, row.data(), V,
+                                                tok_.vocab_size(), masked, work, raw);
+      s.sampler->distribution(use, V, p);
+      if (i < d) {
+        const std::vector<double>* q =
+            size_t(i) < st.draft_probs.size() ? &st.draft_probs[size_t(i)] : nullptr;
+        const Verdict v =
+            verify_proposal(p, st.draft[size_t(i)], q, *s.sampler, cfg_.speculative.accept);
+        token = v.token;
+        ok = v.accepted;
+      } else {
+        token = s.sampler->draw(p);  // every proposal accepted: one more from the target
+      }
+    }
+    if (ok) ++accepted;
+    report_token(s, token, raw, &pending);
+    if (finished(s) || !ok) break;
+  }
+  if (!finished(s)) s.sink(std::move(pending));
+  metrics_.spec.record(d, accepted);
+  record_acceptance(st, cfg_.speculative, d, accepted);
+  st.draft.clear();
+  st.draft_probs.clear();
+  if (finished(s)) return;
+  // The accepted proposals' k/v are the sequence's own now; the rejected ones' blocks go back.
+  s.computed += accepted;
+  kv_.publish(s.kv, s.tokens, s.computed);
+  kv_.trim(s.kv, static_cast<int>(s.tokens.size()));
 }
 
 void Engine::sample_and_report(Sequence& s, const float* logits, int32_t greedy) {
   const int V = model_.config().vocab;
   const GenerationParams& p = s.params;
   if (!logits) return report_token(s, greedy, nullptr);
-  // Rows past the tokenizer's vocabulary (a padded embedding table) can never be emitted.
-  std::vector<float> masked;
-  const float* raw = logits;
-  if (tok_.vocab_size() < V) {
-    masked.assign(logits, logits + V);
-    std::fill(masked.begin() + tok_.vocab_size(), masked.end(), -INFINITY);
-    raw = masked.data();
-  }
-  const float* use = raw;
-  std::vector<float> work;
-  const bool penalties =
-      p.presence_penalty != 0 || p.frequency_penalty != 0 || p.repetition_penalty != 1;
-  if (penalties || !p.logit_bias.empty()) {
-    work.assign(raw, raw + V);
-    if (p.repetition_penalty != 1) {
-      std::vector<bool> seen(V, false);
-      for (int32_t t : s.tokens) seen[t] = true;
-      for (int v = 0; v < V; ++v)
-        if (seen[v])
-          work[v] = work[v] > 0 ? work[v] / p.repetition_penalty : work[v] * p.repetition_penalty;
-    }
-    if (p.presence_penalty != 0 || p.frequency_penalty != 0) {
-      std::unordered_map<int32_t, int> counts;
-      for (size_t i = s.prompt_len; i < s.tokens.size(); ++i) ++counts[s.tokens[i]];
-      for (const auto& [t, n] : counts) work[t] -= p.frequency_penalty * n + p.presence_penalty;
-    }
-    for (const auto& [t, b] : p.logit_bias)
-      if (t >= 0 && t < V) work[t] += b;
-    use = work.data();
-  }
+  std::vector<float> masked, work;
+  const float* raw = nullptr;
+  const float* use = apply_logit_processors(p, s.tokens, s.prompt_len, logits, V, tok_.vocab_size(),
+                                            masked, work, raw);
   if (s.matcher) {  // structured output: refused tokens get -inf (serve/structured)
     if (use != work.data()) work.assign(use, use + V);
     use = work.data();
@@ -286,11 +365,12 @@ void Engine::sample_and_report(Sequence& s, const float* logits, int32_t greedy)
   report_token(s, s.sampler->sample(use, V), raw);
 }
 
-void Engine::report_token(Sequence& s, int32_t token, const float* raw) {
+void Engine::report_token(Sequence& s, int32_t token, const float* raw, SequenceEvent* pending) {
   const int V = model_.config().vocab;
   const GenerationParams& p = s.params;
-  SequenceEvent ev;
-  ev.token_ids = {token};
+  SequenceEvent local;
+  SequenceEvent& ev = pending ? *pending : local;
+  ev.token_ids.push_back(token);
   if (p.logprobs >= 0) {
     LLMRUN_CHECK(raw != nullptr, "logprobs need the logits row");
     double mx = -INFINITY, sum = 0;
@@ -326,7 +406,7 @@ void Engine::report_token(Sequence& s, int32_t token, const float* raw) {
     return finish(s, ev, "stop");
   if (stops_on(p.stop_token_ids)) return finish(s, ev, "stop");
   bool stopped = false;
-  ev.text = s.text->push(token, stopped);
+  ev.text += s.text->push(token, stopped);
   if (stopped) return finish(s, ev, "stop");
   if (s.matcher && s.matcher->complete()) {  // the grammar allows nothing more
     ev.text += s.text->flush();
@@ -336,11 +416,12 @@ void Engine::report_token(Sequence& s, int32_t token, const float* raw) {
     ev.text += s.text->flush();
     return finish(s, ev, "length");
   }
-  s.sink(std::move(ev));
+  if (!pending) s.sink(std::move(ev));
 }
 
 void Engine::finish(Sequence& s, SequenceEvent& ev, const std::string& reason) {
   scheduler_.remove(&s);
+  if (drafter_) drafter_->release(s);
   ev.finished = true;
   ev.finish_reason = reason;
   ev.prompt_tokens = s.prompt_len;

@@ -4,6 +4,7 @@
 // pool, forward, logits) run them, samples each finished row with its own seeded sampler and
 // reports text to the request's sink. Other threads only submit and abort; both are queued
 // and picked up between steps.
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -20,6 +21,8 @@
 #include "serve/metrics.h"
 #include "serve/model_runner.h"
 #include "serve/scheduler.h"
+#include "serve/speculative/draft_proposer.h"
+#include "serve/speculative/speculative.h"
 
 namespace llmrun {
 
@@ -33,6 +36,8 @@ struct EngineConfig {
   // Tokens that end every sequence besides the tokenizer's end token (ignore_eos aside):
   // generation_config.json's eos_token_id, e.g. Llama 3 Instruct's <|eot_id|>.
   std::vector<int32_t> stop_token_ids;
+  // Speculative decoding (serve/speculative/speculative.h); off by default.
+  SpeculativeConfig speculative;
 };
 
 // KV pool blocks that fit `bytes` for this model (k and v, every layer, fp32).
@@ -43,6 +48,7 @@ struct EngineStats {
   int kv_blocks = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
   int64_t prefix_queries = 0, prefix_hits = 0, preemptions = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0, steps = 0;
+  int draft_kv_blocks_used = 0;  // the draft model's pool (--speculative draft)
 };
 
 class Engine {
@@ -64,12 +70,21 @@ class Engine {
   void loop();
   void take_inbox();
   void step(const std::vector<ScheduledChunk>& chunks);
+  // Speculative decoding: fills spec.draft of the decoding sequences before scheduling, and
+  // after the step keeps the accepted prefix of a sequence's proposal plus one token.
+  void propose();
+  void verify(Sequence& s, int first_row, int draft, const std::vector<int32_t>& greedy);
+  bool finished(const Sequence& s) const {
+    return std::find(finished_.begin(), finished_.end(), s.id) != finished_.end();
+  }
   // logits: the row's full distribution (host), or null for a greedy row whose token the
   // backend's argmax already picked (`greedy`).
   void sample_and_report(Sequence& s, const float* logits, int32_t greedy);
   // Appends the token, reports it (with logprobs from `raw`, the row's unpenalised logits)
   // and finishes the sequence on a stop or its length.
-  void report_token(Sequence& s, int32_t token, const float* raw);
+  // `pending`: add to this event instead of sending one (a verification step's tokens go out
+  // together; a finish sends it).
+  void report_token(Sequence& s, int32_t token, const float* raw, SequenceEvent* pending = nullptr);
   void finish(Sequence& s, SequenceEvent& ev, const std::string& reason);
   void erase_finished();
   void publish_stats();
@@ -80,6 +95,7 @@ class Engine {
   KvBlockManager kv_;
   Scheduler scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<DraftProposer> drafter_;              // --speculative draft
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // engine thread only
   ServingMetrics metrics_;
   std::vector<uint64_t> finished_;  // erased from seqs_ once no step holds pointers to them

@@ -245,6 +245,7 @@ struct HttpServer::Impl {
     o << m.itl.render("llmrun:inter_token_latency_seconds", "Time between tokens of a sequence.");
     o << m.e2e.render("llmrun:e2e_request_latency_seconds",
                       "Sequence latency from arrival to finish.");
+    o << m.spec.render("llmrun:", m.num_spec_tokens);
     return o.str();
   }
 

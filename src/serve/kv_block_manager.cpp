@@ -120,6 +120,15 @@ void KvBlockManager::unref(int32_t b) {
   }
 }
 
+void KvBlockManager::trim(SeqBlocks& seq, int tokens) {
+  const size_t keep = size_t(std::max(0, (tokens + block_size_ - 1) / block_size_));
+  LLMRUN_CHECK(keep >= size_t(seq.published), "KvBlockManager::trim: would drop registered blocks");
+  while (seq.blocks.size() > keep) {
+    unref(seq.blocks.back());
+    seq.blocks.pop_back();
+  }
+}
+
 void KvBlockManager::release(SeqBlocks& seq) {
   // Last blocks first into the LRU: a shared prefix's head outlives its tail, so later
   // lookups (which walk from the head) keep matching as long as possible.

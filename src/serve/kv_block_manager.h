@@ -43,6 +43,9 @@ class KvBlockManager {
   void publish(SeqBlocks& seq, const std::vector<int32_t>& tokens, int computed);
   // Drops seq's references (cached blocks stay reusable until evicted) and empties it.
   void release(SeqBlocks& seq);
+  // Gives back the blocks past the first `tokens` token slots (a speculative step's rejected
+  // tokens); registered blocks are never among them.
+  void trim(SeqBlocks& seq, int tokens);
 
   // Prefix-cache counters in tokens: looked up, and found cached.
   int64_t prefix_queries() const { return prefix_queries_; }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "serve/speculative/spec_metrics.h"
+
 namespace llmrun {
 
 class Histogram {
@@ -30,6 +32,8 @@ struct ServingMetrics {
   Histogram itl{
       {0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5}};
   Histogram e2e{{0.01, 0.05, 0.1, 0.3, 0.5, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60}};
+  SpecDecodeMetrics spec;
+  int num_spec_tokens = 0;  // k when speculation is on (what /metrics lists positions of)
 };
 
 }  // namespace llmrun

@@ -17,6 +17,7 @@ ModelRunner::ModelRunner(Transformer& model, const ModelRunnerLimits& limits, in
       sample_vocab_(std::min(sample_vocab, model.config().vocab)),
       max_blocks_per_seq_(
           std::max(1, (limits.max_model_len + limits.block_size - 1) / limits.block_size)) {
+  if (lim_.max_logit_rows <= 0) lim_.max_logit_rows = lim_.max_num_seqs;
   const ModelConfig& mc = model_.config();
   const int64_t kv_cols = int64_t(mc.kv_heads) * mc.head_dim();
   const size_t pool_bytes = size_t(lim_.num_blocks) * lim_.block_size * kv_cols * 4;
@@ -25,24 +26,25 @@ ModelRunner::ModelRunner(Transformer& model, const ModelRunnerLimits& limits, in
     v_pool_.push_back(be_.allocate(pool_bytes));
   }
   const size_t T = size_t(lim_.max_batched_tokens), S = size_t(lim_.max_num_seqs);
+  const size_t R = size_t(lim_.max_logit_rows);
   q_buf_ = be_.allocate(T * mc.heads * mc.head_dim() * 4);
-  logits_buf_ = be_.allocate(S * vocab_ * 4);
-  if (sample_vocab_ < vocab_) argmax_cols_buf_ = be_.allocate(S * sample_vocab_ * 4);
-  ids_buf_ = be_.allocate(S * 4);
-  // tokens, positions, slots [T]; query_starts [S+1]; context_lens, logit_rows [S];
+  logits_buf_ = be_.allocate(R * vocab_ * 4);
+  if (sample_vocab_ < vocab_) argmax_cols_buf_ = be_.allocate(R * sample_vocab_ * 4);
+  ids_buf_ = be_.allocate(R * 4);
+  // tokens, positions, slots [T]; query_starts [S+1]; context_lens [S]; logit_rows [R];
   // block_tables [S * max_blocks_per_seq].
-  const size_t meta_ints = 3 * T + (S + 1) + 2 * S + S * size_t(max_blocks_per_seq_);
+  const size_t meta_ints = 3 * T + (S + 1) + S + R + S * size_t(max_blocks_per_seq_);
   meta_ = be_.allocate(meta_ints * 4);
   meta_host_ = be_.allocate_host_pinned(meta_ints * 4);
-  model_.reserve_batch(lim_.max_batched_tokens, lim_.max_num_seqs);
+  model_.reserve_batch(lim_.max_batched_tokens, lim_.max_logit_rows);
 }
 
 void ModelRunner::execute(const BatchInput& in) {
   const ModelConfig& mc = model_.config();
   const int T = static_cast<int>(in.tokens.size()), S = static_cast<int>(in.context_lens.size());
   const int R = static_cast<int>(in.logit_rows.size()), mb = in.max_blocks;
-  LLMRUN_CHECK(T > 0 && T <= lim_.max_batched_tokens && S > 0 && S <= lim_.max_num_seqs && R <= S &&
-                   mb >= 1 && mb <= max_blocks_per_seq_,
+  LLMRUN_CHECK(T > 0 && T <= lim_.max_batched_tokens && S > 0 && S <= lim_.max_num_seqs &&
+                   R <= lim_.max_logit_rows && mb >= 1 && mb <= max_blocks_per_seq_,
                "ModelRunner: a step of " + std::to_string(T) + " tokens, " + std::to_string(S) +
                    " sequences exceeds its limits");
   LLMRUN_CHECK(in.positions.size() == size_t(T) && in.slots.size() == size_t(T) &&

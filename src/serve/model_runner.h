@@ -19,6 +19,9 @@ struct ModelRunnerLimits {
   int max_model_len = 0;         // tokens per sequence
   int block_size = 16;
   int num_blocks = 0;  // KV pool size
+  // Logits rows per step (0: max_num_seqs, one per sequence); speculative decoding verifies
+  // several rows of a sequence at once.
+  int max_logit_rows = 0;
 };
 
 // One step's batch, flattened: sequence s owns token rows query_starts[s] .. query_starts[s+1]

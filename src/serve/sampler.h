@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <vector>
 
 namespace llmrun {
 
@@ -19,6 +20,12 @@ class TokenSampler {
   explicit TokenSampler(const SamplingParams& p);
   // Picks the next token from logits [vocab] (host memory).
   int32_t sample(const float* logits, int vocab);
+  // Speculative decoding (serve/speculative/rejection.h) needs the law `sample` draws from
+  // and the sampler's own random stream: probs [vocab] = the probability `sample` gives each
+  // token (greedy: 1 on the argmax); a uniform in [0, 1); a draw from unnormalised weights.
+  void distribution(const float* logits, int vocab, std::vector<double>& probs) const;
+  double uniform();
+  int32_t draw(const std::vector<double>& weights);
 
  private:
   SamplingParams p_;

@@ -7,6 +7,7 @@
 namespace llmrun {
 
 void Scheduler::preempt(Sequence* s) {
+  s->spec.draft.clear();
   kv_.release(s->kv);
   s->computed = 0;
   running_.erase(std::find(running_.begin(), running_.end(), s));
@@ -28,7 +29,15 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i];
-    const int remaining = static_cast<int>(s->tokens.size()) - s->computed;
+    // A speculative proposal runs whole or not at all: it is dropped (the sequence decodes
+    // one token) rather than cut by the token budget or paid for with a preemption.
+    std::vector<int32_t>& draft = s->spec.draft;
+    if (!draft.empty() &&
+        (static_cast<int>(s->tokens.size() + draft.size()) - s->computed > budget ||
+         !kv_.ensure(s->kv, static_cast<int>(s->tokens.size() + draft.size()))))
+      draft.clear();
+    const int len = static_cast<int>(s->tokens.size() + draft.size());
+    const int remaining = len - s->computed;
     const int n = std::min(remaining, budget);
     if (n <= 0) continue;
     bool fits = kv_.ensure(s->kv, s->computed + n);
@@ -40,7 +49,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       fits = kv_.ensure(s->kv, s->computed + n);
     }
     if (!fits) break;  // s itself went back to waiting; everything after it too
-    out.push_back({s, s->computed, n, s->computed + n == static_cast<int>(s->tokens.size())});
+    out.push_back({s, s->computed, n, s->computed + n == len, static_cast<int>(draft.size())});
     budget -= n;
   }
   // Admitting while preempting would only thrash: the freed blocks belong to the preempted.

@@ -19,11 +19,13 @@ struct SchedulerLimits {
 };
 
 // Tokens [start, start + n) of seq run this step; `samples` when they reach its end, so the
-// last row's logits pick its next token.
+// last row's logits pick its next token. `draft`: the last `draft` of them are speculative
+// proposals (seq->spec.draft) past its real tokens, verified by their rows' logits.
 struct ScheduledChunk {
   Sequence* seq;
   int start, n;
   bool samples;
+  int draft = 0;
 };
 
 class Scheduler {

@@ -10,6 +10,7 @@
 #include "serve/request.h"
 #include "serve/sampler.h"
 #include "serve/structured/token_mask.h"
+#include "serve/speculative/speculative.h"
 #include "serve/text_stream.h"
 
 namespace llmrun {
@@ -29,6 +30,7 @@ struct Sequence {
   EventSink sink;
   std::chrono::steady_clock::time_point arrival, last_token;
   bool got_first_token = false;
+  SpecState spec;  // speculative decoding: this step's proposal, back-off, draft KV
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
 };
