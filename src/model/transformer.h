@@ -54,6 +54,9 @@ class Transformer {
   // Runs the training path's linear GEMMs (blocks and LM head) through `runner` (an FP8
   // recipe); null: plain fp32. Generation and serving always run fp32.
   void set_linear_runner(LinearRunner* runner) { linear_ = runner; }
+  // Runs generation's and serving's linears (blocks and LM head) through `runner` (quantized
+  // weights: src/quant); null: the batch-invariant fp32 inference_linear().
+  void set_inference_linear(LinearRunner* runner) { inference_ = runner; }
   void set_recompute(Recompute r) {
     recompute_ = r;
     batch_ = seq_ = 0;  // re-plan the activation buffers
@@ -180,6 +183,8 @@ class Transformer {
   BucketHooks* hooks_ = nullptr;
   Recompute recompute_ = Recompute::none;
   LinearRunner* linear_ = nullptr;
+  LinearRunner* inference_ = nullptr;
+  LinearRunner& inference_runner() { return inference_ ? *inference_ : inference_linear(); }
 
   Communicator* pp_ = nullptr;
   int batch_ = 0, seq_ = 0;
