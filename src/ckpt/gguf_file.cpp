@@ -21,7 +21,8 @@ constexpr uint64_t kDefaultAlignment = 32;
 // A bounds-checked cursor over the mapped header.
 class Cursor {
  public:
-  Cursor(const uint8_t* p, size_t size, std::string where) : p_(p), size_(size), where_(std::move(where)) {}
+  Cursor(const uint8_t* p, size_t size, std::string where)
+      : p_(p), size_(size), where_(std::move(where)) {}
   template <typename T>
   T read() {
     need(sizeof(T));
@@ -170,7 +171,8 @@ GgufReader::GgufReader(const std::filesystem::path& path) {
   uint64_t alignment = kDefaultAlignment;
   if (has("general.alignment")) {
     const json& a = get("general.alignment");
-    if (!a.is_number_unsigned() || a.get<uint64_t>() == 0 || (a.get<uint64_t>() & (a.get<uint64_t>() - 1)))
+    if (!a.is_number_unsigned() || a.get<uint64_t>() == 0 ||
+        (a.get<uint64_t>() & (a.get<uint64_t>() - 1)))
       throw UserError(where + ": general.alignment must be a power of two");
     alignment = a.get<uint64_t>();
   }

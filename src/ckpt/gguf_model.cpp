@@ -33,12 +33,12 @@ namespace {
 // llama.cpp's tensor name for a Hugging Face one ("" for none).
 std::string gguf_name(const ModelConfig& c, const std::string& hf) {
   static const std::vector<std::pair<std::string, std::string>> gpt2 = {
-      {"ln_1.weight", "attn_norm.weight"},       {"ln_1.bias", "attn_norm.bias"},
-      {"attn.c_attn.weight", "attn_qkv.weight"}, {"attn.c_attn.bias", "attn_qkv.bias"},
+      {"ln_1.weight", "attn_norm.weight"},          {"ln_1.bias", "attn_norm.bias"},
+      {"attn.c_attn.weight", "attn_qkv.weight"},    {"attn.c_attn.bias", "attn_qkv.bias"},
       {"attn.c_proj.weight", "attn_output.weight"}, {"attn.c_proj.bias", "attn_output.bias"},
-      {"ln_2.weight", "ffn_norm.weight"},        {"ln_2.bias", "ffn_norm.bias"},
-      {"mlp.c_fc.weight", "ffn_up.weight"},      {"mlp.c_fc.bias", "ffn_up.bias"},
-      {"mlp.c_proj.weight", "ffn_down.weight"},  {"mlp.c_proj.bias", "ffn_down.bias"}};
+      {"ln_2.weight", "ffn_norm.weight"},           {"ln_2.bias", "ffn_norm.bias"},
+      {"mlp.c_fc.weight", "ffn_up.weight"},         {"mlp.c_fc.bias", "ffn_up.bias"},
+      {"mlp.c_proj.weight", "ffn_down.weight"},     {"mlp.c_proj.bias", "ffn_down.bias"}};
   static const std::vector<std::pair<std::string, std::string>> llama = {
       {"input_layernorm.weight", "attn_norm.weight"},
       {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -53,7 +53,8 @@ std::string gguf_name(const ModelConfig& c, const std::string& hf) {
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"}};
   const bool is_gpt2 = c.arch == Arch::gpt2;
-  if (hf == "transformer.wte.weight" || hf == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf == "transformer.wte.weight" || hf == "model.embed_tokens.weight")
+    return "token_embd.weight";
   if (hf == "transformer.wpe.weight") return "position_embd.weight";
   if (hf == "transformer.ln_f.weight" || hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "transformer.ln_f.bias") return "output_norm.bias";
@@ -88,7 +89,8 @@ int heads_of(const ModelConfig& c, const std::string& gname) {
 std::string arch_of(const ModelConfig& c, const fs::path& where) {
   if (c.arch == Arch::gpt2) return "gpt2";
   if (c.phi3)
-    throw UserError(where.string() + ": Phi-3's fused q|k|v and gate|up tensors are not "
+    throw UserError(where.string() +
+                    ": Phi-3's fused q|k|v and gate|up tensors are not "
                     "written as GGUF (llama.cpp's phi3 layout); convert a Llama, Mistral, Qwen 2 "
                     "or GPT-2 model");
   return c.qkv_bias ? "qwen2" : "llama";
@@ -152,7 +154,8 @@ struct Reservation {
   void* p = nullptr;
   size_t bytes = 0;
   Reservation(size_t n) : bytes(n) {
-    p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+             0);
     if (p == MAP_FAILED) throw UserError("cannot reserve " + std::to_string(n) + " bytes");
   }
   ~Reservation() { munmap(p, bytes); }
@@ -176,7 +179,8 @@ int64_t meta_int(const GgufReader& r, const std::string& key) {
 double meta_float(const GgufReader& r, const std::string& key, double fallback) {
   if (!r.has(key)) return fallback;
   const json& v = r.get(key);
-  if (!v.is_number()) throw UserError(r.path().string() + ": metadata key " + key + " is not a number");
+  if (!v.is_number())
+    throw UserError(r.path().string() + ": metadata key " + key + " is not a number");
   return v.get<double>();
 }
 
@@ -194,7 +198,9 @@ ModelConfig config_from_gguf(const GgufReader& r, std::string& arch) {
   c.d_model = int(meta_int(r, p + "embedding_length"));
   c.ffn = int(meta_int(r, p + "feed_forward_length"));
   c.heads = int(meta_int(r, p + "attention.head_count"));
-  c.kv_heads = r.has(p + "attention.head_count_kv") ? int(meta_int(r, p + "attention.head_count_kv")) : c.heads;
+  c.kv_heads = r.has(p + "attention.head_count_kv")
+                   ? int(meta_int(r, p + "attention.head_count_kv"))
+                   : c.heads;
   c.seq_len = int(meta_int(r, p + "context_length"));
   if (c.layers <= 0 || c.d_model <= 0 || c.heads <= 0 || c.kv_heads <= 0 || c.heads % c.kv_heads ||
       c.ffn <= 0 || c.seq_len <= 0)
@@ -270,7 +276,8 @@ void hf_to_gguf(const fs::path& model_dir, const fs::path& out, GgufQuant q) {
   const ModelConfig cfg = load_model_config(model_dir);
   const std::string arch = arch_of(cfg, model_dir);
   if (cfg.rope_scaling.type == RopeScaling::Type::llama3)
-    throw UserError(model_dir.string() + ": Llama 3.1 rope_scaling is not written as GGUF "
+    throw UserError(model_dir.string() +
+                    ": Llama 3.1 rope_scaling is not written as GGUF "
                     "(llama.cpp keeps it as a rope_freqs tensor)");
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model_dir);
   auto weights = std::make_shared<HfWeightFiles>(model_dir);
@@ -327,35 +334,40 @@ void hf_to_gguf(const fs::path& model_dir, const fs::path& out, GgufQuant q) {
       const int64_t row = spec.shape.back();
       const QType t = choose_type(q, g, row, spec.shape.size(), cfg.layers);
       ++counts[quant::type_name(t)];
-      w.add_tensor(g, t, shape_text_ne(spec.shape), [&cfg, &arch, weights, spec, g, t, row](std::vector<uint8_t>& bytes) {
-        std::vector<float> hf(size_t(spec.numel())), mine;
-        weights->find(spec.hf_name)->read_f32(spec.hf_name, hf.data(), spec.numel());
-        const float* src = hf.data();
-        if (spec.hf_transposed) {  // Hugging Face [in, out] -> [out, in]
-          ParamSpec hf_spec = spec;
-          hf_spec.shape = hf_shape(spec);
-          src = to_hf_layout(hf_spec, hf.data(), mine);
-        }
-        const int64_t rows = spec.numel() / row;
-        if (permuted(arch, g)) {  // into llama.cpp's interleaved order (rows, or a bias's values)
-          const int64_t hd = spec.shape[0] / heads_of(cfg, g), n = spec.shape[0];
-          const int64_t width = spec.numel() / n;
-          std::vector<float> out(size_t(spec.numel()));
-          for (int64_t i = 0; i < n; ++i)
-            std::memcpy(out.data() + i * width, src + hf_row_of_gguf_row(i, hd) * width,
-                        size_t(width) * 4);
-          mine = std::move(out);
-          src = mine.data();
-        }
-        const size_t rb = quant::row_bytes(t, row);
-        for (int64_t r = 0; r < rows; ++r)
-          quant::quantize_row(t, src + r * row, bytes.data() + size_t(r) * rb, row);
-      });
+      w.add_tensor(
+          g, t, shape_text_ne(spec.shape),
+          [&cfg, &arch, weights, spec, g, t, row](std::vector<uint8_t>& bytes) {
+            std::vector<float> hf(size_t(spec.numel())), mine;
+            weights->find(spec.hf_name)->read_f32(spec.hf_name, hf.data(), spec.numel());
+            const float* src = hf.data();
+            if (spec.hf_transposed) {  // Hugging Face [in, out] -> [out, in]
+              ParamSpec hf_spec = spec;
+              hf_spec.shape = hf_shape(spec);
+              src = to_hf_layout(hf_spec, hf.data(), mine);
+            }
+            const int64_t rows = spec.numel() / row;
+            if (permuted(arch,
+                         g)) {  // into llama.cpp's interleaved order (rows, or a bias's values)
+              const int64_t hd = spec.shape[0] / heads_of(cfg, g), n = spec.shape[0];
+              const int64_t width = spec.numel() / n;
+              std::vector<float> out(size_t(spec.numel()));
+              for (int64_t i = 0; i < n; ++i)
+                std::memcpy(out.data() + i * width, src + hf_row_of_gguf_row(i, hd) * width,
+                            size_t(width) * 4);
+              mine = std::move(out);
+              src = mine.data();
+            }
+            const size_t rb = quant::row_bytes(t, row);
+            for (int64_t r = 0; r < rows; ++r)
+              quant::quantize_row(t, src + r * row, bytes.data() + size_t(r) * rb, row);
+          });
     }
   w.write(out);
   std::string summary;
-  for (const auto& [name, n] : counts) summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + name;
-  spdlog::info("wrote {} ({} model, {} tensors: {})", out.string(), arch, w.tensor_count(), summary);
+  for (const auto& [name, n] : counts)
+    summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + name;
+  spdlog::info("wrote {} ({} model, {} tensors: {})", out.string(), arch, w.tensor_count(),
+               summary);
 }
 
 LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequantize) {
@@ -396,12 +408,17 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
   auto linear_site = [&](const std::string& g) -> std::optional<LinearSite> {
     if (g == "output.weight" || (cfg.tie_embeddings && g == "token_embd.weight"))
       return LinearSite{cfg.layers, LinearKind::lm_head};
-    if (g.rfind("blk.", 0) != 0 || g.size() < 7 || g.substr(g.size() - 7) != ".weight") return std::nullopt;
+    if (g.rfind("blk.", 0) != 0 || g.size() < 7 || g.substr(g.size() - 7) != ".weight")
+      return std::nullopt;
     const int layer = std::stoi(g.substr(4));
-    for (auto [tag, kind] : {std::pair{".attn_q.", LinearKind::qkv}, {".attn_k.", LinearKind::qkv},
-                             {".attn_v.", LinearKind::qkv}, {".attn_qkv.", LinearKind::qkv},
-                             {".attn_output.", LinearKind::out}, {".ffn_gate.", LinearKind::up},
-                             {".ffn_up.", LinearKind::up}, {".ffn_down.", LinearKind::down}})
+    for (auto [tag, kind] : {std::pair{".attn_q.", LinearKind::qkv},
+                             {".attn_k.", LinearKind::qkv},
+                             {".attn_v.", LinearKind::qkv},
+                             {".attn_qkv.", LinearKind::qkv},
+                             {".attn_output.", LinearKind::out},
+                             {".ffn_gate.", LinearKind::up},
+                             {".ffn_up.", LinearKind::up},
+                             {".ffn_down.", LinearKind::down}})
       if (g.find(tag) != std::string::npos) return LinearSite{layer, kind};
     return std::nullopt;
   };
@@ -439,7 +456,8 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
       for (int64_t gr = 0; gr < rows; ++gr) {
         quant::dequantize_row(t.type, data + size_t(gr) * rb, row_buf.data(), row);
         if (perm && spec.shape.size() == 1) {
-          for (int64_t i = 0; i < row; ++i) host[size_t(hf_row_of_gguf_row(i, hd))] = row_buf[size_t(i)];
+          for (int64_t i = 0; i < row; ++i)
+            host[size_t(hf_row_of_gguf_row(i, hd))] = row_buf[size_t(i)];
         } else {
           const int64_t dst = perm ? hf_row_of_gguf_row(gr, hd) : gr;
           std::memcpy(host.data() + dst * row, row_buf.data(), size_t(row) * 4);
@@ -449,7 +467,8 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
                    Tensor(host.data(), DType::f32, {spec.numel()}));
     }
   if (!dequantize) {
-    for (auto& [key, parts] : sites) weights->runner.set({key.first, LinearKind(key.second)}, parts);
+    for (auto& [key, parts] : sites)
+      weights->runner.set({key.first, LinearKind(key.second)}, parts);
     m.model->set_inference_linear(&weights->runner);
     m.model->set_linear_runner(&weights->runner);  // eval's forward runs the training path
   }

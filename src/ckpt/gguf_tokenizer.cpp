@@ -15,7 +15,14 @@ using json = nlohmann::json;
 namespace {
 
 // llama.cpp's token types.
-enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+enum TokenType : int32_t {
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6
+};
 
 const char* kLlama3Split =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
@@ -69,8 +76,8 @@ void write_gguf_tokenizer(GgufWriter& w, const Tokenizer& tok, const json& token
     text[size_t(i)] = a.at("content").get<std::string>();
     type[size_t(i)] = a.value("special", false) ? kControl : kUserDefined;
   }
-  const bool byte_level = doc.value("decoder", json()).is_object() &&
-                          doc["decoder"].value("type", "") == "ByteLevel";
+  const bool byte_level =
+      doc.value("decoder", json()).is_object() && doc["decoder"].value("type", "") == "ByteLevel";
   const json merges = model.value("merges", json::array());
   json scores = json::array();
   if (!byte_level) {
@@ -127,7 +134,8 @@ json gguf_tokenizer_config(const GgufReader& r) {
     if (!bos.empty()) c["bos_token"] = bos;
     if (!eos.empty()) c["eos_token"] = eos;
   }
-  if (r.has("tokenizer.ggml.add_bos_token")) c["add_bos_token"] = r.get("tokenizer.ggml.add_bos_token");
+  if (r.has("tokenizer.ggml.add_bos_token"))
+    c["add_bos_token"] = r.get("tokenizer.ggml.add_bos_token");
   return c;
 }
 
@@ -144,24 +152,30 @@ std::unique_ptr<Tokenizer> read_gguf_tokenizer(const GgufReader& r, bool prefer_
 
   const std::string kind = r.get("tokenizer.ggml.model").get<std::string>();
   const json& tokens = r.get("tokenizer.ggml.tokens");
-  const json types = r.has("tokenizer.ggml.token_type") ? r.get("tokenizer.ggml.token_type")
-                                                         : json::array();
+  const json types =
+      r.has("tokenizer.ggml.token_type") ? r.get("tokenizer.ggml.token_type") : json::array();
   json vocab = json::object(), added = json::array();
   for (size_t i = 0; i < tokens.size(); ++i) {
     const std::string t = tokens[i].get<std::string>();
     const int type = i < types.size() ? types[i].get<int>() : kNormal;
     if (type == kControl || type == kUserDefined)
-      added.push_back({{"id", i}, {"content", t}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", type != kControl},
+      added.push_back({{"id", i},
+                       {"content", t},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", type != kControl},
                        {"special", type == kControl}});
     if (!vocab.contains(t)) vocab[t] = i;
   }
-  json doc = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
-              {"added_tokens", added}};
+  json doc = {
+      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added}};
   if (kind == "gpt2") {
     const std::string pre =
         r.has("tokenizer.ggml.pre") ? r.get("tokenizer.ggml.pre").get<std::string>() : "gpt-2";
-    json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+    json byte_level = {{"type", "ByteLevel"},
+                       {"add_prefix_space", false},
+                       {"trim_offsets", true},
                        {"use_regex", true}};
     if (pre == "gpt-2" || pre == "default") {
       doc["pre_tokenizer"] = byte_level;
@@ -179,13 +193,21 @@ std::unique_ptr<Tokenizer> read_gguf_tokenizer(const GgufReader& r, bool prefer_
     }
     doc["normalizer"] = nullptr;
     doc["post_processor"] = nullptr;
-    doc["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
+    doc["decoder"] = {{"type", "ByteLevel"},
+                      {"add_prefix_space", true},
+                      {"trim_offsets", true},
                       {"use_regex", true}};
     json merges = r.has("tokenizer.ggml.merges") ? r.get("tokenizer.ggml.merges") : json::array();
-    doc["model"] = {{"type", "BPE"},          {"dropout", nullptr},        {"unk_token", nullptr},
-                    {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                    {"fuse_unk", false},      {"byte_fallback", false},   {"ignore_merges", false},
-                    {"vocab", vocab},         {"merges", merges}};
+    doc["model"] = {{"type", "BPE"},
+                    {"dropout", nullptr},
+                    {"unk_token", nullptr},
+                    {"continuing_subword_prefix", nullptr},
+                    {"end_of_word_suffix", nullptr},
+                    {"fuse_unk", false},
+                    {"byte_fallback", false},
+                    {"ignore_merges", false},
+                    {"vocab", vocab},
+                    {"merges", merges}};
   } else if (kind == "llama") {
     // SentencePiece BPE: rebuild merges as transformers' converter does, every split of a
     // token into two vocabulary pieces, ordered by the joined token's score.
@@ -204,8 +226,8 @@ std::unique_ptr<Tokenizer> read_gguf_tokenizer(const GgufReader& r, bool prefer_
         if (!utf8_start(static_cast<unsigned char>(t[k]))) continue;
         const std::string a = t.substr(0, k), b = t.substr(k);
         if (!vocab.contains(a) || !vocab.contains(b)) continue;
-        cands.push_back({i < scores.size() ? scores[i].get<float>() : 0.0f,
-                         vocab[a].get<int64_t>(), vocab[b].get<int64_t>(), a + " " + b});
+        cands.push_back({i < scores.size() ? scores[i].get<float>() : 0.0f, vocab[a].get<int64_t>(),
+                         vocab[b].get<int64_t>(), a + " " + b});
       }
     }
     std::stable_sort(cands.begin(), cands.end(), [](const Cand& x, const Cand& y) {
@@ -218,27 +240,30 @@ std::unique_ptr<Tokenizer> read_gguf_tokenizer(const GgufReader& r, bool prefer_
     std::string unk;
     for (size_t i = 0; i < types.size(); ++i)
       if (types[i].get<int>() == kUnknown) unk = tokens[i].get<std::string>();
-    doc["normalizer"] = {{"type", "Sequence"},
-                         {"normalizers",
-                          {{{"type", "Prepend"}, {"prepend", "\xe2\x96\x81"}},
-                           {{"type", "Replace"},
-                            {"pattern", {{"String", " "}}},
-                            {"content", "\xe2\x96\x81"}}}}};
+    doc["normalizer"] = {
+        {"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", "\xe2\x96\x81"}},
+          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xe2\x96\x81"}}}}};
     doc["pre_tokenizer"] = nullptr;
     doc["post_processor"] = nullptr;
-    doc["decoder"] = {{"type", "Sequence"},
-                      {"decoders",
-                       {{{"type", "Replace"},
-                         {"pattern", {{"String", "\xe2\x96\x81"}}},
-                         {"content", " "}},
-                        {{"type", "ByteFallback"}},
-                        {{"type", "Fuse"}},
-                        {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
-    doc["model"] = {{"type", "BPE"},         {"dropout", nullptr},
+    doc["decoder"] = {
+        {"type", "Sequence"},
+        {"decoders",
+         {{{"type", "Replace"}, {"pattern", {{"String", "\xe2\x96\x81"}}}, {"content", " "}},
+          {{"type", "ByteFallback"}},
+          {{"type", "Fuse"}},
+          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+    doc["model"] = {{"type", "BPE"},
+                    {"dropout", nullptr},
                     {"unk_token", unk.empty() ? json() : json(unk)},
-                    {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                    {"fuse_unk", true},      {"byte_fallback", true},
-                    {"ignore_merges", false}, {"vocab", vocab}, {"merges", merges}};
+                    {"continuing_subword_prefix", nullptr},
+                    {"end_of_word_suffix", nullptr},
+                    {"fuse_unk", true},
+                    {"byte_fallback", true},
+                    {"ignore_merges", false},
+                    {"vocab", vocab},
+                    {"merges", merges}};
   } else {
     throw UserError(where + ": tokenizer.ggml.model is \"" + kind +
                     "\"; llmrun reads gpt2 (byte-level BPE) and llama (SentencePiece) tokenizers");

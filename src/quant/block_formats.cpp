@@ -124,7 +124,8 @@ void quantize_q4_k(const float* x, uint8_t* out, int64_t n) {
     for (int j = 0; j < 8; ++j) {
       const float s = d * ls[j], m = dmin * lm[j];
       for (int l = 0; l < 32; ++l)
-        L[32 * j + l] = uint8_t(s > 0 ? std::clamp(nearest_int((x[32 * j + l] + m) / s), 0, 15) : 0);
+        L[32 * j + l] =
+            uint8_t(s > 0 ? std::clamp(nearest_int((x[32 * j + l] + m) / s), 0, 15) : 0);
     }
     uint8_t* qs = out + 16;
     for (int j = 0; j < 256; j += 64, qs += 32)

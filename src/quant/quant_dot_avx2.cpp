@@ -132,8 +132,7 @@ LLMRUN_AVX2 float dot_q6_k(int64_t n, const uint8_t* w, const uint8_t* a) {
       const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
       const __m256i v[4] = {
-          _mm256_or_si256(_mm256_and_si256(l0, m4),
-                          _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
           _mm256_or_si256(_mm256_and_si256(l1, m4),
                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
@@ -144,7 +143,8 @@ LLMRUN_AVX2 float dot_q6_k(int64_t n, const uint8_t* w, const uint8_t* a) {
       for (int g = 0; g < 4; ++g) {
         const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * g));
         const __m256i p = _mm256_maddubs_epi16(v[g], y);  // 16 int16: lanes 0-7 sub-block 2g
-        const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g]));
+        const __m256i s =
+            _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g]));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, s));
       }
     }

@@ -55,7 +55,8 @@ void quant_matmul(const std::vector<QuantMatrix>& parts, const float* x, int64_t
   for (Prepared& p : prepared) {
     p.rows.resize(p.stride * size_t(n));
 #pragma omp parallel for if (n > 1)
-    for (int64_t i = 0; i < n; ++i) quantize_row(p.type, x + i * cols, p.rows.data() + size_t(i) * p.stride, cols);
+    for (int64_t i = 0; i < n; ++i)
+      quantize_row(p.type, x + i * cols, p.rows.data() + size_t(i) * p.stride, cols);
   }
   const int64_t out = int64_t(rows.size());
   auto element = [&](int64_t o, int64_t i) {

@@ -21,7 +21,7 @@ for arch in llama gpt2; do
   cat > $arch.yaml <<YAML
 model: {arch: $arch, layers: 2, d_model: 256, heads: 4, seq_len: 64, ffn: 512}
 data: {tokenizer: byte, train: [{path: train.txt}]}
-train: {steps: 60, micro_batch: 8, lr: 3.0e-3, warmup: 5, seed: 1}
+train: {steps: 30, micro_batch: 4, lr: 3.0e-3, warmup: 5, seed: 1}
 checkpoint: {dir: out-$arch}
 YAML
   "$LLMRUN" train $arch.yaml 2>train.log || { cat train.log; fail "$arch training failed"; }
