@@ -101,7 +101,10 @@ bool use_more_bits(int layer, int layers) {  // llama.cpp's Q4_K_M rule for attn
 }
 
 // The type a tensor is stored as under `q` (with fallbacks for rows that are not whole blocks).
-QType choose_type(GgufQuant q, const std::string& gname, int64_t row, size_t dims, int layers) {
+// `head`: the tensor the LM head multiplies by (output.weight, or a tied token_embd), which
+// llama.cpp keeps at Q6_K in its 4-bit mixes.
+QType choose_type(GgufQuant q, const std::string& gname, bool head, int64_t row, size_t dims,
+                  int layers) {
   if (dims < 2 || gname == "position_embd.weight" || q == GgufQuant::f32) return QType::f32;
   QType want = QType::f16;
   switch (q) {
@@ -113,7 +116,7 @@ QType choose_type(GgufQuant q, const std::string& gname, int64_t row, size_t dim
       want = QType::q8_0;
       break;
     case GgufQuant::q4_0:
-      want = gname == "output.weight" ? QType::q6_k : QType::q4_0;
+      want = head ? QType::q6_k : QType::q4_0;
       break;
     case GgufQuant::q4_k_m: {
       want = QType::q4_k;
@@ -121,7 +124,7 @@ QType choose_type(GgufQuant q, const std::string& gname, int64_t row, size_t dim
       if (gname.rfind("blk.", 0) == 0) layer = std::stoi(gname.substr(4));
       const bool more = gname.find(".attn_v.") != std::string::npos ||
                         gname.find(".ffn_down.") != std::string::npos;
-      if (gname == "output.weight" || (more && layer >= 0 && use_more_bits(layer, layers)))
+      if (head || (more && layer >= 0 && use_more_bits(layer, layers)))
         want = QType::q6_k;
       break;
     }
@@ -332,7 +335,8 @@ void hf_to_gguf(const fs::path& model_dir, const fs::path& out, GgufQuant q) {
       const std::string g = gguf_name(cfg, spec.hf_name);
       LLMRUN_CHECK(!g.empty(), "no GGUF name for " + spec.hf_name);
       const int64_t row = spec.shape.back();
-      const QType t = choose_type(q, g, row, spec.shape.size(), cfg.layers);
+      const bool head = g == "output.weight" || (cfg.tie_embeddings && g == "token_embd.weight");
+      const QType t = choose_type(q, g, head, row, spec.shape.size(), cfg.layers);
       ++counts[quant::type_name(t)];
       w.add_tensor(
           g, t, shape_text_ne(spec.shape),

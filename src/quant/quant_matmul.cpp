@@ -13,13 +13,6 @@ namespace llmrun::quant {
 
 namespace {
 
-// One activation buffer per activation format the parts need.
-struct Prepared {
-  QType type;
-  size_t stride;
-  std::vector<uint8_t> rows;
-};
-
 // Output rows per tile of the blocked path, and activation rows per pass over a tile: a tile
 // of 16 weight rows of a 4096-wide Q4_K matrix is 36 KiB, about L1+L2-resident.
 constexpr int64_t kTileRows = 16;
@@ -27,42 +20,39 @@ constexpr int64_t kTileActs = 64;
 
 }  // namespace
 
-void quant_matmul(const std::vector<QuantMatrix>& parts, const float* x, int64_t n, float* y,
-                  int64_t ldy, const float* bias, bool accumulate) {
+QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts) {
   LLMRUN_CHECK(!parts.empty(), "quant_matmul: no weight parts");
-  const int64_t cols = parts[0].cols;
-  struct RowRef {
-    const uint8_t* w;
-    QType type;
-    int act;  // index into prepared
-  };
-  std::vector<Prepared> prepared;
-  std::vector<RowRef> rows;
+  cols_ = parts[0].cols;
   for (const QuantMatrix& p : parts) {
-    LLMRUN_CHECK(p.cols == cols, "quant_matmul: parts of different widths");
+    LLMRUN_CHECK(p.cols == cols_, "quant_matmul: parts of different widths");
     const QType at = activation_type(p.type);
-    int idx = -1;
-    for (size_t i = 0; i < prepared.size(); ++i)
-      if (prepared[i].type == at) idx = int(i);
-    if (idx < 0) {
-      prepared.push_back({at, row_bytes(at, cols), {}});
-      idx = int(prepared.size()) - 1;
-    }
+    auto it = std::find(act_types_.begin(), act_types_.end(), at);
+    const int idx = int(it - act_types_.begin());
+    if (it == act_types_.end()) act_types_.push_back(at);
     const size_t stride = p.row_stride();
-    for (int64_t r = 0; r < p.rows; ++r) rows.push_back({p.data + size_t(r) * stride, p.type, idx});
+    bytes_ += stride * size_t(p.rows);
+    for (int64_t r = 0; r < p.rows; ++r) rows_.push_back({p.data + size_t(r) * stride, p.type, idx});
   }
-  LLMRUN_CHECK(int64_t(rows.size()) <= ldy, "quant_matmul: output narrower than the weights");
-  for (Prepared& p : prepared) {
-    p.rows.resize(p.stride * size_t(n));
+}
+
+void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const float* bias,
+                    bool accumulate) const {
+  LLMRUN_CHECK(out() <= ldy, "quant_matmul: output narrower than the weights");
+  const int64_t cols = cols_, out = this->out();
+  // Each activation row quantized once per format the weights need.
+  std::vector<size_t> stride(act_types_.size());
+  std::vector<std::vector<uint8_t>> acts(act_types_.size());
+  for (size_t k = 0; k < act_types_.size(); ++k) {
+    stride[k] = row_bytes(act_types_[k], cols);
+    acts[k].resize(stride[k] * size_t(n));
+    uint8_t* dst = acts[k].data();
+    const QType at = act_types_[k];
 #pragma omp parallel for if (n > 1)
-    for (int64_t i = 0; i < n; ++i)
-      quantize_row(p.type, x + i * cols, p.rows.data() + size_t(i) * p.stride, cols);
+    for (int64_t i = 0; i < n; ++i) quantize_row(at, x + i * cols, dst + size_t(i) * stride[k], cols);
   }
-  const int64_t out = int64_t(rows.size());
   auto element = [&](int64_t o, int64_t i) {
-    const RowRef& r = rows[size_t(o)];
-    const Prepared& a = prepared[size_t(r.act)];
-    float v = vec_dot(r.type, cols, r.w, a.rows.data() + size_t(i) * a.stride);
+    const Row& r = rows_[size_t(o)];
+    float v = vec_dot(r.type, cols, r.w, acts[size_t(r.act)].data() + size_t(i) * stride[size_t(r.act)]);
     if (bias) v += bias[o];
     float& dst = y[i * ldy + o];
     dst = accumulate ? dst + v : v;
@@ -83,6 +73,11 @@ void quant_matmul(const std::vector<QuantMatrix>& parts, const float* x, int64_t
         for (int64_t i = i0; i < i_end; ++i) element(o, i);
     }
   }
+}
+
+void quant_matmul(const std::vector<QuantMatrix>& parts, const float* x, int64_t n, float* y,
+                  int64_t ldy, const float* bias, bool accumulate) {
+  QuantPlan(parts).run(x, n, y, ldy, bias, accumulate);
 }
 
 }  // namespace llmrun::quant

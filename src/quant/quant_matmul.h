@@ -25,6 +25,30 @@ struct QuantMatrix {
 
 inline constexpr int64_t kRowsForBlocking = 4;
 
+// The parts resolved once into one list of weight rows (what quant_matmul walks), so a
+// linear's per-token call does no bookkeeping over its rows.
+class QuantPlan {
+ public:
+  explicit QuantPlan(const std::vector<QuantMatrix>& parts);
+  int64_t cols() const { return cols_; }
+  int64_t out() const { return int64_t(rows_.size()); }
+  size_t weight_bytes() const { return bytes_; }
+  // y [n, out()] (row stride ldy) = x [n, cols()] W^T (+ bias), added into y when accumulate.
+  void run(const float* x, int64_t n, float* y, int64_t ldy, const float* bias,
+           bool accumulate) const;
+
+ private:
+  struct Row {
+    const uint8_t* w;
+    QType type;
+    int act;  // which activation format (index into act_types_)
+  };
+  int64_t cols_ = 0;
+  size_t bytes_ = 0;
+  std::vector<Row> rows_;
+  std::vector<QType> act_types_;
+};
+
 // y [n, sum of parts' rows] (row stride ldy) = x [n, cols] times the parts stacked by rows
 // (q | k | v, gate | up), + bias when not null, added into y when `accumulate`.
 void quant_matmul(const std::vector<QuantMatrix>& parts, const float* x, int64_t n, float* y,

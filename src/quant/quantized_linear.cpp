@@ -1,3 +1,4 @@
+// QuantizedLinear: the per-site quantized plans behind the inference LinearRunner seam.
 #include "quant/quantized_linear.h"
 
 #include "util/error.h"
@@ -5,7 +6,7 @@
 namespace llmrun::quant {
 
 void QuantizedLinear::set(LinearSite site, std::vector<QuantMatrix> parts) {
-  sites_[{site.layer, int(site.kind)}] = std::move(parts);
+  sites_.insert_or_assign({site.layer, int(site.kind)}, QuantPlan(parts));
 }
 
 bool QuantizedLinear::has(LinearSite site) const {
@@ -14,8 +15,7 @@ bool QuantizedLinear::has(LinearSite site) const {
 
 size_t QuantizedLinear::weight_bytes() const {
   size_t total = 0;
-  for (const auto& [site, parts] : sites_)
-    for (const QuantMatrix& m : parts) total += m.row_stride() * size_t(m.rows);
+  for (const auto& [site, plan] : sites_) total += plan.weight_bytes();
   return total;
 }
 
@@ -23,13 +23,11 @@ void QuantizedLinear::forward(Backend& be, LinearSite site, Tensor y, const Tens
                               const Tensor& W, const Tensor* bias, bool accumulate) {
   auto it = sites_.find({site.layer, int(site.kind)});
   if (it == sites_.end()) return inference_linear().forward(be, site, y, x, W, bias, accumulate);
-  int64_t out = 0;
-  for (const QuantMatrix& m : it->second) out += m.rows;
-  LLMRUN_CHECK(x.cols() == it->second[0].cols && y.cols() == out && y.rows() == x.rows(),
+  const QuantPlan& plan = it->second;
+  LLMRUN_CHECK(x.cols() == plan.cols() && y.cols() == plan.out() && y.rows() == x.rows(),
                std::string("quantized ") + linear_kind_name(site.kind) + ": x " + x.shape_str() +
                    ", y " + y.shape_str());
-  quant_matmul(it->second, x.f32(), x.rows(), y.f32(), y.cols(), bias ? bias->f32() : nullptr,
-               accumulate);
+  plan.run(x.f32(), x.rows(), y.f32(), y.cols(), bias ? bias->f32() : nullptr, accumulate);
 }
 
 }  // namespace llmrun::quant

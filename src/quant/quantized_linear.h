@@ -22,7 +22,7 @@ class QuantizedLinear final : public LinearRunner {
   size_t weight_bytes() const;
 
  private:
-  std::map<std::pair<int, int>, std::vector<QuantMatrix>> sites_;
+  std::map<std::pair<int, int>, QuantPlan> sites_;
 };
 
 }  // namespace llmrun::quant
