@@ -124,8 +124,7 @@ QType choose_type(GgufQuant q, const std::string& gname, bool head, int64_t row,
       if (gname.rfind("blk.", 0) == 0) layer = std::stoi(gname.substr(4));
       const bool more = gname.find(".attn_v.") != std::string::npos ||
                         gname.find(".ffn_down.") != std::string::npos;
-      if (head || (more && layer >= 0 && use_more_bits(layer, layers)))
-        want = QType::q6_k;
+      if (head || (more && layer >= 0 && use_more_bits(layer, layers))) want = QType::q6_k;
       break;
     }
   }

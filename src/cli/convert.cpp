@@ -1,9 +1,9 @@
 #include "ckpt/convert.h"
-#include "ckpt/gguf_model.h"
 
 #include <memory>
 #include <string>
 
+#include "ckpt/gguf_model.h"
 #include "cli/commands.h"
 #include "util/error.h"
 
@@ -37,10 +37,11 @@ int convert(const ConvertArgs& a) {
 
 Command add_convert_command(CLI::App& root) {
   auto args = std::make_shared<ConvertArgs>();
-  CLI::App* app = root.add_subcommand("convert",
-                                      "Convert a training checkpoint to a Hugging Face model dir "
-                                      "(--to hf) or back (--to checkpoint); a Hugging Face model "
-                                      "dir to a GGUF file (--to gguf) or a GGUF file back (--to hf)");
+  CLI::App* app =
+      root.add_subcommand("convert",
+                          "Convert a training checkpoint to a Hugging Face model dir "
+                          "(--to hf) or back (--to checkpoint); a Hugging Face model "
+                          "dir to a GGUF file (--to gguf) or a GGUF file back (--to hf)");
   app->add_option("input", args->input,
                   "Checkpoint dir or step dir, or a GGUF file (--to hf); Hugging Face model dir "
                   "(--to checkpoint, --to gguf)")
@@ -48,7 +49,9 @@ Command add_convert_command(CLI::App& root) {
   app->add_option("--to", args->to, "Output kind")
       ->required()
       ->check(CLI::IsMember({"hf", "checkpoint", "gguf"}));
-  app->add_option("output", args->output, "Directory (or .gguf file) to write (replaced atomically)")->required();
+  app->add_option("output", args->output,
+                  "Directory (or .gguf file) to write (replaced atomically)")
+      ->required();
   app->add_option("--dtype", args->dtype, "Weight dtype of a Hugging Face export")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app->add_option("--quantize", args->quantize,

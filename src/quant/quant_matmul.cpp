@@ -31,7 +31,8 @@ QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts) {
     if (it == act_types_.end()) act_types_.push_back(at);
     const size_t stride = p.row_stride();
     bytes_ += stride * size_t(p.rows);
-    for (int64_t r = 0; r < p.rows; ++r) rows_.push_back({p.data + size_t(r) * stride, p.type, idx});
+    for (int64_t r = 0; r < p.rows; ++r)
+      rows_.push_back({p.data + size_t(r) * stride, p.type, idx});
   }
 }
 
@@ -48,11 +49,13 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
     uint8_t* dst = acts[k].data();
     const QType at = act_types_[k];
 #pragma omp parallel for if (n > 1)
-    for (int64_t i = 0; i < n; ++i) quantize_row(at, x + i * cols, dst + size_t(i) * stride[k], cols);
+    for (int64_t i = 0; i < n; ++i)
+      quantize_row(at, x + i * cols, dst + size_t(i) * stride[k], cols);
   }
   auto element = [&](int64_t o, int64_t i) {
     const Row& r = rows_[size_t(o)];
-    float v = vec_dot(r.type, cols, r.w, acts[size_t(r.act)].data() + size_t(i) * stride[size_t(r.act)]);
+    float v =
+        vec_dot(r.type, cols, r.w, acts[size_t(r.act)].data() + size_t(i) * stride[size_t(r.act)]);
     if (bias) v += bias[o];
     float& dst = y[i * ldy + o];
     dst = accumulate ? dst + v : v;
