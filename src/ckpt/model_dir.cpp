@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "ckpt/gguf_model.h"
 #include "ckpt/hf_weight_files.h"
 #include "ckpt/hf_weights.h"
 #include "ckpt/safetensors.h"
@@ -40,6 +41,7 @@ void save_model_dir(const std::string& dir, Transformer& model, const Tokenizer&
 
 LoadedModel load_model_dir(const std::string& dir, Backend& backend) {
   const std::filesystem::path root(dir);
+  if (is_gguf_file(root)) return load_gguf_model(root, backend);
   if (!std::filesystem::is_directory(root)) throw UserError(dir + ": not a model directory");
   ModelConfig cfg = load_model_config(root);
   set_allocation_phase("the model in " + dir);  // named in an out-of-memory error

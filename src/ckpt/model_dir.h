@@ -20,10 +20,13 @@ struct LoadedModel {
   // <|eot_id|> beside <|end_of_text|>): tokens that end generation, as transformers and
   // vLLM stop on them. Empty when the file or the key is absent.
   std::vector<int32_t> eos_token_ids;
+  // What the model's tensors point into and its linear runner, when they are not the model's
+  // own (a GGUF file's quantized weights: ckpt/gguf_model.h).
+  std::shared_ptr<void> keep_alive;
 };
 
 // Reads a Hugging Face model directory (GPT-2, Llama, Mistral or Qwen 2 config;
-// F32/F16/BF16 weights).
+// F32/F16/BF16 weights), or a GGUF file (load_gguf_model).
 LoadedModel load_model_dir(const std::string& dir, Backend& backend);
 
 }  // namespace llmrun

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "ckpt/gguf_model.h"
 #include "cli/commands.h"
 #include "util/error.h"
 
@@ -13,10 +14,15 @@ struct ConvertArgs {
   std::string input, to, output;
   std::string dtype = "fp32";
   std::string max_shard_size = "2GB";
+  std::string quantize = "f16";
 };
 
 int convert(const ConvertArgs& a) {
-  if (a.to == "hf") {
+  if (a.to == "gguf") {
+    hf_to_gguf(a.input, a.output, parse_gguf_quant(a.quantize));
+  } else if (a.to == "hf" && is_gguf_file(a.input)) {
+    gguf_to_hf(a.input, a.output);
+  } else if (a.to == "hf") {
     const DType dtype = a.dtype == "bf16"   ? DType::bf16
                         : a.dtype == "fp16" ? DType::f16
                                             : DType::f32;
@@ -31,18 +37,27 @@ int convert(const ConvertArgs& a) {
 
 Command add_convert_command(CLI::App& root) {
   auto args = std::make_shared<ConvertArgs>();
-  CLI::App* app = root.add_subcommand("convert",
-                                      "Convert a training checkpoint to a Hugging Face model dir "
-                                      "(--to hf) or back (--to checkpoint)");
+  CLI::App* app =
+      root.add_subcommand("convert",
+                          "Convert a training checkpoint to a Hugging Face model dir "
+                          "(--to hf) or back (--to checkpoint); a Hugging Face model "
+                          "dir to a GGUF file (--to gguf) or a GGUF file back (--to hf)");
   app->add_option("input", args->input,
-                  "Checkpoint dir or step dir (--to hf); Hugging Face model dir (--to checkpoint)")
+                  "Checkpoint dir or step dir, or a GGUF file (--to hf); Hugging Face model dir "
+                  "(--to checkpoint, --to gguf)")
       ->required();
   app->add_option("--to", args->to, "Output kind")
       ->required()
-      ->check(CLI::IsMember({"hf", "checkpoint"}));
-  app->add_option("output", args->output, "Directory to write (replaced atomically)")->required();
+      ->check(CLI::IsMember({"hf", "checkpoint", "gguf"}));
+  app->add_option("output", args->output,
+                  "Directory (or .gguf file) to write (replaced atomically)")
+      ->required();
   app->add_option("--dtype", args->dtype, "Weight dtype of a Hugging Face export")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app->add_option("--quantize", args->quantize,
+                  "Weight type of a GGUF export: f32, f16, q8_0, q4_0 or q4_k_m (llama.cpp's "
+                  "mix: Q4_K, Q6_K for the head and half the attn_v/ffn_down)")
+      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "q4_k_m"}));
   app->add_option("--max-shard-size", args->max_shard_size,
                   "Largest safetensors file of an export, e.g. 2GB, 500MB");
   return {app, [args]() { return convert(*args); }};

@@ -3,6 +3,8 @@
 #include <memory>
 #include <string>
 
+#include "ckpt/gguf_model.h"
+#include "ckpt/gguf_tokenizer.h"
 #include "ckpt/model_dir.h"
 #include "cli/backend_option.h"
 #include "cli/commands.h"
@@ -58,7 +60,10 @@ int serve(ServeArgs& a) {
     a.server.model_name = std::filesystem::path(a.model_dir).lexically_normal().filename().string();
   if (a.server.model_name.empty())
     a.server.model_name = std::filesystem::path(a.model_dir).parent_path().filename().string();
-  const ChatTemplate tmpl = ChatTemplate::for_model_dir(a.model_dir);
+  const ChatTemplate tmpl =
+      is_gguf_file(a.model_dir)
+          ? ChatTemplate::from_config(gguf_tokenizer_config(GgufReader(a.model_dir)))
+          : ChatTemplate::for_model_dir(a.model_dir);
   LoadedModel draft;
   ec.speculative = make_speculative_config(a.speculative, m, *backend, draft);
   Engine engine(*m.model, *m.tokenizer, ec);

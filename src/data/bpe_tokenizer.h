@@ -29,6 +29,12 @@ struct SpecialTokenConfig {
   std::optional<bool> add_bos_token;
 };
 
+// A tokenizer from tokenizer.json text (`where` names it in errors): the 256-token byte-level
+// one gives a ByteLevelTokenizer, any other BPE a BpeTokenizer. load_tokenizer reads the file
+// and tokenizer_config.json; GGUF files carry the text in tokenizer.huggingface.json.
+std::unique_ptr<Tokenizer> tokenizer_from_json(const std::string& text, const std::string& where,
+                                               const SpecialTokenConfig& special = {});
+
 class BpeTokenizer final : public Tokenizer {
  public:
   // `text` is the tokenizer.json file content (kept to save it back unchanged), `where`

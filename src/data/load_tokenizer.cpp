@@ -64,19 +64,6 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_fi
           "(AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR)) to write tokenizer.json");
   }
   const std::string text = read_file(path);
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw UserError(path.string() + ": not valid JSON: " + e.what());
-  }
-  bool byte_level = false;
-  try {
-    byte_level = !byte_level_mismatch(doc);
-  } catch (
-      const json::exception&) {  // not even shaped like a byte-level BPE: let BPE loading say why
-  }
-  if (byte_level) return std::make_unique<ByteLevelTokenizer>();
   // transformers keeps the special tokens' names (and Llama's add_bos_token) in
   // tokenizer_config.json beside it.
   SpecialTokenConfig special;
@@ -88,7 +75,25 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir_or_fi
     if (c.is_object() && c.contains("add_bos_token") && c["add_bos_token"].is_boolean())
       special.add_bos_token = c["add_bos_token"].get<bool>();
   }
-  return std::make_unique<BpeTokenizer>(text, path.string(), special);
+  return tokenizer_from_json(text, path.string(), special);
+}
+
+std::unique_ptr<Tokenizer> tokenizer_from_json(const std::string& text, const std::string& where,
+                                               const SpecialTokenConfig& special) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw UserError(where + ": not valid JSON: " + e.what());
+  }
+  bool byte_level = false;
+  try {
+    byte_level = !byte_level_mismatch(doc);
+  } catch (
+      const json::exception&) {  // not even shaped like a byte-level BPE: let BPE loading say why
+  }
+  if (byte_level) return std::make_unique<ByteLevelTokenizer>();
+  return std::make_unique<BpeTokenizer>(text, where, special);
 }
 
 }  // namespace llmrun

@@ -270,7 +270,7 @@ void Transformer::head_forward(const Tensor& x, Tensor norm, Tensor mean, Tensor
   // Under sequence parallelism every rank's rows meet again for the vocab-parallel head.
   const bool gather = training && tp_active() && comm_.sequence_parallel;
   if (gather) comm_.tp->all_gather(norm, m_->head_input);
-  (training ? linear_or_fp32(linear_) : inference_linear())
+  (training ? linear_or_fp32(linear_) : inference_runner())
       .forward(be_, {cfg_.layers, LinearKind::lm_head}, logits, gather ? m_->head_input : norm,
                e.head, nullptr, false);
 }
@@ -487,7 +487,7 @@ void Transformer::forward_cached(const int32_t* tokens, int n, KvCache& cache, T
                            cfg_.heads, cfg_.kv_heads, hd);
     };
     block_forward(be_, cfg_, block_tensors(cfg_, params_, l), m.acts[size_t(l)], positions_, core,
-                  {}, &inference_linear(), l);
+                  {}, &inference_runner(), l);
   }
   cache.length = total;
 

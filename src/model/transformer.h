@@ -58,6 +58,9 @@ class Transformer {
   // Context parallelism: this rank's tokens are chunks of longer sequences and attention
   // spans the ranks (null: whole sequences on this rank). Training only.
   void set_distributed_attention(DistributedAttention* a) { comm_.attention = a; }
+  // Runs generation's and serving's linears (blocks and LM head) through `runner` (quantized
+  // weights: src/quant); null: the batch-invariant fp32 inference_linear().
+  void set_inference_linear(LinearRunner* runner) { inference_ = runner; }
   void set_recompute(Recompute r) {
     recompute_ = r;
     batch_ = seq_ = 0;  // re-plan the activation buffers
@@ -190,6 +193,8 @@ class Transformer {
   Recompute recompute_ = Recompute::none;
   LinearRunner* linear_ = nullptr;
   MoeStats moe_stats_;
+  LinearRunner* inference_ = nullptr;
+  LinearRunner& inference_runner() { return inference_ ? *inference_ : inference_linear(); }
 
   Communicator* pp_ = nullptr;
   int batch_ = 0, seq_ = 0;

@@ -48,7 +48,7 @@ void Transformer::forward_batch(const Tensor& ids, const Tensor& pos,
     a.output = p.resid[(l + 1) % 2].slice(0, n);
     block_forward(
         be_, cfg_, block_tensors(cfg_, params_, l), a, pos,
-        [&](const Tensor& qkv, Tensor attn) { attention(l, qkv, attn); }, {}, &inference_linear(),
+        [&](const Tensor& qkv, Tensor attn) { attention(l, qkv, attn); }, {}, &inference_runner(),
         l);
   }
   if (n_logits == 0) return;

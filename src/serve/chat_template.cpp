@@ -18,6 +18,10 @@ ChatTemplate ChatTemplate::for_model_dir(const std::filesystem::path& model_dir)
   } catch (const std::exception& e) {
     throw UserError(path.string() + ": not valid JSON (" + e.what() + ")");
   }
+  return from_config(cfg);
+}
+
+ChatTemplate ChatTemplate::from_config(const nlohmann::json& cfg) {
   std::string text;
   if (cfg.contains("chat_template")) {
     const auto& t = cfg["chat_template"];

@@ -5,6 +5,7 @@
 // tokenizer_config.json by their markers; any other model gets the plain template:
 //   "<role>: <content>\n" per message, then "assistant:" for the reply.
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@ class ChatTemplate {
       : kind_(kind), bos_(std::move(bos)), eos_(std::move(eos)), writes_bos_(writes_bos) {}
   // Reads model_dir/tokenizer_config.json (if any) and recognises its chat_template.
   static ChatTemplate for_model_dir(const std::filesystem::path& model_dir);
+  // The same from the config's JSON (a GGUF file's tokenizer.chat_template and token texts).
+  static ChatTemplate from_config(const nlohmann::json& tokenizer_config);
 
   ChatTemplateKind kind() const { return kind_; }
   std::string name() const;

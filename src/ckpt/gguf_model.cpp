@@ -1,0 +1,498 @@
+// GGUF <-> llmrun's model: name and metadata mapping, quantization choice per tensor, the
+// q/k row permutation of llama.cpp's llama architecture, and the quantized load.
+#include "ckpt/gguf_model.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <set>
+
+#include "backend/backend_factory.h"
+#include "ckpt/gguf_file.h"
+#include "ckpt/gguf_tokenizer.h"
+#include "ckpt/hf_weight_files.h"
+#include "ckpt/hf_weights.h"
+#include "model/hf_config.h"
+#include "model/param_layout.h"
+#include "quant/quant_dot.h"
+#include "quant/quantized_linear.h"
+#include "util/error.h"
+#include "util/json_file.h"
+
+namespace llmrun {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using quant::QType;
+
+namespace {
+
+// llama.cpp's tensor name for a Hugging Face one ("" for none).
+std::string gguf_name(const ModelConfig& c, const std::string& hf) {
+  static const std::vector<std::pair<std::string, std::string>> gpt2 = {
+      {"ln_1.weight", "attn_norm.weight"},          {"ln_1.bias", "attn_norm.bias"},
+      {"attn.c_attn.weight", "attn_qkv.weight"},    {"attn.c_attn.bias", "attn_qkv.bias"},
+      {"attn.c_proj.weight", "attn_output.weight"}, {"attn.c_proj.bias", "attn_output.bias"},
+      {"ln_2.weight", "ffn_norm.weight"},           {"ln_2.bias", "ffn_norm.bias"},
+      {"mlp.c_fc.weight", "ffn_up.weight"},         {"mlp.c_fc.bias", "ffn_up.bias"},
+      {"mlp.c_proj.weight", "ffn_down.weight"},     {"mlp.c_proj.bias", "ffn_down.bias"}};
+  static const std::vector<std::pair<std::string, std::string>> llama = {
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},
+      {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"}};
+  const bool is_gpt2 = c.arch == Arch::gpt2;
+  if (hf == "transformer.wte.weight" || hf == "model.embed_tokens.weight")
+    return "token_embd.weight";
+  if (hf == "transformer.wpe.weight") return "position_embd.weight";
+  if (hf == "transformer.ln_f.weight" || hf == "model.norm.weight") return "output_norm.weight";
+  if (hf == "transformer.ln_f.bias") return "output_norm.bias";
+  if (hf == "lm_head.weight") return "output.weight";
+  const std::string prefix = is_gpt2 ? "transformer.h." : "model.layers.";
+  if (hf.rfind(prefix, 0) != 0) return "";
+  const size_t dot = hf.find('.', prefix.size());
+  const std::string layer = hf.substr(prefix.size(), dot - prefix.size());
+  const std::string rest = hf.substr(dot + 1);
+  for (const auto& [from, to] : is_gpt2 ? gpt2 : llama)
+    if (rest == from) return "blk." + layer + "." + to;
+  return "";
+}
+
+// llama.cpp's llama architecture rotates interleaved pairs; Hugging Face checkpoints (and
+// llmrun) rotate halves. Row h*hd + 2i + j of the GGUF tensor is row h*hd + j*hd/2 + i of the
+// Hugging Face one (convert_hf_to_gguf.py's permute).
+int64_t hf_row_of_gguf_row(int64_t g, int64_t hd) {
+  const int64_t h = g / hd, r = g % hd;
+  return h * hd + (r % 2) * (hd / 2) + r / 2;
+}
+
+bool permuted(const std::string& arch, const std::string& gname) {
+  if (arch != "llama") return false;
+  return gname.find(".attn_q.") != std::string::npos || gname.find(".attn_k.") != std::string::npos;
+}
+
+int heads_of(const ModelConfig& c, const std::string& gname) {
+  return gname.find(".attn_q.") != std::string::npos ? c.heads : c.kv_heads;
+}
+
+std::string arch_of(const ModelConfig& c, const fs::path& where) {
+  if (c.arch == Arch::gpt2) return "gpt2";
+  if (c.phi3)
+    throw UserError(where.string() +
+                    ": Phi-3's fused q|k|v and gate|up tensors are not "
+                    "written as GGUF (llama.cpp's phi3 layout); convert a Llama, Mistral, Qwen 2 "
+                    "or GPT-2 model");
+  return c.qkv_bias ? "qwen2" : "llama";
+}
+
+bool use_more_bits(int layer, int layers) {  // llama.cpp's Q4_K_M rule for attn_v and ffn_down
+  return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+// The type a tensor is stored as under `q` (with fallbacks for rows that are not whole blocks).
+// `head`: the tensor the LM head multiplies by (output.weight, or a tied token_embd), which
+// llama.cpp keeps at Q6_K in its 4-bit mixes.
+QType choose_type(GgufQuant q, const std::string& gname, bool head, int64_t row, size_t dims,
+                  int layers) {
+  if (dims < 2 || gname == "position_embd.weight" || q == GgufQuant::f32) return QType::f32;
+  QType want = QType::f16;
+  switch (q) {
+    case GgufQuant::f32:
+    case GgufQuant::f16:
+      want = QType::f16;
+      break;
+    case GgufQuant::q8_0:
+      want = QType::q8_0;
+      break;
+    case GgufQuant::q4_0:
+      want = head ? QType::q6_k : QType::q4_0;
+      break;
+    case GgufQuant::q4_k_m: {
+      want = QType::q4_k;
+      int layer = -1;
+      if (gname.rfind("blk.", 0) == 0) layer = std::stoi(gname.substr(4));
+      const bool more = gname.find(".attn_v.") != std::string::npos ||
+                        gname.find(".ffn_down.") != std::string::npos;
+      if (head || (more && layer >= 0 && use_more_bits(layer, layers))) want = QType::q6_k;
+      break;
+    }
+  }
+  for (QType t : {want, QType::q8_0, QType::f16})  // rows that are not whole blocks: wider
+    if (quant::fits(t, row)) return t;
+  return QType::f32;
+}
+
+uint32_t file_type(GgufQuant q) {
+  switch (q) {
+    case GgufQuant::f32:
+      return 0;
+    case GgufQuant::f16:
+      return 1;
+    case GgufQuant::q4_0:
+      return 2;
+    case GgufQuant::q8_0:
+      return 7;
+    case GgufQuant::q4_k_m:
+      return 15;
+  }
+  return 0;
+}
+
+// Memory the fp32 parameter store points at: reserved, not committed. Only the tensors
+// written (norms, biases, embeddings) ever get pages; the linear weights' ranges stay
+// untouched because the quantized runner never reads them.
+struct Reservation {
+  void* p = nullptr;
+  size_t bytes = 0;
+  Reservation(size_t n) : bytes(n) {
+    p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+             0);
+    if (p == MAP_FAILED) throw UserError("cannot reserve " + std::to_string(n) + " bytes");
+  }
+  ~Reservation() { munmap(p, bytes); }
+  Reservation(const Reservation&) = delete;
+};
+
+// What a loaded GGUF model keeps alive beside the Transformer.
+struct GgufWeights {
+  std::shared_ptr<GgufReader> reader;
+  std::vector<std::unique_ptr<Reservation>> reserved;
+  std::vector<std::vector<uint8_t>> owned;  // q/k rows reordered for llama
+  quant::QuantizedLinear runner;
+};
+
+int64_t meta_int(const GgufReader& r, const std::string& key) {
+  const json& v = r.get(key);
+  if (!v.is_number_integer())
+    throw UserError(r.path().string() + ": metadata key " + key + " is not an integer");
+  return v.get<int64_t>();
+}
+double meta_float(const GgufReader& r, const std::string& key, double fallback) {
+  if (!r.has(key)) return fallback;
+  const json& v = r.get(key);
+  if (!v.is_number())
+    throw UserError(r.path().string() + ": metadata key " + key + " is not a number");
+  return v.get<double>();
+}
+
+ModelConfig config_from_gguf(const GgufReader& r, std::string& arch) {
+  const std::string where = r.path().string();
+  const json& a = r.get("general.architecture");
+  arch = a.is_string() ? a.get<std::string>() : "";
+  if (arch != "llama" && arch != "qwen2" && arch != "gpt2")
+    throw UserError(where + ": general.architecture is \"" + arch +
+                    "\"; llmrun runs llama (Llama 2/3, Mistral), qwen2 and gpt2 GGUF files");
+  const std::string p = arch + ".";
+  ModelConfig c;
+  c.arch = arch == "gpt2" ? Arch::gpt2 : Arch::llama;
+  c.layers = int(meta_int(r, p + "block_count"));
+  c.d_model = int(meta_int(r, p + "embedding_length"));
+  c.ffn = int(meta_int(r, p + "feed_forward_length"));
+  c.heads = int(meta_int(r, p + "attention.head_count"));
+  c.kv_heads = r.has(p + "attention.head_count_kv")
+                   ? int(meta_int(r, p + "attention.head_count_kv"))
+                   : c.heads;
+  c.seq_len = int(meta_int(r, p + "context_length"));
+  if (c.layers <= 0 || c.d_model <= 0 || c.heads <= 0 || c.kv_heads <= 0 || c.heads % c.kv_heads ||
+      c.ffn <= 0 || c.seq_len <= 0)
+    throw UserError(where + ": inconsistent hyperparameters under " + p + "*");
+  if (c.arch == Arch::gpt2) {
+    c.norm_eps = float(meta_float(r, p + "attention.layer_norm_epsilon", 1e-5));
+    c.tie_embeddings = true;
+  } else {
+    c.norm_eps = float(meta_float(r, p + "attention.layer_norm_rms_epsilon", 1e-5));
+    c.rope_theta = float(meta_float(r, p + "rope.freq_base", 10000.0));
+    const int64_t hd = r.has(p + "attention.key_length") ? meta_int(r, p + "attention.key_length")
+                                                         : c.d_model / c.heads;
+    if (hd != c.d_model / c.heads || c.d_model % c.heads) c.fixed_head_dim = int(hd);
+    if (r.has(p + "rope.dimension_count") && meta_int(r, p + "rope.dimension_count") != hd)
+      throw UserError(where + ": " + p + "rope.dimension_count is " +
+                      std::to_string(meta_int(r, p + "rope.dimension_count")) +
+                      "; llmrun rotates whole heads of " + std::to_string(hd));
+    if (r.has(p + "rope.scaling.type")) {
+      const std::string t = r.get(p + "rope.scaling.type").get<std::string>();
+      if (t == "linear") {
+        c.rope_scaling.type = RopeScaling::Type::linear;
+        c.rope_scaling.factor = float(meta_float(r, p + "rope.scaling.factor", 1.0));
+      } else if (t != "none") {
+        throw UserError(where + ": " + p + "rope.scaling.type is \"" + t +
+                        "\"; llmrun reads none and linear");
+      }
+    }
+    c.tie_embeddings = r.find_tensor("output.weight") == nullptr;
+    c.qkv_bias = r.find_tensor("blk.0.attn_q.bias") != nullptr;
+  }
+  const GgufTensorInfo& emb = r.tensor("token_embd.weight");
+  if (emb.ne.size() != 2 || emb.ne[0] != c.d_model)
+    throw UserError(where + ": tensor token_embd.weight is not [" + std::to_string(c.d_model) +
+                    ", vocab]");
+  c.vocab = int(emb.ne[1]);
+  return c;
+}
+
+std::vector<int64_t> shape_text_ne(const std::vector<int64_t>& shape) {
+  return std::vector<int64_t>(shape.rbegin(), shape.rend());
+}
+
+std::string dims(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+GgufQuant parse_gguf_quant(const std::string& t) {
+  if (t == "f32") return GgufQuant::f32;
+  if (t == "f16") return GgufQuant::f16;
+  if (t == "q8_0") return GgufQuant::q8_0;
+  if (t == "q4_0") return GgufQuant::q4_0;
+  if (t == "q4_k_m") return GgufQuant::q4_k_m;
+  throw UserError("--quantize " + t + ": expected f32, f16, q8_0, q4_0 or q4_k_m");
+}
+
+bool is_gguf_file(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+void hf_to_gguf(const fs::path& model_dir, const fs::path& out, GgufQuant q) {
+  std::error_code ec;
+  if (!fs::is_directory(model_dir, ec))
+    throw UserError(model_dir.string() + ": not a model directory");
+  const ModelConfig cfg = load_model_config(model_dir);
+  const std::string arch = arch_of(cfg, model_dir);
+  if (cfg.rope_scaling.type == RopeScaling::Type::llama3)
+    throw UserError(model_dir.string() +
+                    ": Llama 3.1 rope_scaling is not written as GGUF "
+                    "(llama.cpp keeps it as a rope_freqs tensor)");
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model_dir);
+  auto weights = std::make_shared<HfWeightFiles>(model_dir);
+  check_weights_explained(*weights, cfg);
+  const std::vector<BucketLayout> layout = model_layout(cfg);
+  for (const BucketLayout& b : layout)
+    for (const ParamSpec& spec : b.params) {
+      const SafetensorsFile* f = weights->find(spec.hf_name);
+      if (!f) throw UserError(weights->source() + ": tensor " + spec.hf_name + " is missing");
+      if (f->info(spec.hf_name).shape != hf_shape(spec))
+        throw UserError(f->path().string() + ": tensor " + spec.hf_name + " has shape " +
+                        f->info(spec.hf_name).shape_str() + ", config.json implies " +
+                        dims(hf_shape(spec)));
+    }
+
+  GgufWriter w;
+  const std::string p = arch + ".";
+  w.set("general.architecture", GgufType::string, arch);
+  w.set("general.name", GgufType::string, fs::absolute(model_dir).filename().string());
+  w.set("general.file_type", GgufType::u32, file_type(q));
+  w.set("general.quantization_version", GgufType::u32, 2);
+  w.set(p + "context_length", GgufType::u32, cfg.seq_len);
+  w.set(p + "embedding_length", GgufType::u32, cfg.d_model);
+  w.set(p + "block_count", GgufType::u32, cfg.layers);
+  w.set(p + "feed_forward_length", GgufType::u32, cfg.ffn);
+  w.set(p + "attention.head_count", GgufType::u32, cfg.heads);
+  if (cfg.arch == Arch::gpt2) {
+    w.set(p + "attention.layer_norm_epsilon", GgufType::f32, cfg.norm_eps);
+  } else {
+    w.set(p + "attention.head_count_kv", GgufType::u32, cfg.kv_heads);
+    w.set(p + "attention.layer_norm_rms_epsilon", GgufType::f32, cfg.norm_eps);
+    w.set(p + "rope.freq_base", GgufType::f32, cfg.rope_theta);
+    w.set(p + "rope.dimension_count", GgufType::u32, cfg.head_dim());
+    if (cfg.fixed_head_dim > 0) {
+      w.set(p + "attention.key_length", GgufType::u32, cfg.head_dim());
+      w.set(p + "attention.value_length", GgufType::u32, cfg.head_dim());
+    }
+    if (cfg.rope_scaling.type == RopeScaling::Type::linear) {
+      w.set(p + "rope.scaling.type", GgufType::string, "linear");
+      w.set(p + "rope.scaling.factor", GgufType::f32, cfg.rope_scaling.factor);
+    }
+    w.set(p + "vocab_size", GgufType::u32, cfg.vocab);
+  }
+  json tok_cfg;
+  if (fs::is_regular_file(model_dir / "tokenizer_config.json"))
+    tok_cfg = read_json_file(model_dir / "tokenizer_config.json");
+  write_gguf_tokenizer(w, *tokenizer, tok_cfg);
+
+  std::map<std::string, int> counts;
+  for (const BucketLayout& b : layout)
+    for (const ParamSpec& spec : b.params) {
+      const std::string g = gguf_name(cfg, spec.hf_name);
+      LLMRUN_CHECK(!g.empty(), "no GGUF name for " + spec.hf_name);
+      const int64_t row = spec.shape.back();
+      const bool head = g == "output.weight" || (cfg.tie_embeddings && g == "token_embd.weight");
+      const QType t = choose_type(q, g, head, row, spec.shape.size(), cfg.layers);
+      ++counts[quant::type_name(t)];
+      w.add_tensor(
+          g, t, shape_text_ne(spec.shape),
+          [&cfg, &arch, weights, spec, g, t, row](std::vector<uint8_t>& bytes) {
+            std::vector<float> hf(size_t(spec.numel())), mine;
+            weights->find(spec.hf_name)->read_f32(spec.hf_name, hf.data(), spec.numel());
+            const float* src = hf.data();
+            if (spec.hf_transposed) {  // Hugging Face [in, out] -> [out, in]
+              ParamSpec hf_spec = spec;
+              hf_spec.shape = hf_shape(spec);
+              src = to_hf_layout(hf_spec, hf.data(), mine);
+            }
+            const int64_t rows = spec.numel() / row;
+            if (permuted(arch,
+                         g)) {  // into llama.cpp's interleaved order (rows, or a bias's values)
+              const int64_t hd = spec.shape[0] / heads_of(cfg, g), n = spec.shape[0];
+              const int64_t width = spec.numel() / n;
+              std::vector<float> out(size_t(spec.numel()));
+              for (int64_t i = 0; i < n; ++i)
+                std::memcpy(out.data() + i * width, src + hf_row_of_gguf_row(i, hd) * width,
+                            size_t(width) * 4);
+              mine = std::move(out);
+              src = mine.data();
+            }
+            const size_t rb = quant::row_bytes(t, row);
+            for (int64_t r = 0; r < rows; ++r)
+              quant::quantize_row(t, src + r * row, bytes.data() + size_t(r) * rb, row);
+          });
+    }
+  w.write(out);
+  std::string summary;
+  for (const auto& [name, n] : counts)
+    summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + name;
+  spdlog::info("wrote {} ({} model, {} tensors: {})", out.string(), arch, w.tensor_count(),
+               summary);
+}
+
+LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequantize) {
+  const std::string where = file.string();
+  if (backend.name() != "cpu")
+    throw UserError(where + ": GGUF models run on the CPU backend (use --backend cpu)");
+  auto weights = std::make_shared<GgufWeights>();
+  weights->reader = std::make_shared<GgufReader>(file);
+  const GgufReader& r = *weights->reader;
+  std::string arch;
+  const ModelConfig cfg = config_from_gguf(r, arch);
+
+  // Every tensor in the file must be one the model uses: an unknown one (a newer
+  // architecture's extra weights, llama 3.1's rope_freqs) would otherwise be silently ignored.
+  std::set<std::string> used;
+  const std::vector<BucketLayout> full = model_layout(cfg);
+  for (const BucketLayout& b : full)
+    for (const ParamSpec& spec : b.params) used.insert(gguf_name(cfg, spec.hf_name));
+  for (const GgufTensorInfo& t : r.tensors())
+    if (!used.count(t.name))
+      throw UserError(where + ": tensor " + t.name + " (" + quant::type_name(t.type) +
+                      ") is not part of a " + arch + " model as llmrun runs it");
+
+  StoreOptions stores;
+  stores.allocate_params = dequantize;
+  stores.allocate_grads = false;
+  LoadedModel m;
+  m.model = std::make_unique<Transformer>(backend, cfg, stores);
+  BucketStore& params = m.model->params();
+  if (!dequantize)
+    for (int b = 0; b < params.num_buckets(); ++b) {
+      const size_t bytes = size_t(std::max<int64_t>(params.padded_numel(b), 1)) * 4;
+      weights->reserved.push_back(std::make_unique<Reservation>(bytes));
+      params.attach(b, Tensor(weights->reserved.back()->p, DType::f32, {params.padded_numel(b)}));
+    }
+
+  // The linears: by HF name, which site and which part they are.
+  auto linear_site = [&](const std::string& g) -> std::optional<LinearSite> {
+    if (g == "output.weight" || (cfg.tie_embeddings && g == "token_embd.weight"))
+      return LinearSite{cfg.layers, LinearKind::lm_head};
+    if (g.rfind("blk.", 0) != 0 || g.size() < 7 || g.substr(g.size() - 7) != ".weight")
+      return std::nullopt;
+    const int layer = std::stoi(g.substr(4));
+    for (auto [tag, kind] : {std::pair{".attn_q.", LinearKind::qkv},
+                             {".attn_k.", LinearKind::qkv},
+                             {".attn_v.", LinearKind::qkv},
+                             {".attn_qkv.", LinearKind::qkv},
+                             {".attn_output.", LinearKind::out},
+                             {".ffn_gate.", LinearKind::up},
+                             {".ffn_up.", LinearKind::up},
+                             {".ffn_down.", LinearKind::down}})
+      if (g.find(tag) != std::string::npos) return LinearSite{layer, kind};
+    return std::nullopt;
+  };
+  std::map<std::pair<int, int>, std::vector<quant::QuantMatrix>> sites;
+  std::vector<float> host;
+  const auto& layout = m.model->layout();
+  for (int b = 0; b < int(layout.size()); ++b)
+    for (int pi = 0; pi < int(layout[size_t(b)].params.size()); ++pi) {
+      const ParamSpec& spec = layout[size_t(b)].params[size_t(pi)];
+      const std::string g = gguf_name(cfg, spec.hf_name);
+      const GgufTensorInfo& t = r.tensor(g);
+      if (t.ne != shape_text_ne(spec.shape))
+        throw UserError(where + ": tensor " + g + " has shape " + dims(t.ne) +
+                        ", the metadata implies " + dims(shape_text_ne(spec.shape)));
+      const int64_t row = t.ne[0], rows = t.rows();
+      const bool perm = permuted(arch, g);
+      const int64_t hd = perm ? spec.shape[0] / heads_of(cfg, g) : 1;
+      const std::optional<LinearSite> site = linear_site(g);
+      const uint8_t* data = r.data(t);
+      const size_t rb = quant::row_bytes(t.type, row);
+      if (site && !dequantize) {
+        if (perm && spec.shape.size() == 2) {  // rows back into Hugging Face order
+          std::vector<uint8_t> rows_hf(t.bytes);
+          for (int64_t gr = 0; gr < rows; ++gr)
+            std::memcpy(rows_hf.data() + size_t(hf_row_of_gguf_row(gr, hd)) * rb,
+                        data + size_t(gr) * rb, rb);
+          weights->owned.push_back(std::move(rows_hf));
+          data = weights->owned.back().data();
+        }
+        sites[{site->layer, int(site->kind)}].push_back({t.type, rows, row, data});
+        if (!(cfg.tie_embeddings && g == "token_embd.weight")) continue;  // the table also looks up
+      }
+      host.assign(size_t(spec.numel()), 0.0f);
+      std::vector<float> row_buf(static_cast<size_t>(row));
+      for (int64_t gr = 0; gr < rows; ++gr) {
+        quant::dequantize_row(t.type, data + size_t(gr) * rb, row_buf.data(), row);
+        if (perm && spec.shape.size() == 1) {
+          for (int64_t i = 0; i < row; ++i)
+            host[size_t(hf_row_of_gguf_row(i, hd))] = row_buf[size_t(i)];
+        } else {
+          const int64_t dst = perm ? hf_row_of_gguf_row(gr, hd) : gr;
+          std::memcpy(host.data() + dst * row, row_buf.data(), size_t(row) * 4);
+        }
+      }
+      backend.copy(params.tensor(b, pi).view({spec.numel()}),
+                   Tensor(host.data(), DType::f32, {spec.numel()}));
+    }
+  if (!dequantize) {
+    for (auto& [key, parts] : sites)
+      weights->runner.set({key.first, LinearKind(key.second)}, parts);
+    m.model->set_inference_linear(&weights->runner);
+    m.model->set_linear_runner(&weights->runner);  // eval's forward runs the training path
+  }
+  m.tokenizer = read_gguf_tokenizer(r);
+  if (m.tokenizer->vocab_size() > cfg.vocab)
+    throw UserError(where + ": the tokenizer has ids up to " +
+                    std::to_string(m.tokenizer->vocab_size() - 1) + ", token_embd.weight has " +
+                    std::to_string(cfg.vocab) + " rows");
+  if (r.has("tokenizer.ggml.eos_token_id"))
+    m.eos_token_ids.push_back(int32_t(r.get("tokenizer.ggml.eos_token_id").get<int64_t>()));
+  spdlog::debug("{}: {} model, {} MB of quantized linear weights, {} kernels", where, arch,
+                weights->runner.weight_bytes() / 1000000, quant::simd_level());
+  m.keep_alive = weights;
+  return m;
+}
+
+void gguf_to_hf(const fs::path& file, const fs::path& out) {
+  const std::unique_ptr<Backend> cpu = make_backend(BackendKind::cpu);
+  LoadedModel m = load_gguf_model(file, *cpu, /*dequantize=*/true);
+  save_model_dir(out.string(), *m.model, *m.tokenizer);
+  spdlog::info("wrote {} (fp32) from {}", out.string(), file.string());
+}
+
+}  // namespace llmrun

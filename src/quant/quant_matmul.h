@@ -1,0 +1,57 @@
+#pragma once
+// y = x W^T over a weight matrix kept in its ggml block format (never expanded to fp32).
+//
+// Each activation row is quantized once (Q8_0 or Q8_K, as llama.cpp does), then every output
+// element is one vec_dot of a weight row with an activation row. Batches of more than
+// kRowsForBlocking rows take the blocked path: output rows in tiles whose weight blocks stay
+// in cache while the tile meets every activation row. Both paths compute each element with
+// the same vec_dot on the same two rows, so a sequence's logits are bitwise the same whatever
+// it is batched with: batch invariance costs nothing here, and `serve --deterministic` and
+// the default behave alike on quantized weights.
+#include <cstdint>
+#include <vector>
+
+#include "quant/block_formats.h"
+
+namespace llmrun::quant {
+
+// A row-major matrix of `rows` rows of `cols` values in `type` (rows contiguous).
+struct QuantMatrix {
+  QType type = QType::f32;
+  int64_t rows = 0, cols = 0;
+  const uint8_t* data = nullptr;
+  size_t row_stride() const { return row_bytes(type, cols); }
+};
+
+inline constexpr int64_t kRowsForBlocking = 4;
+
+// The parts resolved once into one list of weight rows (what quant_matmul walks), so a
+// linear's per-token call does no bookkeeping over its rows.
+class QuantPlan {
+ public:
+  explicit QuantPlan(const std::vector<QuantMatrix>& parts);
+  int64_t cols() const { return cols_; }
+  int64_t out() const { return int64_t(rows_.size()); }
+  size_t weight_bytes() const { return bytes_; }
+  // y [n, out()] (row stride ldy) = x [n, cols()] W^T (+ bias), added into y when accumulate.
+  void run(const float* x, int64_t n, float* y, int64_t ldy, const float* bias,
+           bool accumulate) const;
+
+ private:
+  struct Row {
+    const uint8_t* w;
+    QType type;
+    int act;  // which activation format (index into act_types_)
+  };
+  int64_t cols_ = 0;
+  size_t bytes_ = 0;
+  std::vector<Row> rows_;
+  std::vector<QType> act_types_;
+};
+
+// y [n, sum of parts' rows] (row stride ldy) = x [n, cols] times the parts stacked by rows
+// (q | k | v, gate | up), + bias when not null, added into y when `accumulate`.
+void quant_matmul(const std::vector<QuantMatrix>& parts, const float* x, int64_t n, float* y,
+                  int64_t ldy, const float* bias, bool accumulate);
+
+}  // namespace llmrun::quant

@@ -1,0 +1,241 @@
+// ggml block formats: sizes and byte layouts against hand-built blocks (the documented
+// formulas), quantize/dequantize round trips within the error the format allows, the dot
+// products (AVX2 against the scalar reference against fp32), and the quantized GEMM's batch
+// invariance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "quant/block_formats.h"
+#include "quant/quant_dot.h"
+#include "quant/quant_matmul.h"
+
+namespace llmrun::quant {
+namespace {
+
+const QType kTypes[] = {QType::f16,  QType::bf16, QType::q8_0,
+                        QType::q4_0, QType::q4_k, QType::q6_k};
+
+std::vector<float> random_row(int64_t n, uint32_t seed) {
+  // Blocks of very different magnitudes, as real weight rows have.
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float scale = std::pow(10.0f, float((i / 32) % 5) - 3.0f);
+    x[size_t(i)] = g(rng) * scale;
+  }
+  return x;
+}
+
+void put_f16(uint8_t* p, float v) {
+  const uint16_t h = to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+
+TEST(QuantBlocks, SizesMatchGgml) {
+  EXPECT_EQ(row_bytes(QType::q8_0, 32), 34u);
+  EXPECT_EQ(row_bytes(QType::q4_0, 32), 18u);
+  EXPECT_EQ(row_bytes(QType::q4_k, 256), 144u);
+  EXPECT_EQ(row_bytes(QType::q6_k, 256), 210u);
+  EXPECT_EQ(row_bytes(QType::q8_k, 256), 292u);
+  EXPECT_EQ(row_bytes(QType::f16, 10), 20u);
+  EXPECT_EQ(row_bytes(QType::bf16, 10), 20u);
+  EXPECT_FALSE(fits(QType::q4_k, 128));
+  EXPECT_TRUE(fits(QType::q8_0, 64));
+}
+
+TEST(QuantBlocks, Q8_0Layout) {
+  uint8_t b[34];
+  put_f16(b, 0.5f);
+  for (int j = 0; j < 32; ++j) b[2 + j] = uint8_t(int8_t(j - 16));
+  float y[32];
+  dequantize_row(QType::q8_0, b, y, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], 0.5f * float(j - 16));
+}
+
+TEST(QuantBlocks, Q4_0Layout) {
+  uint8_t b[18];
+  put_f16(b, 2.0f);
+  for (int j = 0; j < 16; ++j) b[2 + j] = uint8_t(j | ((15 - j) << 4));
+  float y[32];
+  dequantize_row(QType::q4_0, b, y, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 2.0f * float(j - 8));       // low nibble: element j
+    EXPECT_EQ(y[j + 16], 2.0f * float(7 - j));  // high nibble: element j + 16
+  }
+}
+
+TEST(QuantBlocks, Q4_KLayout) {
+  // Sub-block j has 6-bit scale sc[j] and min m[j]; the upper two bits of scales 4..7 live in
+  // the top bits of bytes 0..7.
+  const int sc[8] = {1, 2, 3, 63, 17, 33, 48, 62}, m[8] = {0, 5, 60, 1, 40, 2, 63, 16};
+  uint8_t b[144] = {};
+  put_f16(b, 0.25f);
+  put_f16(b + 2, 0.125f);
+  uint8_t* s = b + 4;
+  for (int j = 0; j < 4; ++j) {
+    s[j] = uint8_t(sc[j] | ((sc[j + 4] >> 4) << 6));
+    s[j + 4] = uint8_t(m[j] | ((m[j + 4] >> 4) << 6));
+    s[j + 8] = uint8_t((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+  }
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l) b[16 + 32 * c + l] = uint8_t((l % 16) | (((l + c) % 16) << 4));
+  float y[256];
+  dequantize_row(QType::q4_k, b, y, 256);
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l) {
+      const int j0 = 2 * c, j1 = 2 * c + 1;
+      EXPECT_EQ(y[64 * c + l], 0.25f * sc[j0] * float(l % 16) - 0.125f * m[j0]) << c << " " << l;
+      EXPECT_EQ(y[64 * c + 32 + l], 0.25f * sc[j1] * float((l + c) % 16) - 0.125f * m[j1]);
+    }
+}
+
+TEST(QuantBlocks, Q6_KLayout) {
+  // Value i of each 128-half: 4 low bits in ql (low nibble for i < 64 from ql[i % 64], high
+  // nibble beyond), 2 high bits in qh[i % 32] at bit 2 * (i / 32); scale per 16 values.
+  uint8_t b[210] = {};
+  int q[256];
+  for (int i = 0; i < 256; ++i) q[i] = (i * 7 + 3) % 64;
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 128; ++i) {
+      const int v = q[128 * h + i];
+      uint8_t& lo = b[64 * h + (i % 64)];
+      lo = uint8_t(lo | ((v & 15) << (i < 64 ? 0 : 4)));
+      b[128 + 32 * h + (i % 32)] |= uint8_t((v >> 4) << (2 * (i / 32)));
+    }
+  for (int k = 0; k < 16; ++k) b[192 + k] = uint8_t(int8_t(k - 8));
+  put_f16(b + 208, 0.5f);
+  float y[256];
+  dequantize_row(QType::q6_k, b, y, 256);
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], 0.5f * float(i / 16 - 8) * float(q[i] - 32)) << i;
+}
+
+// quantize + dequantize of x stays within max_block_error of each block's largest value.
+void expect_round_trip(QType t, const std::vector<float>& x, std::vector<float>& y) {
+  const int64_t n = int64_t(x.size());
+  std::vector<uint8_t> q(row_bytes(t, n));
+  y.assign(x.size(), 0.0f);
+  quantize_row(t, x.data(), q.data(), n);
+  dequantize_row(t, q.data(), y.data(), n);
+  const int64_t bv = std::max<int64_t>(block_values(t), 1);
+  for (int64_t b0 = 0; b0 < n; b0 += bv) {
+    double amax = 0;
+    for (int64_t i = b0; i < b0 + bv; ++i) amax = std::max(amax, double(std::fabs(x[size_t(i)])));
+    const double tol = max_block_error(t, amax);
+    for (int64_t i = b0; i < b0 + bv; ++i)
+      ASSERT_LE(std::fabs(double(x[size_t(i)]) - y[size_t(i)]), tol)
+          << type_name(t) << " value " << i << " of block amax " << amax;
+  }
+}
+
+TEST(QuantBlocks, RoundTripWithinTheFormatsError) {
+  for (QType t : kTypes)
+    for (uint32_t seed : {7u, 8u, 9u}) {
+      std::vector<float> y, y2;
+      expect_round_trip(t, random_row(1024, seed), y);
+      expect_round_trip(t, y, y2);  // and again from the dequantized values
+    }
+  // A block of zeros and a constant block.
+  for (QType t : kTypes) {
+    std::vector<float> y;
+    expect_round_trip(t, std::vector<float>(256, 0.0f), y);
+    for (float v : y) EXPECT_EQ(v, 0.0f) << type_name(t);
+    expect_round_trip(t, std::vector<float>(256, -0.75f), y);
+  }
+}
+
+TEST(QuantBlocks, ErrorBoundIsTight) {
+  // The bound is not vacuous: a 4-bit format does err by a visible fraction of it.
+  const std::vector<float> x = random_row(256, 3);
+  std::vector<uint8_t> q(row_bytes(QType::q4_0, 256));
+  std::vector<float> y(256);
+  quantize_row(QType::q4_0, x.data(), q.data(), 256);
+  dequantize_row(QType::q4_0, q.data(), y.data(), 256);
+  double worst = 0;
+  for (int b0 = 0; b0 < 256; b0 += 32) {
+    double amax = 0, err = 0;
+    for (int i = b0; i < b0 + 32; ++i) {
+      amax = std::max(amax, double(std::fabs(x[size_t(i)])));
+      err = std::max(err, double(std::fabs(x[size_t(i)] - y[size_t(i)])));
+    }
+    worst = std::max(worst, err / max_block_error(QType::q4_0, amax));
+  }
+  EXPECT_GT(worst, 0.2);
+}
+
+TEST(QuantDot, SimdMatchesScalarAndFloat) {
+  const int64_t n = 2048;
+  for (QType t : kTypes) {
+    const std::vector<float> w = random_row(n, 11), x = random_row(n, 12);
+    std::vector<uint8_t> wq(row_bytes(t, n)), a(activation_row_bytes(t, n));
+    quantize_row(t, w.data(), wq.data(), n);
+    prepare_activation(t, x.data(), a.data(), n);
+    std::vector<float> wd(static_cast<size_t>(n)), xd(static_cast<size_t>(n));
+    dequantize_row(t, wq.data(), wd.data(), n);
+    dequantize_row(activation_type(t), a.data(), xd.data(), n);
+    // Against the dequantized rows the only differences are fp32 summation order.
+    double exact = 0, mag = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      exact += double(wd[size_t(i)]) * xd[size_t(i)];
+      mag += std::fabs(double(wd[size_t(i)]) * xd[size_t(i)]);
+    }
+    const float simd = vec_dot(t, n, wq.data(), a.data());
+    const float scalar = vec_dot_scalar(t, n, wq.data(), a.data());
+    EXPECT_NEAR(scalar, exact, 1e-5 * mag + 1e-9) << type_name(t);
+    EXPECT_NEAR(simd, exact, 1e-5 * mag + 1e-9) << type_name(t) << " (" << simd_level() << ")";
+    // Against fp32 x: the activation's quantization error, bounded per block.
+    double bound = 1e-5 * mag;
+    const int64_t bv = std::max<int64_t>(block_values(activation_type(t)), 1);
+    for (int64_t b0 = 0; b0 < n; b0 += bv) {
+      double amax = 0;
+      for (int64_t i = b0; i < b0 + bv; ++i) amax = std::max(amax, double(std::fabs(x[size_t(i)])));
+      for (int64_t i = b0; i < b0 + bv; ++i)
+        bound += std::fabs(wd[size_t(i)]) * max_block_error(activation_type(t), amax);
+    }
+    double fp = 0;
+    for (int64_t i = 0; i < n; ++i) fp += double(wd[size_t(i)]) * x[size_t(i)];
+    EXPECT_NEAR(simd, fp, bound) << type_name(t);
+  }
+}
+
+TEST(QuantMatmul, BatchedRowsEqualAloneBitwise) {
+  const int64_t in = 512, out = 40, n = 11;  // 11 rows: the blocked path
+  for (QType t : {QType::q4_k, QType::q8_0, QType::f16}) {
+    std::vector<uint8_t> w(row_bytes(t, in) * out);
+    for (int64_t r = 0; r < out; ++r) {
+      const std::vector<float> row = random_row(in, uint32_t(100 + r));
+      quantize_row(t, row.data(), w.data() + size_t(r) * row_bytes(t, in), in);
+    }
+    // Two parts stacked, as q | k | v are.
+    const std::vector<QuantMatrix> parts = {{t, 24, in, w.data()},
+                                            {t, 16, in, w.data() + 24 * row_bytes(t, in)}};
+    std::vector<float> x(static_cast<size_t>(n * in));
+    for (int64_t i = 0; i < n; ++i) {
+      const std::vector<float> row = random_row(in, uint32_t(200 + i));
+      std::copy(row.begin(), row.end(), x.begin() + i * in);
+    }
+    std::vector<float> bias(static_cast<size_t>(out));
+    for (int64_t o = 0; o < out; ++o) bias[size_t(o)] = 0.01f * float(o);
+    std::vector<float> batched(size_t(n * out), 1.0f), alone(size_t(out), 1.0f);
+    quant_matmul(parts, x.data(), n, batched.data(), out, bias.data(), /*accumulate=*/true);
+    for (int64_t i = 0; i < n; ++i) {
+      std::fill(alone.begin(), alone.end(), 1.0f);
+      quant_matmul(parts, x.data() + i * in, 1, alone.data(), out, bias.data(), true);
+      for (int64_t o = 0; o < out; ++o) {
+        ASSERT_EQ(batched[size_t(i * out + o)], alone[size_t(o)]) << type_name(t);
+        // and it is the product: 1 + bias + dot
+        std::vector<uint8_t> a(activation_row_bytes(t, in));
+        prepare_activation(t, x.data() + i * in, a.data(), in);
+        const float d = vec_dot(t, in, w.data() + size_t(o) * row_bytes(t, in), a.data());
+        ASSERT_EQ(alone[size_t(o)], 1.0f + (d + bias[size_t(o)]));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace llmrun::quant
