@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "ckpt/lora_merge.h"
 #include "cli/commands.h"
 #include "util/error.h"
 
@@ -13,9 +14,23 @@ struct ConvertArgs {
   std::string input, to, output;
   std::string dtype = "fp32";
   std::string max_shard_size = "2GB";
+  std::string merge_lora, base;  // --merge-lora ADAPTER --base HF_DIR --to hf OUT
 };
 
 int convert(const ConvertArgs& a) {
+  if (!a.merge_lora.empty() || !a.base.empty()) {
+    // One positional: the output dir.
+    if (a.merge_lora.empty() || a.base.empty() || a.to != "hf" || a.input.empty() ||
+        !a.output.empty())
+      throw UserError("convert: --merge-lora ADAPTER --base HF_DIR --to hf OUT (all four)");
+    const DType dtype = a.dtype == "bf16"   ? DType::bf16
+                        : a.dtype == "fp16" ? DType::f16
+                                            : DType::f32;
+    merge_lora_adapter(a.merge_lora, a.base, a.input, dtype);
+    return 0;
+  }
+  if (a.input.empty() || a.output.empty())
+    throw UserError("convert: INPUT and OUTPUT are required");
   if (a.to == "hf") {
     const DType dtype = a.dtype == "bf16"   ? DType::bf16
                         : a.dtype == "fp16" ? DType::f16
@@ -35,12 +50,15 @@ Command add_convert_command(CLI::App& root) {
                                       "Convert a training checkpoint to a Hugging Face model dir "
                                       "(--to hf) or back (--to checkpoint)");
   app->add_option("input", args->input,
-                  "Checkpoint dir or step dir (--to hf); Hugging Face model dir (--to checkpoint)")
-      ->required();
+                  "Checkpoint dir or step dir (--to hf); Hugging Face model dir (--to checkpoint); "
+                  "with --merge-lora the output dir");
   app->add_option("--to", args->to, "Output kind")
       ->required()
       ->check(CLI::IsMember({"hf", "checkpoint"}));
-  app->add_option("output", args->output, "Directory to write (replaced atomically)")->required();
+  app->add_option("output", args->output, "Directory to write (replaced atomically)");
+  app->add_option("--merge-lora", args->merge_lora,
+                  "PEFT LoRA adapter dir to merge into --base (writes a Hugging Face model dir)");
+  app->add_option("--base", args->base, "Hugging Face model dir the adapter was trained on");
   app->add_option("--dtype", args->dtype, "Weight dtype of a Hugging Face export")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app->add_option("--max-shard-size", args->max_shard_size,
