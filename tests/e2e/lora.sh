@@ -78,11 +78,11 @@ PY
   compare $arch-r1 $arch-pp2 0
 done
 
-# Exact resume: 3 steps, then resume to 6.
-run llama-half llama.yaml 1 train.steps=3 checkpoint.every=3
-run llama-half llama.yaml 1 checkpoint.resume=auto
-compare llama-r1 llama-half 1
-/usr/bin/python3 - llama-half/step-0000003 <<'PY' || fail "the checkpoint holds more than adapters"
+# Exact resume: steps 4-6 resumed from step 3's checkpoint equal the uninterrupted run's.
+run llama-ck llama.yaml 1 checkpoint.every=3 checkpoint.keep=0
+run llama-res llama.yaml 1 checkpoint.resume=$WORK/llama-ck/step-0000003
+compare llama-r1 llama-res 1
+/usr/bin/python3 - llama-ck/step-0000003 <<'PY' || fail "the checkpoint holds more than adapters"
 import json, sys
 text = json.dumps(json.load(open(sys.argv[1] + "/index.json")))
 assert "lora_A" in text and "embed_tokens" not in text and "q_proj.weight\"" not in text
