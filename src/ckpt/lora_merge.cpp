@@ -47,12 +47,13 @@ void merge_lora_adapter(const fs::path& adapter, const fs::path& base, const fs:
       const std::string b_name = peft_module_name(spec.hf_name) + ".lora_B.weight";
       const bool merged = spec.shape.size() == 2 && lora.has(a_name);
       if (merged) {
-        if (!lora.has(b_name)) throw UserError(adapter_file.string() + ": " + b_name + " is missing");
+        if (!lora.has(b_name))
+          throw UserError(adapter_file.string() + ": " + b_name + " is missing");
         const int64_t rows = spec.full_shape[0], cols = spec.full_shape[1];  // [out, in]
         const std::vector<int64_t> a_shape{sec.rank, cols}, b_shape{rows, sec.rank};
         if (lora.info(a_name).shape != a_shape || lora.info(b_name).shape != b_shape)
-          throw UserError(adapter_file.string() + ": " + a_name + " / " + b_name +
-                          " do not fit " + spec.hf_name + " at rank " + std::to_string(sec.rank));
+          throw UserError(adapter_file.string() + ": " + a_name + " / " + b_name + " do not fit " +
+                          spec.hf_name + " at rank " + std::to_string(sec.rank));
         unused.erase(a_name);
         unused.erase(b_name);
       }

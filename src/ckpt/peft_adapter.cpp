@@ -19,26 +19,25 @@ void write_peft_adapter(const fs::path& dir, const std::vector<HfTensor>& tensor
   AtomicDir out(dir);
   // The fields of PEFT's LoraConfig that decide how the adapter applies; GPT-2's Conv1D
   // stores its weights [in, out], which PEFT marks with fan_in_fan_out.
-  const nlohmann::json config = {
-      {"peft_type", "LORA"},
-      {"task_type", "CAUSAL_LM"},
-      {"base_model_name_or_path", base_model},
-      {"r", sec.rank},
-      {"lora_alpha", sec.alpha},
-      {"lora_dropout", sec.dropout},
-      {"target_modules", sec.targets},
-      {"bias", "none"},
-      {"fan_in_fan_out", cfg.arch == Arch::gpt2},
-      {"use_rslora", false},
-      {"use_dora", false},
-      {"init_lora_weights", true},
-      {"inference_mode", true},
-      {"modules_to_save", nullptr},
-      {"layers_to_transform", nullptr},
-      {"layers_pattern", nullptr},
-      {"rank_pattern", nlohmann::json::object()},
-      {"alpha_pattern", nlohmann::json::object()},
-      {"revision", nullptr}};
+  const nlohmann::json config = {{"peft_type", "LORA"},
+                                 {"task_type", "CAUSAL_LM"},
+                                 {"base_model_name_or_path", base_model},
+                                 {"r", sec.rank},
+                                 {"lora_alpha", sec.alpha},
+                                 {"lora_dropout", sec.dropout},
+                                 {"target_modules", sec.targets},
+                                 {"bias", "none"},
+                                 {"fan_in_fan_out", cfg.arch == Arch::gpt2},
+                                 {"use_rslora", false},
+                                 {"use_dora", false},
+                                 {"init_lora_weights", true},
+                                 {"inference_mode", true},
+                                 {"modules_to_save", nullptr},
+                                 {"layers_to_transform", nullptr},
+                                 {"layers_pattern", nullptr},
+                                 {"rank_pattern", nlohmann::json::object()},
+                                 {"alpha_pattern", nlohmann::json::object()},
+                                 {"revision", nullptr}};
   {
     std::ofstream f(out.path() / "adapter_config.json");
     f << config.dump(2) << "\n";
@@ -67,19 +66,22 @@ LoraSection read_peft_config(const fs::path& dir) {
   if (!j.contains("r") || !j["r"].is_number_integer() || j["r"].get<int64_t>() < 1)
     fail("r must be a positive integer");
   s.rank = j["r"].get<int>();
-  if (!j.contains("lora_alpha") || !j["lora_alpha"].is_number()) fail("lora_alpha must be a number");
+  if (!j.contains("lora_alpha") || !j["lora_alpha"].is_number())
+    fail("lora_alpha must be a number");
   s.alpha = j["lora_alpha"].get<double>();
   s.dropout = j.value("lora_dropout", 0.0);
   const nlohmann::json& t = j.contains("target_modules") ? j["target_modules"] : nlohmann::json();
   if (!t.is_array() || t.empty())
-    fail("target_modules must be a list of module names (llmrun does not expand regexes or "
-         "\"all-linear\")");
+    fail(
+        "target_modules must be a list of module names (llmrun does not expand regexes or "
+        "\"all-linear\")");
   for (const auto& name : t) {
     if (!name.is_string()) fail("target_modules must list strings");
     s.targets.push_back(name.get<std::string>());
   }
   for (const char* flag : {"use_dora", "use_rslora"})
-    if (j.value(flag, false)) fail(std::string(flag) + " adapters are not LoRA as llmrun applies it");
+    if (j.value(flag, false))
+      fail(std::string(flag) + " adapters are not LoRA as llmrun applies it");
   if (j.value("bias", std::string("none")) != "none") fail("bias must be \"none\"");
   for (const char* key : {"rank_pattern", "alpha_pattern"})
     if (j.contains(key) && j[key].is_object() && !j[key].empty())

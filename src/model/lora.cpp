@@ -94,9 +94,8 @@ void LoraAdapters::acquire(int b, Phase phase) {
   if (hooks_) hooks_->acquire(b, phase);
   if (phase == Phase::backward && base_grad_refs_[size_t(b)]++ == 0) {
     // The view claims the bucket's size, but only written_extent() of it is ever touched.
-    base_.grads().attach(
-        b, Tensor(base_grad_scratch_.data(), DType::f32, {base_.grads().padded_numel(b)},
-                  base_grad_scratch_.device()));
+    base_.grads().attach(b, Tensor(base_grad_scratch_.data(), DType::f32,
+                                   {base_.grads().padded_numel(b)}, base_grad_scratch_.device()));
   }
 }
 

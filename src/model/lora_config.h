@@ -12,8 +12,8 @@ namespace llmrun {
 struct LoraSection {
   bool enabled = false;  // finetune.method: lora
   int rank = 8;
-  double alpha = 16;    // y = W x + (alpha / rank) B A dropout(x)
-  double dropout = 0;   // on the adapter's input only (PEFT's lora_dropout)
+  double alpha = 16;                 // y = W x + (alpha / rank) B A dropout(x)
+  double dropout = 0;                // on the adapter's input only (PEFT's lora_dropout)
   std::vector<std::string> targets;  // Hugging Face module names (q_proj, c_attn, ...)
   std::string base_dtype = "fp32";   // fp32 | bf16: how the frozen base weights are held
   std::string init_adapter;          // a PEFT adapter dir whose weights start training

@@ -158,8 +158,8 @@ LoraLayout lora_layout(const ModelConfig& cfg, const ModelShard& shard, const Lo
         used |= spec.shape.size() == 2 && site_of(module_of(spec.hf_name)) >= 0 &&
                 matches(module_of(spec.hf_name), t);
     if (!used)
-      throw UserError("finetune.targets: '" + t + "' names no linear of this model (expected one of: " +
-                      joined(valid) + ")");
+      throw UserError("finetune.targets: '" + t +
+                      "' names no linear of this model (expected one of: " + joined(valid) + ")");
   }
   return out;
 }

@@ -35,9 +35,9 @@ struct LoraSite {
 };
 
 struct LoraLayout {
-  std::vector<BucketLayout> buckets;               // the model's bucket count
-  std::vector<std::array<LoraSite, 4>> sites;      // [layer][qkv, out, up, down]
-  const LoraSite* site(LinearSite s) const;        // null: no adapter there
+  std::vector<BucketLayout> buckets;           // the model's bucket count
+  std::vector<std::array<LoraSite, 4>> sites;  // [layer][qkv, out, up, down]
+  const LoraSite* site(LinearSite s) const;    // null: no adapter there
 };
 
 // The adapters of `sec.targets` for the part of the model `shard` holds. UserError naming the

@@ -103,8 +103,8 @@ Tensor LoraAdapters::adapter_input(LinearSite site, const Tensor& x) {
   return out;
 }
 
-void LoraAdapters::forward(Backend& be, LinearSite site, Tensor y, const Tensor& x,
-                           const Tensor& W, const Tensor* bias, bool accumulate) {
+void LoraAdapters::forward(Backend& be, LinearSite site, Tensor y, const Tensor& x, const Tensor& W,
+                           const Tensor* bias, bool accumulate) {
   fp32_linear().forward(be, site, y, x, W, bias, accumulate);
   const LoraSite* s = lora_.site(site);
   if (s == nullptr) return;
@@ -115,8 +115,8 @@ void LoraAdapters::forward(Backend& be, LinearSite site, Tensor y, const Tensor&
   be.matmul(y, u, block_b(site.layer, *s), false, true, sec_.scale(), 1.0f);
 }
 
-void LoraAdapters::backward(Backend& be, LinearSite site, Tensor dx, const Tensor&,
-                            const Tensor&, const Tensor& dy, const Tensor& x, const Tensor& W) {
+void LoraAdapters::backward(Backend& be, LinearSite site, Tensor dx, const Tensor&, const Tensor&,
+                            const Tensor& dy, const Tensor& x, const Tensor& W) {
   // The base is frozen: its input gradient only.
   be.matmul(dx, dy, W, false, false);
   const LoraSite* s = lora_.site(site);

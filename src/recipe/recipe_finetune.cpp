@@ -16,14 +16,14 @@ std::string joined(const std::vector<std::string>& names) {
 void read_finetune(const MapReader& top, Locator& loc, const std::filesystem::path& base,
                    Recipe& r) {
   if (!top.has("finetune")) return;
-  const MapReader f(top.node("finetune"), "finetune", loc,
-                    {"method", "rank", "alpha", "dropout", "targets", "base_dtype",
-                     "init_adapter"});
+  const MapReader f(
+      top.node("finetune"), "finetune", loc,
+      {"method", "rank", "alpha", "dropout", "targets", "base_dtype", "init_adapter"});
   LoraSection& l = r.finetune;
   const std::string method = f.string("method").value_or("");
   if (method != "lora")
-    loc.fail("finetune.method", method.empty() ? "missing (required: lora)"
-                                               : "'" + method + "' is not one of lora");
+    loc.fail("finetune.method",
+             method.empty() ? "missing (required: lora)" : "'" + method + "' is not one of lora");
   l.enabled = true;
   l.rank = int(f.integer("rank", 1, 1 << 16).value_or(l.rank));
   l.alpha = f.number("alpha").value_or(l.alpha);
@@ -61,9 +61,8 @@ void read_finetune(const MapReader& top, Locator& loc, const std::filesystem::pa
       p = loc.override_for("finetune.init_adapter") ? std::filesystem::absolute(p) : base / p;
     l.init_adapter = p.lexically_normal().string();
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(std::filesystem::path(l.init_adapter) /
-                                              "adapter_config.json",
-                                          ec))
+    if (!std::filesystem::is_regular_file(
+            std::filesystem::path(l.init_adapter) / "adapter_config.json", ec))
       loc.fail("finetune.init_adapter",
                l.init_adapter + " holds no adapter_config.json (expected a PEFT adapter dir)");
   }

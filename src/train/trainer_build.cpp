@@ -65,8 +65,7 @@ void TrainingRun::build_model() {
       &topo.pp()};
   const StoreOptions stores = ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp);
   // LoRA: the base is frozen and whole on every data-parallel rank, with no gradients.
-  const StoreOptions base_stores =
-      r.finetune.enabled ? StoreOptions{1, true, false} : stores;
+  const StoreOptions base_stores = r.finetune.enabled ? StoreOptions{1, true, false} : stores;
   model = std::make_unique<Transformer>(*backend, r.model, base_stores, parallel);
   model->set_recompute(r.memory.recompute);
   if (!r.finetune.enabled) model->init_weights(r.train.seed);
@@ -91,8 +90,9 @@ void TrainingRun::build_adapters(const StoreOptions& stores) {
   }
   std::string targets;
   for (const std::string& t : r.finetune.targets) targets += (targets.empty() ? "" : ",") + t;
-  spdlog::info("LoRA rank {} alpha {} on {}: {:.3f}M trainable parameters on this rank, base frozen",
-               r.finetune.rank, r.finetune.alpha, targets, lora->params().numel() / 1e6);
+  spdlog::info(
+      "LoRA rank {} alpha {} on {}: {:.3f}M trainable parameters on this rank, base frozen",
+      r.finetune.rank, r.finetune.alpha, targets, lora->params().numel() / 1e6);
 }
 
 // The optimizer with its offload, checkpoints (and resume), FP8 scaling, metrics and TensorBoard.

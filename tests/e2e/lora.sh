@@ -130,6 +130,12 @@ assert abs(a - b) / b < 1e-5, (a, b)
 print(f"continued adapter's first loss {a:.6f} = merged model's {b:.6f}")
 PY
 
+# plan shows LoRA's memory: the frozen base and the adapters the trainer builds (8192 here).
+"$LLMRUN" plan llama.yaml > plan.txt 2>&1 || { cat plan.txt; fail "plan"; }
+grep -qE "stage 0: frozen base .* adapters 8192 parameters: params 32.8 KB, grads 32.8 KB, optimizer 65.5 KB" plan.txt ||
+  { cat plan.txt; fail "plan lacks LoRA memory"; }
+grep -q "0.008M trainable" llama-r1.log || fail "trainer's adapter count differs from plan's"
+
 expect_exit 2 "finetune.targets.1.*'qkv' is not a linear module of llama .*q_proj, k_proj" \
   "$LLMRUN" train llama.yaml --dry-run --set 'finetune.targets=[q_proj, qkv]'
 expect_exit 2 "finetune.*needs model.from" "$LLMRUN" train llama-base.yaml --dry-run --set finetune.method=lora --set 'finetune.targets=[q_proj]'

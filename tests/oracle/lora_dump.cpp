@@ -81,8 +81,8 @@ int main(int argc, char** argv) {
   sec.alpha = 8;
   // GPT-2: every linear; Llama: a subset, so fused GEMMs have columns without an adapter.
   sec.targets = arch == "gpt2" ? std::vector<std::string>{"c_attn", "c_proj", "c_fc"}
-                               : std::vector<std::string>{"q_proj", "v_proj", "o_proj",
-                                                          "gate_proj", "down_proj"};
+                               : std::vector<std::string>{"q_proj", "v_proj", "o_proj", "gate_proj",
+                                                          "down_proj"};
   LoraAdapters lora(model, sec, StoreOptions{}, nullptr);
   lora.init_weights(5);
   perturb(*be, lora.params(), 17, 0.05f, false);  // B != 0: A's gradients are not zero
