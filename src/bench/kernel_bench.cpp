@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "train/peak_flops.h"
+#include "util/terminal_progress.h"
 
 namespace llmrun {
 
@@ -57,8 +58,10 @@ nlohmann::json run_kernel_bench(Backend& be, const ModelConfig& cfg, const Kerne
                                                {"lm_head", cfg.vocab, d}};
 
   nlohmann::json rows = nlohmann::json::array();
+  TerminalProgress progress("bench kernels", double(3 * projections.size() + 2), "kernels");
   auto record = [&](const std::string& name, const std::string& shape, double flops,
                     double seconds) {
+    progress.advance(1);
     rows.push_back({{"kernel", name},
                     {"shape", shape},
                     {"flops", flops},

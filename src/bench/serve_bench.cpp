@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "util/error.h"
+#include "util/terminal_progress.h"
 
 namespace llmrun {
 
@@ -165,6 +166,7 @@ json run_serve_bench(const ServeBenchOptions& o) {
   std::condition_variable cv;
   int in_flight = 0;
   std::vector<std::thread> workers;
+  TerminalProgress progress("bench serve", double(o.num_prompts), "requests");
   const auto start = Clock::now();
   auto next = start;
   for (int i = 0; i < o.num_prompts; ++i) {
@@ -179,12 +181,14 @@ json run_serve_bench(const ServeBenchOptions& o) {
     }
     workers.emplace_back([&, i] {
       results[i] = one_request(o, model, prompts[i]);
+      progress.advance(1);
       std::lock_guard<std::mutex> lock(mu);
       --in_flight;
       cv.notify_all();
     });
   }
   for (auto& w : workers) w.join();
+  progress.finish();
   const double duration = std::chrono::duration<double>(Clock::now() - start).count();
 
   std::vector<double> ttft, tpot, itl, e2e;

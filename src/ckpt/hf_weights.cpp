@@ -2,6 +2,7 @@
 
 #include "model/shard_copy.h"
 #include "util/error.h"
+#include "util/terminal_progress.h"
 
 namespace llmrun {
 
@@ -56,8 +57,12 @@ const float* to_hf_layout(const ParamSpec& spec, const float* src, std::vector<f
   return scratch.data();
 }
 
-void import_hf_tensors(Backend& be, BucketStore& store, const HfWeightFiles& files) {
+void import_hf_tensors(Backend& be, BucketStore& store, const HfWeightFiles& files, bool progress) {
   const auto& layout = store.layout();
+  double total_mb = 0;
+  for (const BucketLayout& bucket : layout)
+    for (const ParamSpec& spec : bucket.params) total_mb += double(spec.full_numel()) * 4 / 1e6;
+  TerminalProgress shown("loading " + files.source(), total_mb, "MB", progress);
   std::vector<float> host;
   for (int b = 0; b < store.num_buckets(); ++b) {
     for (int p = 0; p < static_cast<int>(layout[b].params.size()); ++p) {
@@ -77,6 +82,7 @@ void import_hf_tensors(Backend& be, BucketStore& store, const HfWeightFiles& fil
       if (spec.hf_transposed) host = transposed(host, spec.full_shape[1], spec.full_shape[0]);
       extract_shard(be, spec, Tensor(host.data(), DType::f32, {spec.full_numel()}),
                     store.tensor(b, p));
+      shown.advance(double(spec.full_numel()) * 4 / 1e6);
     }
   }
 }

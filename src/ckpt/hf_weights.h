@@ -24,7 +24,9 @@ std::vector<HfTensor> export_hf_tensors(Backend& be, const BucketStore& store);
 
 // Fills `store` from safetensors weights by Hugging Face names. Every tensor of the layout
 // must be present with the Hugging Face shape; extra tensors in the files are ignored.
-void import_hf_tensors(Backend& be, BucketStore& store, const HfWeightFiles& files);
+// `progress`: the "loading ... MB" line on a terminal (one rank of a multi-rank run shows it).
+void import_hf_tensors(Backend& be, BucketStore& store, const HfWeightFiles& files,
+                       bool progress = true);
 
 // Hugging Face shape of a layout tensor (GPT-2 Conv1D weights are [in, out]).
 std::vector<int64_t> hf_shape(const ParamSpec& spec);

@@ -18,6 +18,7 @@
 #include "util/file_io.h"
 #include "util/json_file.h"
 #include "util/mapped_file.h"
+#include "util/terminal_progress.h"
 
 namespace llmrun {
 
@@ -82,7 +83,8 @@ json slice_json(const Slice& slice) {
 // Writes one tensor group of a rank's shard as one safetensors file. Returns its index
 // fragment: {"files": {file: {bytes, xxh64}}, "tensors": {name: {"shape", "pieces"}}}.
 json write_group(const fs::path& dir, const std::string& file, const std::string& group,
-                 const RangeSource& source, const CheckpointShard& shard) {
+                 const RangeSource& source, const CheckpointShard& shard,
+                 TerminalProgress& progress) {
   struct Planned {
     std::string name, tensor;  // index name, tensor name in the file
     const ParamSpec* spec;
@@ -107,6 +109,7 @@ json write_group(const fs::path& dir, const std::string& file, const std::string
     const bool whole = n == p.spec->full_numel();
     w.add_produced(p.tensor, DType::f32, whole ? p.spec->full_shape : std::vector<int64_t>{n},
                    DType::f32, [&, n]() -> const void* {
+                     progress.advance(double(n) * sizeof(float) / 1e6);
                      if (source) return source(p.bucket, p.param, p.piece.local_begin, n);
                      if (zeros.size() < size_t(n)) zeros.assign(size_t(n), 0.0f);
                      return zeros.data();
@@ -133,20 +136,26 @@ json write_group(const fs::path& dir, const std::string& file, const std::string
 
 // This rank's files, written at once (more requests in flight keep the disk busier, and one
 // file's copy + hash overlaps another's writes). Returns the merged index fragment.
-json write_shard(const fs::path& dir, const CheckpointShard& shard, int rank, int world) {
+json write_shard(const fs::path& dir, const CheckpointShard& shard, int rank, int world,
+                 const std::string& step_name) {
   const std::pair<const char*, const RangeSource*> groups[] = {{kParamsGroup, &shard.params},
                                                                {kExpAvgGroup, &shard.exp_avg},
                                                                {kExpAvgSqGroup, &shard.exp_avg_sq}};
+  double mb = 0;
+  for (const CheckpointShard::Range& r : shard.ranges)
+    mb += 3.0 * double(r.last - r.first) * sizeof(float) / 1e6;
+  TerminalProgress progress("saving " + step_name, mb, "MB", rank == 0);
   json fragments[3];
   std::future<void> writing[3];
   for (int g = 0; g < 3; ++g)
     writing[g] = std::async(std::launch::async, [&, g] {
       fragments[g] = write_group(dir, shard_file(groups[g].first, rank, world), groups[g].first,
-                                 *groups[g].second, shard);
+                                 *groups[g].second, shard, progress);
     });
   for (std::future<void>& w : writing) w.wait();
   for (std::future<void>& w : writing)
     w.get();  // the first group's error, if any, after all stopped
+  progress.finish();
   json merged = {{"files", json::object()}, {"tensors", json::array()}};
   for (json& f : fragments) {
     merged["files"].update(f["files"]);
@@ -269,7 +278,8 @@ void write_checkpoint_shard(CheckpointInProgress& c, const CheckpointShard& shar
   if (c.tmp_.empty()) return;
   try {
     LLMRUN_CHECK(shard.layout && shard.params, "a checkpoint needs parameters");
-    c.fragment_ = write_shard(c.tmp_, shard, c.rank_, c.world_size_);
+    c.fragment_ =
+        write_shard(c.tmp_, shard, c.rank_, c.world_size_, c.final_dir_.filename().string());
   } catch (const std::exception& e) {
     c.error_ = e.what();
   }

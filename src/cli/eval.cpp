@@ -36,24 +36,15 @@ int evaluate(const EvalArgs& a) {
       throw UserError(a.text + ": token " + std::to_string(t) +
                       " is outside the model's vocabulary");
 
+  // The training head's fused softmax-cross-entropy sums each window's loss where the logits
+  // are (on a GPU: one scalar comes back per window, not seq_len x vocab logits).
   double nll = 0;
   int64_t predicted = 0;
-  std::vector<float> logits;
   for (size_t begin = 0; begin + 1 < ids.size(); begin += size_t(cfg.seq_len)) {
     const int T = int(std::min<size_t>(size_t(cfg.seq_len), ids.size() - 1 - begin));
     m.model->forward(ids.data() + begin, 1, T);
-    logits.resize(size_t(T) * cfg.vocab);
-    backend->copy(Tensor(logits.data(), DType::f32, {int64_t(T) * cfg.vocab}),
-                  m.model->logits().view({int64_t(T) * cfg.vocab}));
-    for (int t = 0; t < T; ++t) {
-      const float* row = logits.data() + size_t(t) * cfg.vocab;
-      double mx = row[0];
-      for (int v = 1; v < cfg.vocab; ++v) mx = std::max(mx, double(row[v]));
-      double sum = 0;
-      for (int v = 0; v < cfg.vocab; ++v) sum += std::exp(double(row[v]) - mx);
-      nll += mx + std::log(sum) - double(row[ids[begin + size_t(t) + 1]]);
-      ++predicted;
-    }
+    nll += m.model->loss(ids.data() + begin + 1);
+    predicted += T;
   }
   const double loss = nll / double(predicted);
   if (a.json) {

@@ -30,7 +30,7 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
   const int M = micro_batches_per_step(s, l);
   const double n = double(s.micro_batch) * m.seq_len;  // tokens per micro-batch
   const double act = 4.0 * n * m.d_model;              // one [tokens, d] fp32 tensor
-  const double param_bytes = s.compute == "fp32" ? 4 : 2;
+  const double param_bytes = 4;  // gradients and ZeRO-3 gathers move fp32 under bf16 compute too
   auto ring = [](int ranks) { return ranks > 1 ? double(ranks - 1) / ranks : 0.0; };
   const double D = ring(l.dp), T = ring(l.tp);
   std::vector<StageComm> out;

@@ -5,6 +5,7 @@
 
 #include "plan/memory_budget.h"
 #include "plan/memory_model.h"
+#include "util/terminal_progress.h"
 
 namespace llmrun {
 
@@ -53,7 +54,10 @@ LayoutSearch search_layouts(const TrainingShape& s, int nproc, int64_t budget_by
     if (fresh) result.excluded.push_back({reason, {}});
     result.excluded[it->second].layouts.push_back(l);
   };
-  for (const TrainingLayout& l : candidates(nproc)) {
+  const std::vector<TrainingLayout> all = candidates(nproc);
+  TerminalProgress progress("searching layouts", double(all.size()), "layouts");
+  for (const TrainingLayout& l : all) {
+    progress.advance(1);
     ++result.considered;
     if (const auto problem = layout_problem(s, l)) {
       exclude(problem->key + ": " + problem->reason, l);

@@ -80,9 +80,10 @@ void plan_persistent(const StagePlan& sp, StageMemory& st) {
   const TrainingLayout& l = sp.l;
   const RankDims& x = sp.x;
   const ModelConfig& m = s.model;
-  const double param_bytes = s.compute == "fp32" ? 4 : 2;
-  const double master_bytes =
-      s.compute == "fp32" ? 0 : 4;  // fp32 weights are their own master copy
+  // Weights, gradients and AdamW state are fp32 under both precision.compute settings (bf16
+  // rounds the GEMM operands as they are used, it keeps no bf16 copy), so the weights are
+  // their own master copy.
+  const double param_bytes = 4, master_bytes = 0;
   auto padded = [&](int64_t n) { return (n + l.dp - 1) / l.dp * l.dp; };
   // Parameters, bucket by bucket.
   std::vector<int64_t> buckets;

@@ -26,7 +26,7 @@ struct StageMemory {
   int buckets = 0;             // non-empty buckets
   // Persistent bytes.
   double params = 0, grads = 0;
-  double optimizer = 0;  // AdamW m + v (+ fp32 master copy unless compute is fp32) in device memory
+  double optimizer = 0;  // AdamW m + v in device memory (fp32 weights are their own master)
   double optimizer_offloaded = 0;  // the same state held in host memory (cpu) or on disk (nvme)
   double params_offloaded =
       0;               // ZeRO-3 parameter shards held in host memory (cpu) or on disk (nvme)

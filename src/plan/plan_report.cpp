@@ -142,8 +142,7 @@ std::string plan_text(const Plan& p) {
   });
   row("parameters", [](const StageMemory& s) { return bytes_cell(s.params); });
   row("gradients", [](const StageMemory& s) { return bytes_cell(s.grads); });
-  row("optimizer (AdamW m+v" + std::string(p.shape.compute == "fp32" ? "" : " + fp32 master") + ")",
-      [](const StageMemory& s) { return bytes_cell(s.optimizer); });
+  row("optimizer (AdamW m+v)", [](const StageMemory& s) { return bytes_cell(s.optimizer); });
   if (p.shape.offload_optimizer != Offload::none)
     row(std::string("optimizer offloaded to ") + offload_name(p.shape.offload_optimizer),
         [](const StageMemory& s) { return bytes_cell(s.optimizer_offloaded); });

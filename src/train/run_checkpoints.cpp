@@ -54,7 +54,16 @@ int64_t RunCheckpoints::resume() {
   CheckpointReader ckpt(step_dir,
                         CheckpointVerify::while_reading);  // a failed resume drops what it read
   check_resume_compatible(ckpt.state().recipe, r_, step_dir.string());
-  for (auto [state, group] : kStateGroups) read_state(ckpt, state, group);
+  double mb = 0;
+  for (auto [state, group] : kStateGroups)
+    for (int b = 0; b < int(model_.layout().size()); ++b) {
+      const auto [begin, end] = opt_.held(state, b);
+      mb += double(end - begin) * sizeof(float) / 1e6;
+    }
+  TerminalProgress progress("loading " + step_dir.filename().string(), mb, "MB",
+                            topo_.world().rank() == 0);
+  for (auto [state, group] : kStateGroups) read_state(ckpt, state, group, progress);
+  progress.finish();
   opt_.set_steps_taken(ckpt.state().step);
   if (ckpt.state().data.is_null())
     spdlog::info(
@@ -69,7 +78,8 @@ int64_t RunCheckpoints::resume() {
   return ckpt.state().step;
 }
 
-void RunCheckpoints::read_state(const CheckpointReader& ckpt, State state, const char* group) {
+void RunCheckpoints::read_state(const CheckpointReader& ckpt, State state, const char* group,
+                                TerminalProgress& progress) {
   // The parts of every tensor this rank holds, straight into place where that is host memory
   // (one read() for all of them: each file is streamed once); otherwise bucket by bucket
   // through host staging.
@@ -87,6 +97,11 @@ void RunCheckpoints::read_state(const CheckpointReader& ckpt, State state, const
   };
   std::vector<CheckpointReader::Target> direct;
   std::vector<float> staging;
+  auto read = [&](const std::vector<CheckpointReader::Target>& targets) {
+    ckpt.read(targets);
+    for (const CheckpointReader::Target& t : targets)
+      progress.advance(double(t.last - t.first) * sizeof(float) / 1e6);
+  };
   for (int b = 0; b < int(layout.size()); ++b) {
     const Tensor view = opt_.host_view(state, b);
     if (!view.empty()) {
@@ -95,10 +110,10 @@ void RunCheckpoints::read_state(const CheckpointReader& ckpt, State state, const
     }
     const auto [begin, end] = opt_.held(state, b);
     staging.assign(size_t(end - begin), 0.0f);
-    ckpt.read(targets_of(b, staging.data()));
+    read(targets_of(b, staging.data()));
     opt_.write_state(state, b, begin, Tensor(staging.data(), DType::f32, {end - begin}));
   }
-  ckpt.read(direct);
+  read(direct);
 }
 
 bool RunCheckpoints::due(int64_t step) const {

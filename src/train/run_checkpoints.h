@@ -17,6 +17,7 @@
 #include "model/transformer.h"
 #include "recipe/recipe.h"
 #include "train/zero_optimizer.h"
+#include "util/terminal_progress.h"
 
 namespace llmrun {
 
@@ -50,7 +51,8 @@ class RunCheckpoints {
 
  private:
   using State = ZeroOptimizer::State;
-  void read_state(const CheckpointReader& ckpt, State state, const char* group);
+  void read_state(const CheckpointReader& ckpt, State state, const char* group,
+                  TerminalProgress& progress);
   RangeSource state_source(State state) const;
   std::vector<CheckpointShard::Range> written_ranges() const;
   CheckpointState state_at(int64_t step) const;

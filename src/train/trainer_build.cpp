@@ -72,7 +72,7 @@ void TrainingRun::build_model() {
   if (!r.model_from.empty()) {
     const HfWeightFiles weights(r.model_from);
     check_weights_explained(weights, r.model);
-    import_hf_tensors(*backend, model->params(), weights);
+    import_hf_tensors(*backend, model->params(), weights, topo.world().rank() == 0);
     spdlog::info("initialised from {}", r.model_from);
   }
   if (r.finetune.enabled) build_adapters(stores);

@@ -7,16 +7,18 @@
 
 namespace llmrun {
 
-TerminalProgress::TerminalProgress(std::string what, double total, std::string unit)
+TerminalProgress::TerminalProgress(std::string what, double total, std::string unit,
+                                   bool shown_here)
     : what_(std::move(what)),
       unit_(std::move(unit)),
       total_(total),
-      tty_(isatty(STDERR_FILENO)),
+      tty_(shown_here && isatty(STDERR_FILENO)),
       start_(std::chrono::steady_clock::now()) {}
 
 TerminalProgress::~TerminalProgress() { finish(); }
 
 void TerminalProgress::advance(double amount) {
+  std::lock_guard<std::mutex> lock(mu_);
   done_ += amount;
   const auto now = std::chrono::steady_clock::now();
   if (tty_ && now - last_draw_ >= std::chrono::milliseconds(250)) {
@@ -38,6 +40,7 @@ void TerminalProgress::draw() {
 }
 
 void TerminalProgress::finish() {
+  std::lock_guard<std::mutex> lock(mu_);
   if (!tty_ || !open_) return;
   draw();  // the final numbers, then the line is left as it is
   std::fprintf(stderr, "\n");

@@ -64,26 +64,31 @@ TEST(PlanMemory, ParametersMatchTheModelLayoutPaddedPerBucket) {
       }
 }
 
-// One rank: the plan's bytes are exactly what training allocates.
+// One rank: the plan's bytes are exactly what training allocates, under either compute
+// precision (bf16 rounds GEMM operands; weights, gradients and optimizer stay fp32).
 TEST(PlanMemory, OneRankMatchesWhatTrainingAllocates) {
-  auto backend = test::make_test_backend(1);
-  for (Arch arch : {Arch::gpt2, Arch::llama})
-    for (bool tied : {true, false}) {
-      const ModelConfig c = config(arch, tied, 2);
-      const int batch = 3;
-      Transformer model(*backend, c, ZeroOptimizer::store_options(0, 1));
-      auto comm = make_self_communicator("dp");
-      ZeroOptimizer opt(model, *comm, 0, {});
-      std::vector<int32_t> tokens(size_t(batch) * c.seq_len, 7);
-      model.forward(tokens.data(), batch, c.seq_len);
-      const StageMemory m = plan_memory(shape(c, batch, batch), TrainingLayout{})[0];
-      EXPECT_EQ(m.activations, double(model.activation_bytes()))
-          << arch_name(arch) << " tied " << tied;
-      EXPECT_EQ(m.params, double(opt.memory().params));
-      EXPECT_EQ(m.grads, double(opt.memory().grads));
-      EXPECT_EQ(m.optimizer, double(opt.memory().optimizer));
-      EXPECT_EQ(m.buffers, double(opt.memory().buffers));
-    }
+  for (const char* compute : {"fp32", "bf16"})
+    for (Arch arch : {Arch::gpt2, Arch::llama})
+      for (bool tied : {true, false}) {
+        auto backend = test::make_test_backend(1);
+        if (std::string(compute) == "bf16") backend->set_gemm_dtype(DType::bf16);
+        const ModelConfig c = config(arch, tied, 2);
+        const int batch = 3;
+        Transformer model(*backend, c, ZeroOptimizer::store_options(0, 1));
+        auto comm = make_self_communicator("dp");
+        ZeroOptimizer opt(model, *comm, 0, {});
+        std::vector<int32_t> tokens(size_t(batch) * c.seq_len, 7);
+        model.forward(tokens.data(), batch, c.seq_len);
+        TrainingShape s = shape(c, batch, batch);
+        s.compute = compute;
+        const StageMemory m = plan_memory(s, TrainingLayout{})[0];
+        EXPECT_EQ(m.activations, double(model.activation_bytes()))
+            << arch_name(arch) << " tied " << tied << " " << compute;
+        EXPECT_EQ(m.params, double(opt.memory().params));
+        EXPECT_EQ(m.grads, double(opt.memory().grads));
+        EXPECT_EQ(m.optimizer, double(opt.memory().optimizer));
+        EXPECT_EQ(m.buffers, double(opt.memory().buffers));
+      }
 }
 
 TEST(PlanMemory, TensorParallelShardsByHand) {
