@@ -35,7 +35,8 @@ struct TrainingMemory {
 
 class ZeroOptimizer final : public BucketHooks {
  public:
-  // The Transformer must have been built with zero_store_options(stage, dp.size()).
+  // `model` (the Transformer, or LoRA adapters) must have been built with
+  // store_options(stage, dp.size()).
   // `params_offload` other than none needs stage 3 (the recipe refuses other stages).
   ZeroOptimizer(TrainableParams& model, Communicator& dp, int stage, const AdamWConfig& cfg,
                 const ShardOffload& optimizer_offload = {},
