@@ -1,5 +1,6 @@
 # LoRA fine-tuning through the real binary (finetune: lora over model.from), for GPT-2 and
-# Llama with GQA: dp2 + ZeRO-1, tp2 and pp2 reproduce the one-rank loss curve (relative 1e-5)
+# Llama with GQA: dp2 + ZeRO-1, tp2 and pp2 (and for Llama ZeRO-3 and tp2 with sequence
+# parallelism) reproduce the one-rank loss curve (relative 1e-5)
 # and adapters; 3 steps + resume + 3 steps equal 6 steps exactly; the run writes a PEFT adapter
 # dir (format checked against PEFT's layout); `convert --merge-lora` writes a model whose
 # weights are base + (alpha/r) B A and whose logits equal base + adapter in PyTorch; a run
@@ -77,6 +78,11 @@ PY
   run $arch-pp2 $arch.yaml 2 parallel.pp=2
   compare $arch-r1 $arch-pp2 0
 done
+# Adapters sharded (ZeRO-3) and tensor parallel with sequence parallelism.
+run llama-zero3 llama.yaml 2 parallel.zero=3
+compare llama-r1 llama-zero3 0
+run llama-tp2-sp llama.yaml 2 parallel.tp=2 parallel.sequence_parallel=true
+compare llama-r1 llama-tp2-sp 0
 
 # Exact resume: steps 4-6 resumed from step 3's checkpoint equal the uninterrupted run's.
 run llama-ck llama.yaml 1 checkpoint.every=3 checkpoint.keep=0
