@@ -35,6 +35,8 @@ class LoraAdapters final : public TrainableParams, public BucketHooks, public Li
   // B = 0, so training starts from the base model. Deterministic in `seed` for every layout.
   void init_weights(uint64_t seed);
   const LoraSection& section() const { return sec_; }
+  // Dropout applies while training; validation turns it off.
+  void set_dropout_active(bool active) { dropout_active_ = active; }
   const LoraLayout& lora() const { return lora_; }
   Transformer& base() { return base_; }
 
@@ -85,6 +87,7 @@ class LoraAdapters final : public TrainableParams, public BucketHooks, public Li
   std::vector<std::vector<Buffer>> selector_storage_;
   std::vector<std::vector<Tensor>> selectors_;
   uint64_t dropout_seed_ = 0;
+  bool dropout_active_ = true;
 };
 
 }  // namespace llmrun

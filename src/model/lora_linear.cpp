@@ -97,7 +97,7 @@ void LoraAdapters::dropout(LinearSite site, const Tensor& x, const Tensor& value
 }
 
 Tensor LoraAdapters::adapter_input(LinearSite site, const Tensor& x) {
-  if (sec_.dropout <= 0) return x;
+  if (sec_.dropout <= 0 || !dropout_active_) return x;
   const Tensor out = scratch(kDropped, {x.rows(), x.cols()});
   dropout(site, x, x, out, false);
   return out;
@@ -145,7 +145,7 @@ void LoraAdapters::backward(Backend& be, LinearSite site, Tensor dx, const Tenso
   const Tensor du = scratch(kDu, {n, width});
   be.matmul(du, dy, bd, false, false, scale, 0.0f);
   be.matmul(stacked_a(grads_, l, *s), du, xd, true, false, 1.0f, 1.0f);
-  if (sec_.dropout <= 0) {
+  if (sec_.dropout <= 0 || !dropout_active_) {
     be.matmul(dx, du, a, false, false, 1.0f, 1.0f);
     return;
   }

@@ -61,7 +61,9 @@ void gather_logged(TrainingRun& run, int64_t s, StepReport& rep) {
 void maybe_validate(TrainingRun& run, int64_t s, ProgressPrinter& progress) {
   const TrainSection& t = run.recipe.train;
   if (!run.validator || !((t.eval_every > 0 && s % t.eval_every == 0) || s == t.steps)) return;
+  if (run.lora) run.lora->set_dropout_active(false);  // evaluation: no dropout, as PEFT's eval()
   const double val = run.validator->loss(*run.model, run.pipeline.get(), run.topo.pp());
+  if (run.lora) run.lora->set_dropout_active(true);
   if (!run.topo.is_logger()) return;
   progress.finish();
   spdlog::info("step {}: val_loss {:.4f} val_ppl {:.2f}", s, val, std::exp(val));
