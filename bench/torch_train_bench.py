@@ -61,6 +61,12 @@ def parse_args(argv):
     ap.add_argument("--positions", type=int, default=None, help="GPT-2 n_positions; default = seq")
     ap.add_argument("--tied", type=int, choices=(0, 1), default=None,
                     help="Llama tie_word_embeddings (GPT-2 is always tied); default 0")
+    ap.add_argument("--moe-experts", type=int, default=0,
+                    help="Llama only: a Mixtral model with this many experts per layer")
+    ap.add_argument("--moe-top-k", type=int, default=2)
+    ap.add_argument("--moe-ffn", type=int, default=None, help="expert width; default --ffn")
+    ap.add_argument("--moe-aux", type=float, default=0.01, help="load-balancing loss coefficient")
+    ap.add_argument("--moe-z", type=float, default=0.001, help="router z-loss coefficient")
     ap.add_argument("--steps", type=int, default=10, help="timed steps")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads; default = torch's")
@@ -88,6 +94,15 @@ def hf_config(args):
             "activation_function": "gelu_new", "tie_word_embeddings": True,
         }
     ffn = args.ffn or 32 * -(-(8 * d // 3) // 32)
+    if args.moe_experts:  # Mixtral: every MLP a routed layer of SwiGLU experts
+        return {
+            "model_type": "mixtral", "num_hidden_layers": args.layers, "hidden_size": d,
+            "num_attention_heads": args.heads, "num_key_value_heads": args.kv_heads or args.heads,
+            "intermediate_size": args.moe_ffn or ffn, "max_position_embeddings": args.seq,
+            "vocab_size": args.vocab, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "tie_word_embeddings": bool(args.tied), "num_local_experts": args.moe_experts,
+            "num_experts_per_tok": args.moe_top_k,
+        }
     return {
         "model_type": "llama", "num_hidden_layers": args.layers, "hidden_size": d,
         "num_attention_heads": args.heads, "num_key_value_heads": args.kv_heads or args.heads,
@@ -104,6 +119,8 @@ def run_bench(args):
     params = torch_models.make_params(config, torch_models.random_weights(config, args.seed))
     use_sdpa = hasattr(F, "scaled_dot_product_attention")
     model = torch_models.build_model(config, params, use_sdpa=use_sdpa)
+    if args.moe_experts:  # the same router losses as the llmrun recipe
+        model.moe_aux, model.moe_z = args.moe_aux, args.moe_z
     n_params = sum(p.numel() for p in params.values())
 
     # Same optimizer setup as the correctness oracle: decay only 2+-dim tensors.
@@ -131,6 +148,8 @@ def run_bench(args):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = torch_models.cross_entropy_loss(model.forward(inputs), targets)
+        if args.moe_experts:
+            loss = loss + model.router_loss
         loss.backward()
         if args.clip > 0:
             torch.nn.utils.clip_grad_norm_(all_params, args.clip)

@@ -109,6 +109,41 @@ class Backend {
                                 const Tensor& v_cache, int start_pos, int heads, int kv_heads,
                                 int head_dim) = 0;
 
+  // Context parallelism (ring attention). Attention of a chunk of queries q [batch*s.seq,
+  // heads*head_dim] over one chunk of keys and values k, v [batch*nk, kv_heads*head_dim] of
+  // the same sequences: every query sees every key (causal = false: the key chunk lies wholly
+  // before the query chunk), or, for a chunk against itself (nk == s.seq), the causal
+  // triangle. out [batch*s.seq, heads*head_dim] and lse [batch, heads, s.seq] are the block's
+  // partial result, which attention_lse_merge combines with the others.
+  virtual void attention_block_fwd(Tensor out, Tensor lse, const Tensor& q, const Tensor& k,
+                                   const Tensor& v, int nk, bool causal, const AttentionShape& s) {
+    (void)out, (void)lse, (void)q, (void)k, (void)v, (void)nk, (void)causal, (void)s;
+    throw UserError("the " + name() + " backend has no block attention (context parallelism)");
+  }
+  // dst[r, col_begin : col_begin + src.cols()] = src[r, :]: the inverse of copy_cols (writes
+  // a chunk's q, k or v gradient back into a fused qkv gradient).
+  virtual void copy_into_cols(Tensor dst, const Tensor& src, int64_t col_begin) {
+    (void)dst, (void)src, (void)col_begin;
+    throw UserError("the " + name() + " backend has no block attention (context parallelism)");
+  }
+  // Online-softmax merge: (out, lse) becomes the attention over the union of the keys behind
+  // (out, lse) and those behind (block_out, block_lse). lse = -inf marks "no keys yet".
+  virtual void attention_lse_merge(Tensor out, Tensor lse, const Tensor& block_out,
+                                   const Tensor& block_lse, const AttentionShape& s) {
+    (void)out, (void)lse, (void)block_out, (void)block_lse, (void)s;
+    throw UserError("the " + name() + " backend has no block attention (context parallelism)");
+  }
+  // The backward of one block given the queries' final (merged) out and lse: ACCUMULATES the
+  // block's share of dq [batch*s.seq, heads*head_dim] and dk, dv [batch*nk, kv_heads*head_dim].
+  virtual void attention_block_bwd(Tensor dq, Tensor dk, Tensor dv, const Tensor& dout,
+                                   const Tensor& out, const Tensor& lse, const Tensor& q,
+                                   const Tensor& k, const Tensor& v, int nk, bool causal,
+                                   const AttentionShape& s) {
+    (void)dq, (void)dk, (void)dv, (void)dout, (void)out, (void)lse, (void)q, (void)k, (void)v;
+    (void)nk, (void)causal, (void)s;
+    throw UserError("the " + name() + " backend has no block attention (context parallelism)");
+  }
+
   // Paged attention for serving: a flattened batch of sequences whose keys and values live
   // in fixed-size blocks of one shared pool. q [T, heads*head_dim] holds the new tokens of
   // every sequence back to back; sequence s owns rows query_starts[s] .. query_starts[s+1]

@@ -26,8 +26,62 @@ json model_config_json(const ModelConfig& c) {
     j["rope_scaling"] = rope_scaling_json(c.rope_scaling);
   if (c.qkv_bias) j["qkv_bias"] = true;
   if (c.phi3) j["phi3"] = true;
+  if (c.moe.enabled()) {
+    const MoeConfig& m = c.moe;
+    j["moe"] = {{"experts", m.experts},
+                {"top_k", m.top_k},
+                {"expert_ffn", m.expert_ffn},
+                {"shared_experts", m.shared_experts},
+                {"shared_ffn", m.shared_ffn},
+                {"norm_topk_prob", m.norm_topk_prob},
+                {"aux_loss", m.aux_loss},
+                {"z_loss", m.z_loss},
+                {"capacity_factor", m.capacity_factor},
+                {"every", m.every}};
+  }
   return j;
 }
+
+namespace {
+
+// model.moe of a checkpoint's recipe (written by model_config_json above).
+MoeConfig moe_from_json(const json& j, const std::string& where) {
+  auto need = [&](const char* key) -> const json& {
+    if (!j.is_object() || !j.contains(key))
+      throw UserError(where + ": model.moe." + key + " is missing");
+    return j[key];
+  };
+  auto count = [&](const char* key, int64_t lo) {
+    const json& v = need(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > INT32_MAX)
+      throw UserError(where + ": model.moe." + key +
+                      " must be an integer >= " + std::to_string(lo) + ", got " + v.dump());
+    return int(v.get<int64_t>());
+  };
+  auto number = [&](const char* key) {
+    const json& v = need(key);
+    if (!v.is_number() || v.get<double>() < 0)
+      throw UserError(where + ": model.moe." + key + " must be a number >= 0, got " + v.dump());
+    return v.get<float>();
+  };
+  MoeConfig m;
+  m.experts = count("experts", 1);
+  m.top_k = count("top_k", 1);
+  m.expert_ffn = count("expert_ffn", 1);
+  m.shared_experts = count("shared_experts", 0);
+  m.shared_ffn = count("shared_ffn", 0);
+  if (!need("norm_topk_prob").is_boolean())
+    throw UserError(where + ": model.moe.norm_topk_prob must be true or false");
+  m.norm_topk_prob = j["norm_topk_prob"].get<bool>();
+  m.aux_loss = number("aux_loss");
+  m.z_loss = number("z_loss");
+  m.capacity_factor = number("capacity_factor");
+  m.every = count("every", 1);
+  if (m.top_k > m.experts) throw UserError(where + ": model.moe.top_k exceeds experts");
+  return m;
+}
+
+}  // namespace
 
 ModelConfig model_config_from_json(const json& j, const std::string& where) {
   auto need = [&](const char* key) -> const json& {
@@ -71,6 +125,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& where) {
     if (!j[key].is_boolean()) throw UserError(where + ": model." + key + " must be true or false");
     *flag = j[key].get<bool>();
   }
+  if (j.contains("moe")) c.moe = moe_from_json(j["moe"], where);
   const json& tie = need("tie_embeddings");
   if (!tie.is_boolean()) throw UserError(where + ": model.tie_embeddings must be true or false");
   c.tie_embeddings = tie.get<bool>();

@@ -102,6 +102,7 @@ Command add_plan_command(CLI::App& root) {
                 "parallel.zero=0", "parallel.sequence_parallel=false", "parallel.pp_schedule=1f1b",
                 "parallel.virtual_stages=1", "parallel.pp_layers=[]", "memory.recompute=none"})
             overrides.push_back(o);
+          overrides.push_back("parallel.cp=1");  // the search picks cp (long sequences) too
           const Recipe r = load_recipe(a->recipe, overrides);
           const LayoutSearch s = search_layouts(training_shape(r), a->nproc, r.memory.budget_bytes,
                                                 assumptions(*a, a->nproc));

@@ -11,6 +11,8 @@ Topology Topology::single() {
   t.tp_ = make_self_communicator("tp");
   t.pp_ = make_self_communicator("pp");
   t.dp_ = make_self_communicator("dp");
+  t.cp_ = make_self_communicator("cp");
+  t.dp_cp_ = make_self_communicator("dp_cp");
   return t;
 }
 
@@ -20,12 +22,15 @@ Topology Topology::build(std::unique_ptr<Communicator> world, const ParallelLayo
   Topology t;
   t.layout_ = layout;
   const int r = world->rank();
-  const int tp_rank = r % layout.tp, pp_rank = (r / layout.tp) % layout.pp,
-            dp_rank = r / (layout.tp * layout.pp);
+  const int tp = layout.tp, cp = layout.cp, pp = layout.pp;
+  const int tp_rank = r % tp, cp_rank = (r / tp) % cp, pp_rank = (r / (tp * cp)) % pp,
+            dp_rank = r / (tp * cp * pp);
   // Members of one group share every other coordinate; the color encodes those.
-  t.tp_ = split_mpi(*world, pp_rank + layout.pp * dp_rank, tp_rank, "tp");
-  t.pp_ = split_mpi(*world, tp_rank + layout.tp * dp_rank, pp_rank, "pp");
-  t.dp_ = split_mpi(*world, tp_rank + layout.tp * pp_rank, dp_rank, "dp");
+  t.tp_ = split_mpi(*world, cp_rank + cp * (pp_rank + pp * dp_rank), tp_rank, "tp");
+  t.cp_ = split_mpi(*world, tp_rank + tp * (pp_rank + pp * dp_rank), cp_rank, "cp");
+  t.pp_ = split_mpi(*world, tp_rank + tp * (cp_rank + cp * dp_rank), pp_rank, "pp");
+  t.dp_ = split_mpi(*world, tp_rank + tp * (cp_rank + cp * pp_rank), dp_rank, "dp");
+  t.dp_cp_ = split_mpi(*world, tp_rank + tp * pp_rank, cp_rank + cp * dp_rank, "dp_cp");
   t.world_ = std::move(world);
   return t;
 }

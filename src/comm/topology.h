@@ -1,7 +1,9 @@
 #pragma once
-// Which rank does what: world rank r sits at tp_rank = r % tp, pp_rank = (r / tp) % pp,
-// dp_rank = r / (tp * pp) (tensor parallel fastest, as Megatron orders ranks, so a tp group
-// shares a node), and one communicator per group it belongs to.
+// Which rank does what: world rank r sits at tp_rank = r % tp, cp_rank = (r / tp) % cp,
+// pp_rank = (r / (tp * cp)) % pp, dp_rank = r / (tp * cp * pp) (tensor parallel fastest, then
+// context parallel, as Megatron orders ranks, so a tp group shares a node), and one
+// communicator per group it belongs to. Gradients of replicated parameters are reduced over
+// dp x cp together (dp_cp), as Megatron folds cp into its data-parallel reduction.
 #include <memory>
 
 #include "comm/communicator.h"
@@ -10,7 +12,8 @@ namespace llmrun {
 
 struct ParallelLayout {
   int tp = 1, pp = 1, dp = 1;
-  int world() const { return tp * pp * dp; }
+  int cp = 1;  // context parallel: each sequence split over cp ranks
+  int world() const { return tp * pp * dp * cp; }
 };
 
 class Topology {
@@ -25,12 +28,14 @@ class Topology {
   Communicator& tp() const { return *tp_; }
   Communicator& pp() const { return *pp_; }
   Communicator& dp() const { return *dp_; }
+  Communicator& cp() const { return *cp_; }
+  Communicator& dp_cp() const { return *dp_cp_; }  // the gradient reduction group
   int rank() const { return world_->rank(); }
   bool is_logger() const { return world_->rank() == 0; }  // prints progress, writes metrics
 
  private:
   ParallelLayout layout_;
-  std::unique_ptr<Communicator> world_, tp_, pp_, dp_;
+  std::unique_ptr<Communicator> world_, tp_, pp_, dp_, cp_, dp_cp_;
 };
 
 }  // namespace llmrun

@@ -58,6 +58,23 @@ Tensor span_rows(const BucketStore& s, int b, int first, int count) {
   for (int i = 1; i < count; ++i) t.shape[0] += s.tensor(b, first + i).shape[0];
   return t;
 }
+// The MoE tensors of bucket b from parameter `first` on (param_layout.cpp's moe_mlp order).
+MoeTensors moe_tensors(const ModelConfig& cfg, const BucketStore& s, int b, int first) {
+  MoeTensors m;
+  m.router = s.tensor(b, first);
+  for (int e = 0; e < cfg.moe.experts; ++e) {
+    m.gate_up.push_back(span_rows(s, b, first + 1 + 3 * e, 2));
+    m.down.push_back(s.tensor(b, first + 3 + 3 * e));
+  }
+  if (cfg.moe.shared_width() > 0) {
+    const int sh = first + 1 + 3 * cfg.moe.experts;
+    m.shared_gate_up = span_rows(s, b, sh, 2);
+    m.shared_down = s.tensor(b, sh + 2);
+    m.shared_gate = s.tensor(b, sh + 3);
+  }
+  return m;
+}
+
 }  // namespace
 
 BlockTensors block_tensors(const ModelConfig& cfg, const BucketStore& s, int layer) {
@@ -91,6 +108,10 @@ BlockTensors block_tensors(const ModelConfig& cfg, const BucketStore& s, int lay
     if (cfg.qkv_bias) t.qkv_b = span_rows(s, b, 4, 3);
     t.out_w = s.tensor(b, after_qkv);
     t.norm2_w = s.tensor(b, after_qkv + 1);
+    if (cfg.moe.layer_is_moe(layer)) {
+      t.moe = moe_tensors(cfg, s, b, after_qkv + 2);
+      return t;
+    }
     t.up_w = span_rows(s, b, after_qkv + 2, 2);
     t.down_w = s.tensor(b, after_qkv + 4);
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/moe.h"
 #include "model/param_layout.h"
 
 namespace llmrun {
@@ -45,6 +46,7 @@ class BucketStore {
 // GPT-2's c_fc or Llama's gate and up projections.
 struct BlockTensors {
   Tensor norm1_w, norm1_b, qkv_w, qkv_b, out_w, out_b, norm2_w, norm2_b, up_w, up_b, down_w, down_b;
+  MoeTensors moe;  // an MoE layer's router and experts (then up_w and down_w are empty)
 };
 BlockTensors block_tensors(const ModelConfig& cfg, const BucketStore& store, int layer);
 

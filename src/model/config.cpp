@@ -12,8 +12,27 @@ static int64_t block_matmul_params(const ModelConfig& c) {
   return qkv + out + mlp;
 }
 
+// What an MoE layer's weights add over a dense block's MLP (negative when smaller): all its
+// experts (`active` = false) or those one token runs through (the router, top_k experts and
+// the shared expert with its gate).
+static int64_t moe_extra_params(const ModelConfig& c, bool active) {
+  const MoeConfig& m = c.moe;
+  const int64_t d = c.d_model;
+  const int64_t experts = active ? m.top_k : m.experts;
+  const int64_t moe = d * m.experts + experts * 3 * d * m.expert_ffn +
+                      (m.shared_width() > 0 ? 3 * d * m.shared_width() + d : 0);
+  return moe - 3 * d * c.ffn;
+}
+
+static int64_t moe_layers(const ModelConfig& c) {
+  int64_t n = 0;
+  for (int l = 0; l < c.layers; ++l) n += c.moe.layer_is_moe(l) ? 1 : 0;
+  return n;
+}
+
 int64_t ModelConfig::matmul_param_count() const {
-  return int64_t(layers) * block_matmul_params(*this);
+  return int64_t(layers) * block_matmul_params(*this) +
+         moe_layers(*this) * moe_extra_params(*this, true);
 }
 
 int64_t ModelConfig::param_count() const {
@@ -29,7 +48,7 @@ int64_t ModelConfig::param_count() const {
     n += d;  // final RMSNorm
   }
   if (!tie_embeddings) n += int64_t(vocab) * d;
-  return n + int64_t(layers) * block;
+  return n + int64_t(layers) * block + moe_layers(*this) * moe_extra_params(*this, false);
 }
 
 double ModelConfig::train_flops_per_token(int seq) const {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/rope_frequencies.h"
+#include "model/moe_config.h"
 
 namespace llmrun {
 
@@ -27,6 +28,7 @@ struct ModelConfig {
   bool qkv_bias = false;       // Llama family: biases on q/k/v (Qwen 2; Megatron's --add-qkv-bias)
   bool phi3 = false;           // Llama whose files fuse q|k|v (qkv_proj) and gate|up (gate_up_proj)
   int fixed_head_dim = 0;  // 0: d_model / heads (a tensor-parallel shard keeps the full model's)
+  MoeConfig moe;           // Llama only: routed experts in place of the MLP (experts == 0: dense)
 
   int head_dim() const { return fixed_head_dim > 0 ? fixed_head_dim : d_model / heads; }
   // Exact number of parameters (the sum of all tensor sizes).

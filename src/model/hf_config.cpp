@@ -68,6 +68,14 @@ class HfReader {
     return j_[key].get<std::string>();
   }
 
+  double j_number(const char* key) const {
+    if (!j_[key].is_number()) fail("key \"" + std::string(key) + "\" must be a number");
+    return j_[key].get<double>();
+  }
+  bool empty_list(const char* key) const {
+    return !has(key) || (j_[key].is_array() && j_[key].empty());
+  }
+
   // Keys whose non-default values change the math in ways llmrun does not implement.
   void require(bool ok, const char* key) const {
     if (!ok)
@@ -165,6 +173,41 @@ ModelConfig phi3_from_hf(const HfReader& r) {
   return c;
 }
 
+// Mixtral is Mistral with every MLP a routed layer of SwiGLU experts (renormalised top-k).
+ModelConfig mixtral_from_hf(const HfReader& r) {
+  ModelConfig c = mistral_from_hf(r);
+  MoeConfig& m = c.moe;
+  m.experts = r.positive_int("num_local_experts");
+  m.top_k = r.positive_int("num_experts_per_tok", 2);
+  m.expert_ffn = c.ffn;
+  m.norm_topk_prob = true;
+  m.aux_loss =
+      r.has("router_aux_loss_coef") ? r.positive_float("router_aux_loss_coef", 0.0f) : 0.001f;
+  if (r.has("router_jitter_noise"))
+    r.require(r.j_number("router_jitter_noise") == 0.0, "router_jitter_noise");
+  if (m.top_k > m.experts) r.fail("num_experts_per_tok exceeds num_local_experts");
+  return c;
+}
+
+// Qwen2-MoE is Qwen 2 whose every decoder_sparse_step-th MLP is a routed layer plus one shared
+// expert behind a sigmoid gate.
+ModelConfig qwen2_moe_from_hf(const HfReader& r) {
+  ModelConfig c = qwen2_from_hf(r);
+  MoeConfig& m = c.moe;
+  m.experts = r.positive_int("num_experts");
+  m.top_k = r.positive_int("num_experts_per_tok", 4);
+  m.expert_ffn = r.positive_int("moe_intermediate_size");
+  m.shared_experts = 1;
+  m.shared_ffn = r.positive_int("shared_expert_intermediate_size");
+  m.norm_topk_prob = r.boolean("norm_topk_prob", false);
+  m.every = r.positive_int("decoder_sparse_step", 1);
+  m.aux_loss =
+      r.has("router_aux_loss_coef") ? r.positive_float("router_aux_loss_coef", 0.0f) : 0.001f;
+  r.require(r.empty_list("mlp_only_layers"), "mlp_only_layers");
+  if (m.top_k > m.experts) r.fail("num_experts_per_tok exceeds num_experts");
+  return c;
+}
+
 }  // namespace
 
 json hf_config_json(const ModelConfig& c, int eos_token_id) {
@@ -227,6 +270,33 @@ json hf_config_json(const ModelConfig& c, int eos_token_id) {
     j.erase("mlp_bias");
     j["use_sliding_window"] = false;
   }
+  const MoeConfig& m = c.moe;
+  if (m.enabled() &&
+      m.shared_width() == 0) {  // Mixtral (recipe validation: every 1, top-k renormalised)
+    j["architectures"] = {"MixtralForCausalLM"};
+    j["model_type"] = "mixtral";
+    j.erase("attention_bias");
+    j.erase("mlp_bias");
+    j["intermediate_size"] = m.expert_ffn;
+    j["num_local_experts"] = m.experts;
+    j["num_experts_per_tok"] = m.top_k;
+    j["router_aux_loss_coef"] = decimal(m.aux_loss);
+    j["router_jitter_noise"] = 0.0;
+    j["output_router_logits"] = false;
+    j["sliding_window"] = nullptr;
+  } else if (m.enabled()) {  // Qwen2-MoE (recipe validation: q/k/v biases)
+    j["architectures"] = {"Qwen2MoeForCausalLM"};
+    j["model_type"] = "qwen2_moe";
+    j["num_experts"] = m.experts;
+    j["num_experts_per_tok"] = m.top_k;
+    j["moe_intermediate_size"] = m.expert_ffn;
+    j["shared_expert_intermediate_size"] = m.shared_width();
+    j["norm_topk_prob"] = m.norm_topk_prob;
+    j["decoder_sparse_step"] = m.every;
+    j["mlp_only_layers"] = json::array();
+    j["router_aux_loss_coef"] = decimal(m.aux_loss);
+    j["output_router_logits"] = false;
+  }
   return j;
 }
 
@@ -288,11 +358,16 @@ ModelConfig model_config_from_hf(const json& j, const std::string& source_path) 
     c = qwen2_from_hf(r);
   else if (type == "phi3")
     c = phi3_from_hf(r);
+  else if (type == "mixtral")
+    c = mixtral_from_hf(r);
+  else if (type == "qwen2_moe")
+    c = qwen2_moe_from_hf(r);
   else if (type.empty())
     r.fail("missing key \"model_type\"");
   else
     r.fail("model_type \"" + type +
-           "\" is not supported (llmrun reads gpt2, llama, mistral, qwen2 and phi3)");
+           "\" is not supported (llmrun reads gpt2, llama, mistral, qwen2, phi3, mixtral and "
+           "qwen2_moe)");
   if (c.d_model % c.heads != 0)
     r.fail("hidden size " + std::to_string(c.d_model) + " is not a multiple of the " +
            std::to_string(c.heads) + " attention heads");

@@ -166,6 +166,31 @@ BucketLayout gpt2_block(const ModelConfig& c, const Splits& s, int i) {
       .done();
 }
 
+// A mixture-of-experts MLP: the router, each expert's gate, up and down projections (gate and
+// up adjacent: one [2 f, d] GEMM operand), then the shared expert and its gate. Named as
+// Mixtral's block_sparse_moe without shared experts, as Qwen2-MoE's mlp with them. Tensor
+// parallelism is refused for MoE models (layout_rules), so every tensor is whole.
+BucketBuilder& moe_mlp(BucketBuilder& b, const ModelConfig& c, const Splits& s,
+                       const std::string& p) {
+  const MoeConfig& m = c.moe;
+  const int64_t d = c.d_model, f = m.expert_ffn, fs = m.shared_width();
+  const bool mixtral = fs == 0;
+  const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  b.add(moe + "gate.weight", {m.experts, d}, kNormal, s.replicated());
+  for (int e = 0; e < m.experts; ++e) {
+    const std::string x = moe + "experts." + std::to_string(e) + ".";
+    b.add(x + (mixtral ? "w1" : "gate_proj") + ".weight", {f, d}, kNormal, s.replicated())
+        .add(x + (mixtral ? "w3" : "up_proj") + ".weight", {f, d}, kNormal, s.replicated())
+        .add(x + (mixtral ? "w2" : "down_proj") + ".weight", {d, f}, kResidual, s.replicated());
+  }
+  if (fs > 0)
+    b.add(moe + "shared_expert.gate_proj.weight", {fs, d}, kNormal, s.replicated())
+        .add(moe + "shared_expert.up_proj.weight", {fs, d}, kNormal, s.replicated())
+        .add(moe + "shared_expert.down_proj.weight", {d, fs}, kResidual, s.replicated())
+        .add(moe + "shared_expert_gate.weight", {1, d}, kNormal, s.replicated());
+  return b;
+}
+
 BucketLayout llama_block(const ModelConfig& c, const Splits& s, int i) {
   const int64_t d = c.d_model, f = c.ffn, hd = c.head_dim();
   const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -187,9 +212,10 @@ BucketLayout llama_block(const ModelConfig& c, const Splits& s, int i) {
     b.add(p + "self_attn.q_proj.bias", {c.heads * hd}, kZeros, s.column(c.heads * hd))
         .add(p + "self_attn.k_proj.bias", {c.kv_heads * hd}, kZeros, s.kv_heads())
         .add(p + "self_attn.v_proj.bias", {c.kv_heads * hd}, kZeros, s.kv_heads());
-  return b.add(p + "self_attn.o_proj.weight", {d, c.heads * hd}, kResidual, s.row(c.heads * hd))
-      .add(p + "post_attention_layernorm.weight", {d}, kOnes, s.replicated())
-      .add(p + "mlp.gate_proj.weight", {f, d}, kNormal, s.column(f))
+  b.add(p + "self_attn.o_proj.weight", {d, c.heads * hd}, kResidual, s.row(c.heads * hd))
+      .add(p + "post_attention_layernorm.weight", {d}, kOnes, s.replicated());
+  if (c.moe.layer_is_moe(i)) return moe_mlp(b, c, s, p).done();
+  return b.add(p + "mlp.gate_proj.weight", {f, d}, kNormal, s.column(f))
       .add(p + "mlp.up_proj.weight", {f, d}, kNormal, s.column(f))
       .add(p + "mlp.down_proj.weight", {d, f}, kResidual, s.row(f))
       .done();

@@ -120,6 +120,7 @@ void Transformer::plan_activations(int batch, int seq) {
   scratch_.d_qkv = alloc(DType::f32, {n, qkv_cols});
   scratch_.d_act = alloc(DType::f32, {n, f});
   scratch_.d_up = alloc(DType::f32, {n, up_cols});
+  scratch_.moe = allocate_moe_scratch(bc, n, alloc);
   targets_ = alloc(DType::i32, {n});
   positions_ = alloc(DType::i32, {n});
   losses_ = alloc(DType::f32, {n});
@@ -188,10 +189,22 @@ Tensor Transformer::chunk_output(int slot) const {
 
 void Transformer::upload_positions(int64_t n, int seq, int first_position) {
   std::vector<int32_t> pos(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(first_position + i % seq);
+  for (int64_t i = 0; i < n; ++i) {
+    const int j = static_cast<int>(i % seq);
+    pos[i] =
+        static_cast<int32_t>(first_position + (comm_.attention ? comm_.attention->position(j) : j));
+  }
   upload_ids(positions_.slice(0, n), pos.data(), n);
   if (tp_active())
     upload_ids(row_positions_, pos.data() + (rows_ == n ? 0 : rows_ * shard_.tp_rank), rows_);
+}
+
+void Transformer::attention_forward(Tensor attn, Tensor lse, const Tensor& qkv,
+                                    const AttentionShape& s) {
+  if (comm_.attention)
+    comm_.attention->forward(attn, lse, qkv, s);
+  else
+    be_.attention_fwd(attn, lse, qkv, s);
 }
 
 void Transformer::upload_ids(Tensor dst, const int32_t* host, int64_t n) {
@@ -290,8 +303,9 @@ void Transformer::forward_chunk(int slot, const int32_t* tokens, const Tensor* i
     acquire(l + 1, P::forward);
     block_forward(
         be_, block_cfg_, block_tensors(cfg_, params_, l), a, positions_,
-        [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); }, comm_,
+        [&](const Tensor& qkv, Tensor attn) { attention_forward(attn, a.lse, qkv, shape); }, comm_,
         linear_, l);
+    if (block_cfg_.moe.layer_is_moe(l)) moe_stats_.add(*a.moe.routing);
     release(l + 1, P::forward);
   }
   if (ends_model(m)) {
@@ -372,16 +386,19 @@ double Transformer::backward_chunk(int slot, const int32_t* targets, const Tenso
 
   const AttentionShape shape{batch_, seq_, block_cfg_.heads, block_cfg_.kv_heads,
                              block_cfg_.head_dim()};
+  // The router losses are per micro-batch means: weighted by its tokens, like the summed
+  // cross-entropy, so that grad_scale turns both into a per-token average.
+  scratch_.moe.loss_scale = grad_scale * float(int64_t(batch_) * seq_);
   for (int l = m.end - 1; l >= m.begin; --l) {
     acquire(l + 1, P::backward);
     BlockActivations& a = m.acts[size_t(l)];
     if (recompute_ == Recompute::full)
       block_forward(
           be_, block_cfg_, block_tensors(cfg_, params_, l), a, positions_,
-          [&](const Tensor& qkv, Tensor attn) { be_.attention_fwd(attn, a.lse, qkv, shape); },
+          [&](const Tensor& qkv, Tensor attn) { attention_forward(attn, a.lse, qkv, shape); },
           comm_, linear_, l);
     else if (recompute_ == Recompute::selective)
-      be_.attention_fwd(a.attn, a.lse, a.qkv, shape);
+      attention_forward(a.attn, a.lse, a.qkv, shape);
     block_backward(be_, block_cfg_, block_tensors(cfg_, params_, l), block_tensors(cfg_, grads_, l),
                    a, scratch_, d_resid_, positions_, shape, comm_, linear_, l);
     release(l + 1, P::backward);
@@ -427,7 +444,7 @@ void Transformer::sync_tied_grads(int bucket) {
 }
 
 KvCache Transformer::make_cache(int max_tokens) {
-  LLMRUN_CHECK(!tp_active() && shard_.head && shard_.embedding,
+  LLMRUN_CHECK(!tp_active() && shard_.head && shard_.embedding && !comm_.attention,
                "generation runs on one rank holding the whole model");
   KvCache c;
   c.max_tokens = max_tokens;

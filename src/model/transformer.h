@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -58,6 +59,9 @@ class Transformer : public TrainableParams {
   // Runs the training path's linear GEMMs (blocks and LM head) through `runner` (an FP8
   // recipe); null: plain fp32. Generation and serving always run fp32.
   void set_linear_runner(LinearRunner* runner) { linear_ = runner; }
+  // Context parallelism: this rank's tokens are chunks of longer sequences and attention
+  // spans the ranks (null: whole sequences on this rank). Training only.
+  void set_distributed_attention(DistributedAttention* a) { comm_.attention = a; }
   void set_recompute(Recompute r) {
     recompute_ = r;
     batch_ = seq_ = 0;  // re-plan the activation buffers
@@ -129,6 +133,9 @@ class Transformer : public TrainableParams {
   bool tied_across_stages(int bucket) const override;
   void sync_tied_grads(int bucket) override;
 
+  // Mixture of experts: the router statistics of the training forwards since the last call.
+  MoeStats take_moe_stats() { return std::exchange(moe_stats_, MoeStats{}); }
+
   // Activation bytes planned: the shared buffers and every slot allocated so far.
   size_t activation_bytes() const { return activation_bytes_; }
 
@@ -151,6 +158,8 @@ class Transformer : public TrainableParams {
   // The head reads bucket 0's table (tied, both on this rank): bucket 0 stays acquired.
   bool head_reads_table() const { return cfg_.tie_embeddings && shard_.embedding && shard_.head; }
   void upload_positions(int64_t n, int seq, int first_position);
+  // The training attention core: one rank's causal attention, or the distributed one.
+  void attention_forward(Tensor attn, Tensor lse, const Tensor& qkv, const AttentionShape& s);
   void acquire(int bucket, BucketHooks::Phase p) {
     if (hooks_) hooks_->acquire(bucket, p);
   }
@@ -185,6 +194,7 @@ class Transformer : public TrainableParams {
   Recompute recompute_ = Recompute::none;
   LinearRunner* linear_ = nullptr;
   bool frozen_base_ = false;
+  MoeStats moe_stats_;
 
   Communicator* pp_ = nullptr;
   int batch_ = 0, seq_ = 0;

@@ -96,6 +96,7 @@ BlockActivations allocate_block_activations(const ModelConfig& cfg, int64_t n,
   a.norm2_rstd = alloc(DType::f32, {n_rows});
   a.up = alloc(DType::f32, {n, up_cols});
   a.act = alloc(DType::f32, {n, f});
+  a.moe = allocate_moe_activations(cfg, n, alloc);
   return a;
 }
 
@@ -113,6 +114,7 @@ BlockActivations first_rows(const BlockActivations& full, int64_t n) {
                           {&a.up, &full.up},
                           {&a.act, &full.act}})
     *dst = src->slice(0, n);
+  a.moe = full.moe.first_rows(n);
   return a;
 }
 
@@ -131,6 +133,10 @@ void block_forward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, B
                         w.out_b);
 
   norm_forward(be, cfg, a.norm2, a.norm2_mean, a.norm2_rstd, a.mid, w.norm2_w, w.norm2_b);
+  if (w.moe.active()) {  // routed experts in place of the MLP (tensor parallelism is refused)
+    moe_forward(be, cfg.moe, w.moe, a.moe, a.norm2, a.mid, a.output, &lin == &inference_linear());
+    return;
+  }
   lin.forward(be, {layer, LinearKind::up}, a.up, all_rows(comm, a.norm2), w.up_w,
               bias_or_null(w.up_b), false);
   if (cfg.arch == Arch::gpt2)
@@ -149,21 +155,28 @@ void block_backward(Backend& be, const ModelConfig& cfg, const BlockTensors& w,
   // MLP half: d_resid is dL/d(output) = dL/d(mid) through the skip connection. A row-parallel
   // GEMM's output gradient is the same on every rank: all of it, gathered under sequence
   // parallelism (so its bias gradient is whole on every rank too).
-  lin.backward(be, {layer, LinearKind::down}, s.d_act, g.down_w, g.down_b, all_rows(comm, d_resid),
-               a.act, w.down_w);
-  if (cfg.arch == Arch::gpt2)
-    be.gelu_bwd(s.d_up, s.d_act, a.up);
-  else
-    be.swiglu_bwd(s.d_up, s.d_act, a.up);
-  column_parallel_backward(be, lin, {layer, LinearKind::up}, comm, s.d_norm, g.up_w, g.up_b, s.d_up,
-                           a.norm2, w.up_w);
+  if (w.moe.active()) {  // a routed MoE layer: d_norm from its experts, router and shared expert
+    moe_backward(be, cfg.moe, w.moe, g.moe, a.moe, s.moe, d_resid, a.norm2, s.d_norm);
+  } else {
+    lin.backward(be, {layer, LinearKind::down}, s.d_act, g.down_w, g.down_b,
+                 all_rows(comm, d_resid), a.act, w.down_w);
+    if (cfg.arch == Arch::gpt2)
+      be.gelu_bwd(s.d_up, s.d_act, a.up);
+    else
+      be.swiglu_bwd(s.d_up, s.d_act, a.up);
+    column_parallel_backward(be, lin, {layer, LinearKind::up}, comm, s.d_norm, g.up_w, g.up_b,
+                             s.d_up, a.norm2, w.up_w);
+  }
   norm_backward(be, cfg, d_resid, g.norm2_w, g.norm2_b, s.d_norm, a.mid, w.norm2_w, a.norm2_mean,
                 a.norm2_rstd);
 
   // Attention half: d_resid is now dL/d(mid).
   lin.backward(be, {layer, LinearKind::out}, s.d_attn, g.out_w, g.out_b, all_rows(comm, d_resid),
                a.attn, w.out_w);
-  be.attention_bwd(s.d_qkv, s.d_attn, a.qkv, a.attn, a.lse, shape);
+  if (comm.attention)
+    comm.attention->backward(s.d_qkv, s.d_attn, a.qkv, a.attn, a.lse, shape);
+  else
+    be.attention_bwd(s.d_qkv, s.d_attn, a.qkv, a.attn, a.lse, shape);
   if (cfg.arch == Arch::llama)
     be.rope(s.d_qkv, positions, cfg.heads + cfg.kv_heads, cfg.head_dim(), cfg.rope_theta,
             cfg.rope_scaling, true);

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "model/bucket_store.h"
+#include "model/distributed_attention.h"
 #include "model/linear.h"
 
 namespace llmrun {
@@ -23,9 +24,10 @@ struct BlockActivations {
   Tensor attn, lse;                      // [N, heads*head_dim], [batch, heads, seq]
   Tensor mid;                            // [N, d] residual after attention
   Tensor norm2, norm2_mean, norm2_rstd;
-  Tensor up;      // [N, ffn] (GPT-2) or [N, 2 ffn] (Llama)
-  Tensor act;     // [N, ffn]
-  Tensor output;  // [N, d] residual stream out of the block
+  Tensor up;           // [N, ffn] (GPT-2) or [N, 2 ffn] (Llama)
+  Tensor act;          // [N, ffn]
+  Tensor output;       // [N, d] residual stream out of the block
+  MoeActivations moe;  // an MoE model's routed-MLP state (src/model/moe.h)
 };
 
 // Backward temporaries, shared by all blocks.
@@ -35,6 +37,7 @@ struct BlockScratch {
   Tensor d_qkv;   // [N, qkv_cols]
   Tensor d_act;   // [N, ffn]
   Tensor d_up;    // [N, ffn] or [N, 2 ffn]
+  MoeScratch moe;
 };
 
 // Tensor parallelism inside a block (Megatron): qkv and up are column-parallel, out and down
@@ -46,6 +49,8 @@ struct BlockComm {
   bool sequence_parallel = false;
   Tensor gathered;  // [N, d] scratch: all-gathered rows (sequence parallel)
   Tensor partial;   // [N, d] scratch: a row-parallel GEMM's partial sums
+  // Context parallelism: attention over the chunks every cp rank holds (null: one rank's).
+  DistributedAttention* attention = nullptr;
   bool active() const { return tp != nullptr && tp->size() > 1; }
 };
 

@@ -1,5 +1,6 @@
 #include "parallel/layout_rules.h"
 
+#include "parallel/cp_chunks.h"
 #include "parallel/stage_layers.h"
 #include "util/error.h"
 
@@ -13,6 +14,7 @@ std::string TrainingLayout::describe() const {
     if (schedule == PipelineSchedule::interleaved) s += " V" + std::to_string(virtual_stages);
   }
   if (sequence_parallel) s += " sp";
+  if (cp > 1) s += " cp" + std::to_string(cp);
   return s + " recompute " + recompute_name(recompute);
 }
 
@@ -37,12 +39,18 @@ std::optional<LayoutProblem> layout_problem(const TrainingShape& s, const Traini
                          "Phi-3 keeps q, k and v in one tensor, whose key/value heads cannot be "
                          "replicated: " +
                              tp + " must not exceed model.kv_heads=" + std::to_string(m.kv_heads)};
+  if (m.moe.enabled() && l.tp > 1)
+    return LayoutProblem{"parallel.tp",
+                         "mixture-of-experts models train without tensor parallelism in this "
+                         "build (the experts are not split across tp ranks): use tp=1 with dp/pp"};
   if (m.ffn % l.tp != 0)
     return LayoutProblem{"parallel.tp",
                          "model.ffn=" + std::to_string(m.ffn) + " is not divisible by " + tp};
   if (m.vocab < l.tp)
     return LayoutProblem{"parallel.tp", tp + " exceeds model.vocab=" + std::to_string(m.vocab) +
                                             " (each rank holds a slice of the vocabulary)"};
+  if (const auto problem = cp_split_problem(m.seq_len, l.cp))
+    return LayoutProblem{"parallel.cp", *problem};
   if (l.zero >= 2 && l.pp > 1)
     return LayoutProblem{"parallel.zero",
                          "ZeRO-2/3 shard gradients across micro-batches, which pipeline "

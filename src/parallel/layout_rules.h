@@ -9,6 +9,7 @@
 
 #include "model/config.h"
 #include "model/recompute.h"
+#include "parallel/cp_chunks.h"
 #include "parallel/memory_config.h"
 #include "parallel/schedule.h"
 
@@ -23,7 +24,9 @@ struct TrainingLayout {
   bool sequence_parallel = false;
   std::vector<int> pp_layers;  // blocks per virtual stage; empty: even split
   Recompute recompute = Recompute::none;
-  int world() const { return tp * pp * dp; }
+  int cp = 1;  // context parallel ranks per sequence
+  CpComm cp_comm = CpComm::p2p;
+  int world() const { return tp * pp * dp * cp; }
   std::string describe() const;  // "tp2 pp2 dp1 zero1 1f1b recompute none"
 };
 
@@ -50,7 +53,8 @@ struct LayoutProblem {
 // multiple of) kv_heads; stages x virtual_stages <= layers (or pp_layers fits); ZeRO 2/3 only
 // with pp = 1; sequence parallelism needs tp > 1 and tokens per micro-batch divisible by tp;
 // the global batch must split into micro_batch x dp; the pipeline schedule must accept the
-// shape (interleaved: V >= 2, micro-batches a multiple of pp).
+// shape (interleaved: V >= 2, micro-batches a multiple of pp); seq_len must split into 2 x cp
+// equal chunks.
 std::optional<LayoutProblem> layout_problem(const TrainingShape& s, const TrainingLayout& l);
 
 }  // namespace llmrun

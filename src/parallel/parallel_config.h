@@ -3,6 +3,7 @@
 #pragma once
 #include <vector>
 
+#include "parallel/cp_chunks.h"
 #include "parallel/schedule.h"
 
 namespace llmrun {
@@ -13,8 +14,10 @@ struct ParallelSection {
   int zero = 0;  // ZeRO stage 0..3 (ordered: each shards more); 0 all-reduces gradients
   bool sequence_parallel = false;  // tp > 1: shard the residual stream and norms over tokens
   PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
-  int virtual_stages = 1;      // model chunks per pipeline rank (interleaved)
-  std::vector<int> pp_layers;  // blocks per stage (empty: as even as possible)
+  int virtual_stages = 1;        // model chunks per pipeline rank (interleaved)
+  std::vector<int> pp_layers;    // blocks per stage (empty: as even as possible)
+  int cp = 1;                    // context parallel: each sequence split over cp ranks
+  CpComm cp_comm = CpComm::p2p;  // how attention reaches the other ranks' keys and values
 };
 
 }  // namespace llmrun

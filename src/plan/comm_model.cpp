@@ -28,11 +28,12 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
   const std::vector<StageMemory> mem = plan_memory(s, l);
   const ModelConfig& m = s.model;
   const int M = micro_batches_per_step(s, l);
-  const double n = double(s.micro_batch) * m.seq_len;  // tokens per micro-batch
-  const double act = 4.0 * n * m.d_model;              // one [tokens, d] fp32 tensor
+  // Tokens per micro-batch on this rank (context parallelism: its share of each sequence).
+  const double n = double(s.micro_batch) * m.seq_len / l.cp;
+  const double act = 4.0 * n * m.d_model;  // one [tokens, d] fp32 tensor
   const double param_bytes = 4;  // gradients and ZeRO-3 gathers move fp32 under bf16 compute too
   auto ring = [](int ranks) { return ranks > 1 ? double(ranks - 1) / ranks : 0.0; };
-  const double D = ring(l.dp), T = ring(l.tp);
+  const double D = ring(l.dp * l.cp), T = ring(l.tp);  // gradients reduce over dp x cp
   std::vector<StageComm> out;
   for (const StageMemory& st : mem) {
     StageComm c;
@@ -44,7 +45,7 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
     };
     // Data parallel: ZeRO decides what moves and how often.
     const double g = 4.0 * double(st.param_elements), w = param_bytes * double(st.param_elements);
-    if (l.dp > 1) {
+    if (l.dp * l.cp > 1) {
       switch (l.zero) {
         case 0:
           add("dp", "all-reduce gradients (once per step)", g, 2 * D, true);
@@ -80,6 +81,21 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
         // Vocab-parallel cross-entropy: max, sum of exponentials and target logit per token.
         add("tp", "all-reduce of the cross-entropy's max, sum and target logit", 3 * 4.0 * n * M,
             2 * T);
+      }
+    }
+    // Context parallel, per block and micro-batch: p2p sends this rank's packed keys and
+    // values cp-1 hops forward and again backward, plus cp hops of their gradients;
+    // all_gather gathers them forward and backward and reduce-scatters the gradients.
+    if (l.cp > 1 && !st.blocks.empty()) {
+      const double kv = double(std::max(m.kv_heads / l.tp, 1)) * m.head_dim();
+      const double packed = 4.0 * 2.0 * n * kv;
+      const double per = double(st.blocks.size()) * M * packed;
+      if (l.cp_comm == CpComm::p2p) {
+        add("cp", "ring: keys and values, cp-1 hops forward and backward", 2 * per, l.cp - 1);
+        add("cp", "ring: their gradients, cp hops backward", per, l.cp);
+      } else {
+        add("cp", "all-gather keys and values (forward and backward)", 2 * per * l.cp, ring(l.cp));
+        add("cp", "reduce-scatter their gradients", per * l.cp, ring(l.cp));
       }
     }
     // Pipeline: [tokens, d] (a sequence-parallel shard of it) per send in the op list.

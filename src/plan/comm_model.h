@@ -10,7 +10,7 @@
 namespace llmrun {
 
 struct CommItem {
-  std::string group;   // "dp", "tp", "pp"
+  std::string group;   // "dp" (over dp x cp), "tp", "pp", "cp"
   std::string what;    // e.g. "all-reduce gradients (once per step)"
   double payload = 0;  // bytes of the collective's buffers over the step
   double sent = 0;     // bytes this rank sends over the step

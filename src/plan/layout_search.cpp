@@ -11,33 +11,41 @@ namespace llmrun {
 
 namespace {
 
-std::vector<TrainingLayout> candidates(int nproc) {
+// From this many tokens per sequence the search also splits sequences over ranks (context
+// parallelism): below it attention's activations rarely dominate, and cp only adds traffic.
+constexpr int kLongSequence = 4096;
+
+std::vector<TrainingLayout> candidates(int nproc, int seq_len) {
   std::vector<TrainingLayout> out;
   for (int tp = 1; tp <= nproc; ++tp) {
     if (nproc % tp) continue;
     for (int pp = 1; pp <= nproc / tp; ++pp) {
       if ((nproc / tp) % pp) continue;
-      std::vector<std::pair<PipelineSchedule, int>> schedules = {
-          {PipelineSchedule::one_f_one_b, 1}};
-      if (pp > 1)
-        schedules = {{PipelineSchedule::gpipe, 1},
-                     {PipelineSchedule::one_f_one_b, 1},
-                     {PipelineSchedule::interleaved, 2}};
-      for (const auto& [schedule, V] : schedules)
-        for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
-          for (int zero = 0; zero <= 3; ++zero)
-            for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-              TrainingLayout l;
-              l.tp = tp;
-              l.pp = pp;
-              l.dp = nproc / (tp * pp);
-              l.zero = zero;
-              l.schedule = schedule;
-              l.virtual_stages = V;
-              l.sequence_parallel = sp == 1;
-              l.recompute = r;
-              out.push_back(l);
-            }
+      for (int cp = 1; cp <= (seq_len >= kLongSequence ? nproc / (tp * pp) : 1); ++cp) {
+        if ((nproc / (tp * pp)) % cp) continue;
+        std::vector<std::pair<PipelineSchedule, int>> schedules = {
+            {PipelineSchedule::one_f_one_b, 1}};
+        if (pp > 1)
+          schedules = {{PipelineSchedule::gpipe, 1},
+                       {PipelineSchedule::one_f_one_b, 1},
+                       {PipelineSchedule::interleaved, 2}};
+        for (const auto& [schedule, V] : schedules)
+          for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
+            for (int zero = 0; zero <= 3; ++zero)
+              for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+                TrainingLayout l;
+                l.tp = tp;
+                l.pp = pp;
+                l.cp = cp;
+                l.dp = nproc / (tp * pp * cp);
+                l.zero = zero;
+                l.schedule = schedule;
+                l.virtual_stages = V;
+                l.sequence_parallel = sp == 1;
+                l.recompute = r;
+                out.push_back(l);
+              }
+      }
     }
   }
   return out;
@@ -54,7 +62,7 @@ LayoutSearch search_layouts(const TrainingShape& s, int nproc, int64_t budget_by
     if (fresh) result.excluded.push_back({reason, {}});
     result.excluded[it->second].layouts.push_back(l);
   };
-  const std::vector<TrainingLayout> all = candidates(nproc);
+  const std::vector<TrainingLayout> all = candidates(nproc, s.model.seq_len);
   TerminalProgress progress("searching layouts", double(all.size()), "layouts");
   for (const TrainingLayout& l : all) {
     progress.advance(1);
@@ -63,7 +71,7 @@ LayoutSearch search_layouts(const TrainingShape& s, int nproc, int64_t budget_by
       exclude(problem->key + ": " + problem->reason, l);
       continue;
     }
-    if (l.zero > 0 && l.dp == 1) {
+    if (l.zero > 0 && l.dp * l.cp == 1) {
       exclude(
           "parallel.zero: ZeRO shards over data-parallel ranks; with dp=1 every stage is ZeRO-0",
           l);

@@ -1,8 +1,8 @@
 #pragma once
 // `llmrun plan --search`: every tp x pp x dp x zero x recompute layout (x sequence
 // parallelism for tp > 1, x schedule for pp > 1: gpipe, 1f1b, interleaved with 2 chunks per
-// rank) of `nproc` ranks, each either ranked by predicted step time or excluded with the
-// reason. Nothing is dropped silently.
+// rank; x cp, context parallelism, when seq_len >= 4096) of `nproc` ranks, each either ranked
+// by predicted step time or excluded with the reason. Nothing is dropped silently.
 #include <string>
 #include <vector>
 

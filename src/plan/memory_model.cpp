@@ -17,8 +17,9 @@ namespace {
 struct RankDims {
   bool gpt2, qkv_bias;
   int64_t d, f, vocab, seq, mb;
-  int64_t heads, qkv_cols, attn_cols, up_cols;
+  int64_t heads, qkv_cols, attn_cols, up_cols, kv_cols;
   int64_t n, n_seq;  // tokens of a micro-batch; of them, the rows of a sequence-parallel shard
+  MoeConfig moe;     // model.moe (tp is 1 whenever experts > 0)
 };
 
 RankDims rank_dims(const TrainingShape& s, const TrainingLayout& l) {
@@ -29,15 +30,17 @@ RankDims rank_dims(const TrainingShape& s, const TrainingLayout& l) {
   x.d = m.d_model;
   x.f = m.ffn / l.tp;
   x.vocab = vocab_rows(m.vocab, l.tp, 0);
-  x.seq = m.seq_len;
+  x.seq = m.seq_len / l.cp;  // context parallelism: this rank's two chunks of each sequence
   x.mb = s.micro_batch;
   x.heads = m.heads / l.tp;
   const int64_t kv = std::max(m.kv_heads / l.tp, 1);
+  x.kv_cols = kv * m.head_dim();
   x.qkv_cols = (x.heads + 2 * kv) * m.head_dim();
   x.attn_cols = x.heads * m.head_dim();
   x.up_cols = x.gpt2 ? x.f : 2 * x.f;
   x.n = x.mb * x.seq;
   x.n_seq = l.sequence_parallel ? x.n / l.tp : x.n;
+  x.moe = m.moe;
   return x;
 }
 
@@ -51,13 +54,40 @@ int64_t block_params(const RankDims& x) {
          d * x.f;  // norms, qkv (+bias), o, gate|up, down
 }
 
+// An MoE layer's parameters over a dense block's: router, experts, shared expert and its gate
+// in place of the MLP.
+int64_t moe_block_delta(const RankDims& x) {
+  const MoeConfig& m = x.moe;
+  const int64_t d = x.d, fs = m.shared_width();
+  return d * m.experts + int64_t(m.experts) * 3 * d * m.expert_ffn + (fs > 0 ? 3 * d * fs + d : 0) -
+         3 * d * x.f;
+}
+
+// An MoE model's per-block routed buffers (model/moe.h: router logits, the permuted rows'
+// token ids, inputs, gate|up, activations and outputs, the shared expert's), one set per
+// block whether or not the block is routed; and the backward scratch shared by all blocks.
+double moe_saved(const RankDims& x) {
+  const MoeConfig& m = x.moe;
+  if (!m.enabled()) return 0;
+  const double n = double(x.n), rows = n * m.top_k, fs = m.shared_width();
+  return n * m.experts + rows * (1 + 2.0 * x.d + 3.0 * m.expert_ffn) +
+         (fs > 0 ? n * (3 * fs + x.d + 1) : 0);
+}
+double moe_scratch(const RankDims& x) {
+  const MoeConfig& m = x.moe;
+  if (!m.enabled()) return 0;
+  const double n = double(x.n), rows = n * m.top_k, fs = m.shared_width();
+  return rows * (2.0 * x.d + 3.0 * m.expert_ffn) + n * m.experts +
+         (fs > 0 ? n * (3 * fs + x.d + 1) : 0);
+}
+
 // Floats one block keeps from its forward for its backward (one micro-batch).
 double block_saved(const RankDims& x, Recompute r) {
   const double input = double(x.n_seq) * x.d;
   if (r == Recompute::full) return input;  // everything else is rebuilt from the block's input
   // norm outputs with their mean and rstd, qkv after RoPE, mid residual, up/gate and activation.
   double f = input + 2 * (double(x.n_seq) * x.d + 2.0 * x.n_seq) + double(x.n) * x.qkv_cols +
-             double(x.n_seq) * x.d + double(x.n) * x.up_cols + double(x.n) * x.f;
+             double(x.n_seq) * x.d + double(x.n) * x.up_cols + double(x.n) * x.f + moe_saved(x);
   if (r == Recompute::none)
     f += double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq;  // attention out, LSE
   return f;
@@ -84,11 +114,14 @@ void plan_persistent(const StagePlan& sp, StageMemory& st) {
   // rounds the GEMM operands as they are used, it keeps no bf16 copy), so the weights are
   // their own master copy.
   const double param_bytes = 4, master_bytes = 0;
-  auto padded = [&](int64_t n) { return (n + l.dp - 1) / l.dp * l.dp; };
+  const int64_t group = int64_t(l.dp) * l.cp;  // ZeRO shards over dp x cp
+  auto padded = [&](int64_t n) { return (n + group - 1) / group * group; };
   // Parameters, bucket by bucket.
   std::vector<int64_t> buckets;
   if (st.embedding) buckets.push_back(x.vocab * x.d + (x.gpt2 ? int64_t(m.seq_len) * x.d : 0));
-  for (size_t i = 0; i < st.blocks.size(); ++i) buckets.push_back(block_params(x));
+  for (size_t i = 0; i < st.blocks.size(); ++i)
+    buckets.push_back(block_params(x) +
+                      (m.moe.layer_is_moe(st.blocks[i]) ? moe_block_delta(x) : 0));
   if (st.head) {
     int64_t n = x.gpt2 ? 2 * x.d : x.d;  // final norm
     if (!m.tie_embeddings || sp.pipelined())
@@ -100,7 +133,7 @@ void plan_persistent(const StagePlan& sp, StageMemory& st) {
     st.largest_bucket = std::max(st.largest_bucket, padded(n));
   }
   st.buckets = static_cast<int>(buckets.size());
-  st.shard_elements = st.param_elements / l.dp;
+  st.shard_elements = st.param_elements / group;
   const double owned = double(l.zero >= 1 ? st.shard_elements : st.param_elements);
   const double params = param_bytes * double(l.zero >= 3 ? st.shard_elements : st.param_elements);
   // Offloaded ZeRO-3 shards leave device memory; a bucket is brought in only while it is
@@ -167,7 +200,8 @@ double workspace_floats(const StagePlan& sp, const StageMemory& st) {
   double ws = 3.0 * double(x.n) + double(x.n_seq) * x.d;
   if (!st.blocks.empty()) {
     // Backward scratch shared by all blocks: d_norm, d_attn, d_qkv, d_act, d_up.
-    ws += double(x.n_seq) * x.d + double(x.n) * (x.attn_cols + x.qkv_cols + x.f + x.up_cols);
+    ws += double(x.n_seq) * x.d + double(x.n) * (x.attn_cols + x.qkv_cols + x.f + x.up_cols) +
+          moe_scratch(x);
     if (l.recompute == Recompute::selective)
       ws += double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq;
     if (l.recompute == Recompute::full)
@@ -179,6 +213,15 @@ double workspace_floats(const StagePlan& sp, const StageMemory& st) {
   // Pipeline messages: the activation or gradient arriving from a neighbour and the gradient
   // leaving for the previous stage (the runner recycles them).
   if (sp.pipelined()) ws += 2.0 * double(x.n_seq) * x.d;
+  // Context parallelism (shared by all blocks): each local chunk's q, output, dq and output
+  // gradient, one block's partial output and LSE, and the packed key/value chunks with their
+  // gradient accumulators: two hops of each (p2p), or every rank's plus this rank's own
+  // (all_gather).
+  if (l.cp > 1 && !st.blocks.empty()) {
+    const double packed = 2.0 * double(x.n) * x.kv_cols;
+    const double rings = l.cp_comm == CpComm::p2p ? 4.0 : 2.0 * l.cp + 2.0;
+    ws += 4.5 * double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq / 2 + rings * packed;
+  }
   return ws;
 }
 

@@ -17,7 +17,9 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l,
   const std::vector<StageMemory> mem = plan_memory(s, l);
   const std::vector<StageComm> comm = plan_communication(s, l);
   const int M = micro_batches_per_step(s, l);
-  const double tokens = double(s.micro_batch) * m.seq_len;
+  // Tokens of a micro-batch on one rank: under context parallelism its share of each sequence
+  // (each local token still attends over the whole sequence's keys, as before).
+  const double tokens = double(s.micro_batch) * m.seq_len / l.cp;
   // Per token, one tensor-parallel rank's forward FLOPs of one block and of the head.
   const double heads = double(m.heads / l.tp), kv = std::max(m.kv_heads / l.tp, 1),
                hd = m.head_dim();
@@ -25,6 +27,11 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l,
   const double block_weights = (heads + 2 * kv) * hd * d + d * heads * hd + up * d + d * f;
   const double attention_fwd = 4.0 * m.seq_len * heads * hd;
   const double block_fwd = 2.0 * block_weights + attention_fwd;
+  // An MoE layer's MLP per token: the router, top_k experts and the shared expert (tp is 1).
+  const MoeConfig& moe = m.moe;
+  const double moe_mlp = d * moe.experts + 3.0 * d * moe.top_k * moe.expert_ffn +
+                         (moe.shared_width() > 0 ? 3.0 * d * moe.shared_width() + d : 0);
+  const double moe_fwd_delta = 2.0 * (moe_mlp - (up * d + d * f));
   const double head_fwd = 2.0 * double(vocab_rows(m.vocab, l.tp, 0)) * d;
   double recompute = 0;
   if (l.recompute == Recompute::full) recompute = block_fwd;
@@ -36,19 +43,48 @@ StepPrediction predict_step(const TrainingShape& s, const TrainingLayout& l,
   StageTimes times;
   for (const StageMemory& st : mem) {
     const double blocks = double(st.blocks.size());
-    double fwd = tokens * (blocks * block_fwd + (st.head ? head_fwd : 0)) / a.peak_flops;
-    double bwd = tokens * (blocks * (2 * block_fwd + recompute) + (st.head ? 2 * head_fwd : 0)) /
+    double moe_extra = 0;  // the stage's MoE layers' forward FLOPs over dense blocks'
+    for (int b : st.blocks) moe_extra += moe.layer_is_moe(b) ? moe_fwd_delta : 0;
+    double fwd =
+        tokens * (blocks * block_fwd + moe_extra + (st.head ? head_fwd : 0)) / a.peak_flops;
+    double bwd = tokens *
+                 (blocks * (2 * block_fwd + recompute) + 2 * moe_extra +
+                  (l.recompute == Recompute::full ? moe_extra : 0) + (st.head ? 2 * head_fwd : 0)) /
                  a.peak_flops;
     const double tp_each =
         2 * blocks * act * T / a.tp_bandwidth;  // two all-reduces per block each way
     fwd += tp_each;
     bwd += tp_each;
+    // Context parallel ring (p2p): the key/value hops travel while the attention blocks
+    // compute, so only what the attention does not cover shows; the dK/dV hops and the
+    // all_gather variant's collectives wait in full.
+    double cp_ring = 0, cp_exposed = 0;
+    if (l.cp > 1 && blocks > 0) {
+      const double packed = 4.0 * 2.0 * tokens * kv * hd;
+      const double attn_s = blocks * tokens * attention_fwd / a.peak_flops;
+      const double kv_s = blocks * (l.cp - 1) * packed / a.bandwidth;
+      if (l.cp_comm == CpComm::p2p) {
+        const double grad_s = blocks * l.cp * packed / a.bandwidth;
+        cp_ring = 2 * kv_s + grad_s;
+        const double exposed_f = std::max(0.0, kv_s - attn_s);
+        const double exposed_b = std::max(0.0, kv_s - 2 * attn_s) + grad_s;
+        cp_exposed = exposed_f + exposed_b;
+        fwd += exposed_f;
+        bwd += exposed_b;
+      } else {
+        cp_ring = cp_exposed = 3 * kv_s;
+        fwd += kv_s;
+        bwd += 2 * kv_s;
+      }
+    }
     times.forward.push_back(fwd);
     times.backward.push_back(bwd);
     if (fwd + bwd > p.forward_s + p.backward_s) {
       p.forward_s = fwd;
       p.backward_s = bwd;
       p.tp_comm_s = 2 * tp_each * M;
+      p.cp_comm_s = cp_ring * M;
+      p.cp_exposed_s = cp_exposed * M;
     }
   }
   p.compute_s = (p.forward_s + p.backward_s) * M;

@@ -35,6 +35,12 @@ struct StepPrediction {
   double pipeline_s = 0;  // simulated makespan of the forward/backward pipeline
   double bubble = 0;      // its idle share, all stages together
   std::vector<double> stage_waiting;  // per stage, share of the step blocked in receives
+
+  // Context parallel: the ring's transfers over the step (slowest stage), and the part of
+  // them not hidden behind the attention blocks (already in compute_s).
+  double cp_comm_s = 0;
+  double cp_exposed_s = 0;
+
   double dp_comm_s = 0;  // data-parallel (and tied-embedding) traffic after the pipeline
   double step_s = 0;
   double tokens_per_s = 0;

@@ -73,6 +73,8 @@ nlohmann::json layout_json(const TrainingLayout& l) {
           {"sequence_parallel", l.sequence_parallel},
           {"pp_layers", l.pp_layers},
           {"recompute", recompute_name(l.recompute)},
+          {"cp", l.cp},
+          {"cp_comm", cp_comm_name(l.cp_comm)},
           {"describe", l.describe()}};
 }
 
@@ -81,6 +83,8 @@ nlohmann::json step_json(const StepPrediction& s) {
           {"backward_s", s.backward_s},
           {"compute_s", s.compute_s},
           {"tp_comm_s", s.tp_comm_s},
+          {"cp_comm_s", s.cp_comm_s},
+          {"cp_exposed_s", s.cp_exposed_s},
           {"pipeline_s", s.pipeline_s},
           {"bubble", s.bubble},
           {"dp_comm_s", s.dp_comm_s},
@@ -123,6 +127,9 @@ std::string plan_text(const Plan& p) {
   if (l.pp > 1)
     o << ", schedule " << schedule_name(l.schedule) << " with " << l.virtual_stages
       << " chunk(s) per stage";
+  if (l.cp > 1)
+    o << ", context parallel cp " << l.cp << " (" << cp_comm_name(l.cp_comm)
+      << "): " << m.seq_len / l.cp << " of each sequence's " << m.seq_len << " tokens per rank";
   o << "\nbatch: " << p.shape.global_batch << " sequences per step = " << p.micro_batches
     << " micro-batches of " << p.shape.micro_batch << " per data-parallel rank x dp " << l.dp
     << "\n\n";
@@ -198,6 +205,10 @@ std::string plan_text(const Plan& p) {
       o << " " << i << ": " << fixed(100 * s.stage_waiting[i], 1) << "%";
   }
   o << "\n";
+  if (l.cp > 1)
+    o << "  context-parallel ring: " << sci(s.cp_comm_s) << " s of transfers, "
+      << sci(s.cp_exposed_s) << " s of them not hidden behind attention (in the compute above); "
+      << sci(s.step_s + s.cp_comm_s - s.cp_exposed_s) << " s per step if none overlapped\n";
   o << "  data-parallel communication: " << sci(s.dp_comm_s) << " s\n";
   o << "  step: " << sci(s.step_s) << " s, " << sci(s.tokens_per_s) << " tokens/s, MFU "
     << fixed(100 * s.mfu, 1) << "%\n";
@@ -247,6 +258,7 @@ nlohmann::json plan_json(const Plan& p) {
                     {"dp_sent", c.sent("dp")},
                     {"tp_sent", c.sent("tp")},
                     {"pp_sent", c.sent("pp")},
+                    {"cp_sent", c.sent("cp")},
                     {"items", items}});
   }
   nlohmann::json j{{"recipe", p.source},

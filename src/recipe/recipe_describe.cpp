@@ -108,6 +108,19 @@ void describe_model(std::ostream& o, const Recipe& r) {
   o << "  norm_eps: " << num(m.norm_eps) << "\n"
     << "  tie_embeddings: " << (m.tie_embeddings ? "true" : "false") << "\n";
   if (m.qkv_bias) o << "  qkv_bias: true\n";
+  if (m.moe.enabled()) {  // with model.from only the training keys are recipe keys
+    const MoeConfig& x = m.moe;
+    o << "  moe:\n";
+    if (r.model_from.empty())
+      o << "    experts: " << x.experts << "\n    top_k: " << x.top_k
+        << "\n    expert_ffn: " << x.expert_ffn << "\n    shared_experts: " << x.shared_experts
+        << "\n    shared_ffn: " << x.shared_ffn << "\n    router: softmax_topk\n"
+        << "    norm_topk_prob: " << (x.norm_topk_prob ? "true" : "false")
+        << "\n    every: " << x.every << "\n";
+    o << "    aux_loss: " << num(x.aux_loss) << "\n    z_loss: " << num(x.z_loss)
+      << "\n    capacity_factor: " << (x.capacity_factor > 0 ? num(x.capacity_factor) : "null")
+      << "\n";
+  }
   if (m.phi3) o << "  # Phi-3 tensor names (fused qkv_proj, gate_up_proj), from the model dir\n";
   if (!r.model_from.empty()) o << "  from: " << str(r.model_from) << "\n";
 }
@@ -163,7 +176,8 @@ void describe_ranks(std::ostream& o, const Recipe& r) {
     << "\n  dp: " << r.parallel.dp << "\n  zero: " << r.parallel.zero
     << "\n  sequence_parallel: " << (r.parallel.sequence_parallel ? "true" : "false")
     << "\n  pp_schedule: " << schedule_name(r.parallel.pp_schedule)
-    << "\n  virtual_stages: " << r.parallel.virtual_stages << "\n";
+    << "\n  virtual_stages: " << r.parallel.virtual_stages << "\n  cp: " << r.parallel.cp
+    << "\n  cp_comm: " << cp_comm_name(r.parallel.cp_comm) << "\n";
   if (!r.parallel.pp_layers.empty()) {
     o << "  pp_layers: [";
     for (size_t i = 0; i < r.parallel.pp_layers.size(); ++i)

@@ -85,6 +85,10 @@ std::string yaml_error_text(const YAML::ParserException& e);  // the same withou
 void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::path& base,
                    Recipe& r);
 
+// model.moe (recipe_moe.cpp), once the rest of the model section is read; with model.from only
+// the training-only keys (aux_loss, z_loss, capacity_factor) may be set.
+void read_moe(const MapReader& model, Locator& loc, ModelConfig& c, bool from_hf);
+
 // precision.fp8 (recipe_fp8.cpp), from the precision section's reader.
 void read_fp8(const MapReader& precision, Locator& loc, Fp8Section& fp8);
 

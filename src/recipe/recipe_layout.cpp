@@ -25,6 +25,8 @@ TrainingLayout training_layout(const Recipe& r) {
   l.sequence_parallel = r.parallel.sequence_parallel;
   l.pp_layers = r.parallel.pp_layers;
   l.recompute = r.memory.recompute;
+  l.cp = r.parallel.cp;
+  l.cp_comm = r.parallel.cp_comm;
   return l;
 }
 

@@ -123,7 +123,7 @@ std::string resolve(const std::string& raw, const std::string& key, const fs::pa
 
 // model.from: the shape comes from the Hugging Face config.json; a field also written in
 // the recipe must agree with it (a silent override would not match the weights).
-void read_model_from(const MapReader& m, const Locator& loc, const fs::path& base, Recipe& r,
+void read_model_from(const MapReader& m, Locator& loc, const fs::path& base, Recipe& r,
                      std::optional<int64_t>& vocab) {
   r.model_from = resolve(*m.string("from"), "model.from", base, loc);
   std::error_code ec;
@@ -160,6 +160,7 @@ void read_model_from(const MapReader& m, const Locator& loc, const fs::path& bas
   if (m.has("qkv_bias"))
     agree("qkv_bias", *m.boolean("qkv_bias") ? "true" : "false", c.qkv_bias ? "true" : "false");
   r.model = c;
+  read_moe(m, loc, r.model, /*from_hf=*/true);
   vocab = c.vocab;
 }
 
@@ -167,7 +168,7 @@ void read_model(const YAML::Node& node, Locator& loc, const fs::path& base, Reci
                 std::optional<int64_t>& vocab) {
   const MapReader m(node, "model", loc,
                     {"arch", "layers", "d_model", "heads", "kv_heads", "ffn", "vocab", "seq_len",
-                     "rope_theta", "norm_eps", "tie_embeddings", "qkv_bias", "from"});
+                     "rope_theta", "norm_eps", "tie_embeddings", "qkv_bias", "from", "moe"});
   if (m.has("from")) return read_model_from(m, loc, base, r, vocab);
   ModelConfig& c = r.model;
   const std::string arch = required(m, "arch", m.string("arch"), loc);
@@ -206,6 +207,7 @@ void read_model(const YAML::Node& node, Locator& loc, const fs::path& base, Reci
     c.tie_embeddings = tie.value_or(false);
     c.qkv_bias = m.boolean("qkv_bias").value_or(false);
   }
+  read_moe(m, loc, c, /*from_hf=*/false);
 }
 
 // A list of sources (or one path) under `key` ("data.train" / "data.valid").

@@ -83,7 +83,7 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
 
   const MapReader p(top.node("parallel"), "parallel", loc,
                     {"tp", "pp", "dp", "zero", "sequence_parallel", "pp_schedule", "virtual_stages",
-                     "pp_layers"});
+                     "pp_layers", "cp", "cp_comm"});
   ParallelSection& par = r.parallel;
   par.tp = int(p.integer("tp", 1, 1 << 20).value_or(1));
   par.pp = int(p.integer("pp", 1, 1 << 20).value_or(1));
@@ -103,19 +103,30 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
       par.pp_layers.push_back(
           int(read_integer(layers[i], "parallel.pp_layers." + std::to_string(i), loc, 1, 1 << 20)));
   }
-  const int model_ranks = r.parallel.tp * r.parallel.pp;
+  par.cp = int(p.integer("cp", 1, 1 << 20).value_or(1));
+  const std::string cp_comm = p.string("cp_comm").value_or("p2p");
+  if (const auto parsed = cp_comm_from_name(cp_comm))
+    par.cp_comm = *parsed;
+  else
+    loc.fail("parallel.cp_comm", "'" + cp_comm + "' is not one of p2p, all_gather");
+  if (par.cp > 1 && r.launch.backend == "cuda")
+    loc.fail("parallel.cp",
+             "context parallelism runs on the CPU backend only: the CUDA backend has no block "
+             "attention (launch.backend is cuda)",
+             "launch.backend");
+  const int model_ranks = r.parallel.tp * r.parallel.pp * r.parallel.cp;
   const bool dp_auto = !p.has("dp") || (p.node("dp").IsScalar() && p.node("dp").Scalar() == "auto");
   if (dp_auto) {
     if (r.launch.nproc % model_ranks != 0)
       loc.fail("launch.nproc",
                std::to_string(r.launch.nproc) +
-                   " ranks do not divide into tp x pp = " + std::to_string(model_ranks));
+                   " ranks do not divide into tp x pp x cp = " + std::to_string(model_ranks));
     r.parallel.dp = r.launch.nproc / model_ranks;
   } else {
     r.parallel.dp = int(p.integer("dp", 1, 1 << 20).value_or(1));
     if (model_ranks * r.parallel.dp != r.launch.nproc)
       loc.fail("parallel.dp",
-               "tp x pp x dp = " + std::to_string(model_ranks * r.parallel.dp) +
+               "tp x pp x cp x dp = " + std::to_string(model_ranks * r.parallel.dp) +
                    " but launch.nproc is " + std::to_string(r.launch.nproc) +
                    " (set dp: auto, or launch.nproc / --nproc to match)",
                "launch.nproc");

@@ -180,6 +180,11 @@ void validate_recipe(const Recipe& r, const Locator& loc) {
   check_train(r.train, loc);
   check_layout(r, loc);
   check_outputs(r, loc);
+  // The experts' GEMMs run outside the linear seam that FP8 recipes replace.
+  if (r.model.moe.enabled() && r.precision.fp8.enabled)
+    loc.fail("precision.fp8.enabled",
+             "FP8 training does not cover mixture-of-experts layers; use precision.compute "
+             "fp32 or bf16 with model.moe");
 }
 
 }  // namespace llmrun::recipe_detail

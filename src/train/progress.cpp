@@ -175,6 +175,13 @@ void MetricsWriter::write(const StepReport& r) {
                    {"mem_optimizer", r.memory.optimizer},
                    {"mem_buffers", r.memory.buffers},
                    {"mem_activations", r.activation_bytes}};
+  if (r.moe) {
+    j["moe_aux_loss"] = r.moe_aux_loss;
+    j["moe_z_loss"] = r.moe_z_loss;
+    j["moe_dropped"] = r.moe_dropped;
+    j["moe_load_min"] = r.moe_load_min;
+    j["moe_load_max"] = r.moe_load_max;
+  }
   if (r.fp8) {
     j["fp8_overflows"] = r.fp8_overflows;
     j["fp8_underflows"] = r.fp8_underflows;

@@ -37,6 +37,12 @@ struct StepReport {
   // every FP8 tensor and rank since the previous metrics line.
   bool fp8 = false;
   int64_t fp8_overflows = 0, fp8_underflows = 0;
+  // model.moe: this rank's router statistics over the step: the aux and z losses (summed over
+  // layers, mean over micro-batches), slots dropped by the capacity limit, and the smallest and
+  // largest share of one expert's slots in one layer (1 / experts when perfectly balanced).
+  bool moe = false;
+  double moe_aux_loss = 0, moe_z_loss = 0, moe_load_min = 0, moe_load_max = 0;
+  int64_t moe_dropped = 0;
   // parallel.pp > 1, logged steps: every stage's memory and idle share (the fields above are
   // the logging rank's, i.e. stage 0's).
   std::vector<StageReport> stages;

@@ -163,6 +163,7 @@ CheckpointState RunCheckpoints::state_at(int64_t step) const {
                {"pp", r_.parallel.pp},
                {"dp", r_.parallel.dp},
                {"zero", r_.parallel.zero}};
+  if (r_.parallel.cp > 1) st.layout["cp"] = r_.parallel.cp;  // ZeRO partitions span dp x cp
   return st;
 }
 

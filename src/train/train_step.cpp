@@ -38,16 +38,19 @@ TrainStep::TrainStep(Transformer& model, ZeroOptimizer& opt, Communicator& dp, c
     : model_(model), opt_(opt), dp_(dp), lr_(lr), shape_(shape), pipeline_(pipeline), pp_(pp) {
   // A pipeline holds every micro-batch of the step at once; otherwise one at a time.
   const size_t micro = pipeline ? size_t(shape.accum) : 1;
-  const size_t n = size_t(shape.micro_batch) * shape.seq;
+  const int local = shape.cp ? shape.cp->local_len() : shape.seq;
+  for (int j = 0; j < local; ++j) positions_.push_back(shape.cp ? shape.cp->position(j) : j);
+  const size_t n = size_t(shape.micro_batch) * local;
   windows_.resize(size_t(shape.micro_batch) * (shape.seq + 1));
   inputs_.resize(n * micro);
   targets_.resize(n * micro);
 }
 
 StepStats TrainStep::run(const BatchSource& next_batch) {
-  const int B = shape_.micro_batch, T = shape_.seq;
+  const int B = shape_.micro_batch, W = shape_.seq + 1, T = int(positions_.size());
   // Every rank scales by the tokens of the whole step, so summing gradients across ranks
-  // gives the mean over the global batch: the same numbers as one rank doing it all.
+  // gives the mean over the global batch: the same numbers as one rank doing it all. (Under
+  // context parallelism T is this rank's share of a sequence and dp_ spans dp x cp.)
   const double tokens = double(B) * T * shape_.accum * dp_.size();
   StepStats s;
   opt_.begin_step(shape_.accum);
@@ -59,8 +62,8 @@ StepStats TrainStep::run(const BatchSource& next_batch) {
     next_batch(windows_.data());
     for (int i = 0; i < B; ++i)
       for (int t = 0; t < T; ++t) {
-        inputs_[at + size_t(i) * T + t] = windows_[size_t(i) * (T + 1) + t];
-        targets_[at + size_t(i) * T + t] = windows_[size_t(i) * (T + 1) + t + 1];
+        inputs_[at + size_t(i) * T + t] = windows_[size_t(i) * W + positions_[size_t(t)]];
+        targets_[at + size_t(i) * T + t] = windows_[size_t(i) * W + positions_[size_t(t)] + 1];
       }
     if (pipeline_) {
       inputs.push_back(inputs_.data() + at);

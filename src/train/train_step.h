@@ -7,6 +7,7 @@
 #include "comm/communicator.h"
 #include "comm/timed_communicator.h"
 #include "model/transformer.h"
+#include "parallel/cp_chunks.h"
 #include "parallel/pipeline_runner.h"
 #include "train/lr_schedule.h"
 #include "train/zero_optimizer.h"
@@ -30,6 +31,9 @@ struct StepShape {
   int micro_batch = 1, seq = 1;
   int accum = 1;   // micro-batches per rank per step
   float clip = 0;  // 0: no clipping
+  // Context parallelism: this rank trains on its chunks of every window (seq stays the full
+  // length); null: all of it.
+  const CpChunks* cp = nullptr;
 };
 
 // Fills one micro-batch of windows: tokens [micro_batch, seq + 1]; inputs are the first seq
@@ -57,6 +61,7 @@ class TrainStep {
   Communicator* pp_;
   const TimedCommunicator* tp_ = nullptr;
   std::vector<int32_t> windows_, inputs_, targets_;
+  std::vector<int> positions_;  // window position of each local token (context parallelism)
 };
 
 }  // namespace llmrun

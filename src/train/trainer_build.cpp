@@ -24,14 +24,19 @@ TrainingRun::TrainingRun(const Recipe& r, const LaunchEnvironment& env) : recipe
 void TrainingRun::build_world(const LaunchEnvironment& env) {
   if (env.under_launcher) {
     mpi.emplace(nullptr, nullptr, recipe.launch.timeout_s);
-    topo = Topology::build(make_mpi_world(recipe.launch.timeout_s),
-                           {recipe.parallel.tp, recipe.parallel.pp, recipe.parallel.dp});
+    topo = Topology::build(
+        make_mpi_world(recipe.launch.timeout_s),
+        {recipe.parallel.tp, recipe.parallel.pp, recipe.parallel.dp, recipe.parallel.cp});
   }
   if (!topo.is_logger()) spdlog::set_level(spdlog::level::warn);
   backend = make_backend(parse_backend_kind(recipe.launch.backend),
                          env.under_launcher ? threads_per_rank(env.local_size) : 0,
                          env.under_launcher ? env.local_rank : 0);
   if (recipe.precision.compute == "bf16") backend->set_gemm_dtype(DType::bf16);
+  if (recipe.parallel.cp > 1 && backend->device() != Device::cpu)
+    throw UserError(recipe.source + ": parallel.cp=" + std::to_string(recipe.parallel.cp) +
+                    " runs on the CPU backend only (the " + backend->name() +
+                    " backend has no block attention): set launch.backend: cpu");
   comm_staging.emplace(*backend);
 }
 
@@ -52,6 +57,11 @@ void TrainingRun::build_data() {
   // Every rank evaluates the same validation batches (under ZeRO-3 the forward is collective);
   // the logger rank reports them.
   if (!r.data.valid.empty()) validator = std::make_unique<Validator>(r, *tokenizer);
+  if (r.parallel.cp > 1) {
+    context_parallel =
+        std::make_unique<ContextParallel>(*backend, topo.cp(), r.parallel.cp_comm, r.model.seq_len);
+    if (validator) validator->set_context_parallel(context_parallel->chunks(), topo.cp());
+  }
 }
 
 // This rank's shard of the model, initialised (or loaded from model.from).
@@ -63,10 +73,13 @@ void TrainingRun::build_model() {
   const ModelParallel parallel{
       model_shard(r.parallel, r.model.layers, topo.tp().rank(), topo.pp().rank()), tp_timed.get(),
       &topo.pp()};
-  const StoreOptions stores = ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp);
+  const StoreOptions stores =
+      ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp * r.parallel.cp);
   // LoRA: the base is frozen and whole on every data-parallel rank, with no gradients.
   const StoreOptions base_stores = r.finetune.enabled ? StoreOptions{1, true, false} : stores;
   model = std::make_unique<Transformer>(*backend, r.model, base_stores, parallel);
+  // Context parallelism: ring attention, real token positions; gradients reduce over dp x cp.
+  model->set_distributed_attention(context_parallel.get());
   model->set_recompute(r.memory.recompute);
   if (!r.finetune.enabled) model->init_weights(r.train.seed);
   if (!r.model_from.empty()) {
@@ -102,7 +115,7 @@ void TrainingRun::build_optimizer() {
   set_allocation_phase("the optimizer state (AdamW moments)");
   TrainableParams& trained = lora ? static_cast<TrainableParams&>(*lora) : *model;
   opt = std::make_unique<ZeroOptimizer>(
-      trained, topo.dp(), r.parallel.zero,
+      trained, topo.dp_cp(), r.parallel.zero,
       AdamWConfig{float(r.train.beta1), float(r.train.beta2), float(r.train.eps),
                   float(r.train.weight_decay)},
       ShardOffload{m.offload_optimizer, m.nvme_path, m.offload_buffer_mb << 20},
@@ -128,14 +141,15 @@ void TrainingRun::build_optimizer() {
 void TrainingRun::build_step() {
   const Recipe& r = recipe;
   const LrSchedule lr{r.train.lr, r.train.min_lr, r.train.warmup, r.train.steps, r.train.schedule};
+  const CpChunks* cp = context_parallel ? &context_parallel->chunks() : nullptr;
   const StepShape shape{r.train.micro_batch, r.model.seq_len, r.grad_accum_steps(),
-                        float(r.train.clip)};
+                        float(r.train.clip), cp};
   if (r.parallel.pp > 1)
     pipeline = std::make_unique<PipelineRunner>(
         *model, topo.pp(), r.parallel.pp_schedule, pipeline_partition(r.parallel, r.model.layers),
-        r.grad_accum_steps(), r.train.micro_batch, r.model.seq_len);
-  step =
-      std::make_unique<TrainStep>(*model, *opt, topo.dp(), lr, shape, pipeline.get(), &topo.pp());
+        r.grad_accum_steps(), r.train.micro_batch, cp ? cp->local_len() : r.model.seq_len);
+  step = std::make_unique<TrainStep>(*model, *opt, topo.dp_cp(), lr, shape, pipeline.get(),
+                                     &topo.pp());
   step->time_tensor_parallel(tp_timed.get());
   peak = measured_peak_flops(*backend);
 }

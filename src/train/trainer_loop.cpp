@@ -2,6 +2,7 @@
 // validation, checkpoints and a clean stop on SIGTERM/SIGINT (see training_run.h).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -15,6 +16,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The router statistics of one step (model.moe): per micro-batch means of the summed losses.
+void report_moe(const MoeStats& m, const Transformer& model, StepReport& rep) {
+  const ModelConfig& cfg = model.config();
+  if (!cfg.moe.enabled() || m.routings == 0) return;
+  int layers = 0;  // the MoE layers this rank runs (its pipeline stage's)
+  for (int l = 0; l < cfg.layers; ++l)
+    layers += cfg.moe.layer_is_moe(l) && model.shard().holds_layer(l) ? 1 : 0;
+  const double micro_batches = double(m.routings) / std::max(layers, 1);
+  rep.moe = true;
+  rep.moe_aux_loss = m.aux / micro_batches;
+  rep.moe_z_loss = m.z / micro_batches;
+  rep.moe_dropped = m.dropped;
+  rep.moe_load_min = m.min_share;
+  rep.moe_load_max = m.max_share;
+}
+
 // Runs step `s` and measures it: throughput, MFU, communication and pipeline shares, memory.
 StepReport run_one_step(TrainingRun& run, int64_t s, Clock::time_point t_start) {
   const Recipe& r = run.recipe;
@@ -22,8 +39,10 @@ StepReport run_one_step(TrainingRun& run, int64_t s, Clock::time_point t_start) 
   StepReport rep;
   run.batches->start_step();
   if (run.fp8) run.fp8->begin_step();
+  run.model->take_moe_stats();  // drops validation forwards' routings
   rep.stats =
       run.step->run([&](int32_t* windows) { run.batches->next(windows, r.train.micro_batch); });
+  report_moe(run.model->take_moe_stats(), *run.model, rep);
   if (run.fp8) run.fp8->end_step(run.topo.world());
   const auto t1 = Clock::now();
   const int world = run.topo.world().size();
@@ -37,8 +56,9 @@ StepReport run_one_step(TrainingRun& run, int64_t s, Clock::time_point t_start) 
   rep.memory = run.opt->memory();
   // LoRA: the optimizer holds the adapters; the frozen base is held beside them.
   if (run.lora) rep.memory.params += run.model->params().resident_bytes();
-  rep.activation_bytes =
-      run.model->activation_bytes() + (run.pipeline ? run.pipeline->buffer_bytes() : 0);
+  rep.activation_bytes = run.model->activation_bytes() +
+                         (run.pipeline ? run.pipeline->buffer_bytes() : 0) +
+                         (run.context_parallel ? run.context_parallel->buffer_bytes() : 0);
   rep.multi_rank = world > 1;
   const double elapsed = std::chrono::duration<double>(t1 - t_start).count();
   rep.eta_seconds = elapsed / double(s - run.first_step + 1) * double(r.train.steps - s);

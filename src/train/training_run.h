@@ -17,6 +17,7 @@
 #include "fp8/fp8_linears.h"
 #include "model/lora.h"
 #include "model/transformer.h"
+#include "parallel/context_parallel.h"
 #include "parallel/pipeline_runner.h"
 #include "recipe/recipe.h"
 #include "train/peak_flops.h"
@@ -48,6 +49,7 @@ struct TrainingRun {
   std::unique_ptr<RankBatches> batches;
   std::unique_ptr<Validator> validator;  // null without data.valid
   std::unique_ptr<TimedCommunicator> tp_timed;
+  std::unique_ptr<ContextParallel> context_parallel;  // null at cp = 1
   std::unique_ptr<Transformer> model;
   std::unique_ptr<LoraAdapters> lora;  // finetune: lora; what the optimizer trains then
   std::unique_ptr<ZeroOptimizer> opt;

@@ -6,6 +6,7 @@
 
 #include "data/training_data.h"
 #include "model/transformer.h"
+#include "parallel/cp_chunks.h"
 #include "parallel/pipeline_runner.h"
 #include "recipe/recipe.h"
 
@@ -18,12 +19,16 @@ class Validator {
   // With a pipeline the stages run the forward in turn and pp sums the last stage's loss.
   double loss(Transformer& model, PipelineRunner* pipeline, Communicator& pp);
   size_t tokens() const { return data_.tokens(); }
+  // Context parallelism: this rank evaluates its chunks of every window; cp sums the loss.
+  void set_context_parallel(const CpChunks& chunks, Communicator& cp);
 
  private:
   TrainingData data_;
   nlohmann::json start_;
   int micro_batch_, seq_, batches_;
   std::vector<int32_t> windows_, inputs_, targets_;
+  std::vector<int> positions_;  // window position of each local token
+  Communicator* cp_ = nullptr;
 };
 
 }  // namespace llmrun

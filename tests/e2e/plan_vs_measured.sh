@@ -18,6 +18,22 @@ data: {train: [{path: text.txt}]}
 train: {steps: 1, micro_batch: 2, global_batch: 8, lr: 1.0e-3, warmup: 0, seed: 5}
 logging: {every: 1}
 YAML
+cat > moe.yaml <<YAML
+model:
+  arch: llama
+  layers: 4
+  d_model: 48
+  heads: 4
+  kv_heads: 2
+  seq_len: 32
+  ffn: 96
+  tie_embeddings: false
+  qkv_bias: true
+  moe: {experts: 4, top_k: 2, expert_ffn: 32, shared_experts: 1, shared_ffn: 24, every: 2}
+data: {train: [{path: text.txt}]}
+train: {steps: 1, micro_batch: 2, global_batch: 8, lr: 1.0e-3, warmup: 0, seed: 5}
+logging: {every: 1}
+YAML
 
 # name | recipe | ranks | --set flags
 LAYOUTS=(
@@ -27,6 +43,8 @@ LAYOUTS=(
   "gpt2-dp2-zero2  gpt2.yaml  2 parallel.zero=2"
   "gpt2-dp2-zero3  gpt2.yaml  2 parallel.zero=3"
   "llama-dp1       llama.yaml 1"
+  "moe-dp1         moe.yaml   1"
+  "moe-dp2-zero2   moe.yaml   2 parallel.zero=2"
   "llama-dp2-zero0 llama.yaml 2 parallel.zero=0"
   "llama-dp2-zero1 llama.yaml 2 parallel.zero=1"
   "llama-dp2-zero2 llama.yaml 2 parallel.zero=2"

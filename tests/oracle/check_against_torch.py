@@ -47,7 +47,31 @@ def parse_hyper(meta):
         raise ValueError(f"reference metadata lacks {missing}")
     hp = {k: float(meta[k]) for k in HYPER_KEYS if k != "arch"}
     hp["arch"] = meta["arch"]
+    # Mixture of experts: router loss coefficients and capacity (absent for dense models).
+    for k in ("moe_aux_loss", "moe_z_loss", "moe_capacity_factor"):
+        hp[k] = float(meta.get(k, 0.0))
     return hp
+
+
+def build(config, params, hp):
+    model = torch_models.build_model(config, params)
+    if torch_models.moe_spec(config) is not None:
+        model.moe_aux, model.moe_z = hp["moe_aux_loss"], hp["moe_z_loss"]
+        model.capacity_factor = hp["moe_capacity_factor"]
+    return model
+
+
+def training_loss(config, model, inputs, targets):
+    """Mean cross-entropy plus, for an MoE model, its router losses. llmrun's optimizer steps
+    run two micro-batches of two sequences each and its router losses are per micro-batch,
+    so an MoE step's loss is the mean of the two micro-batches' losses."""
+    if torch_models.moe_spec(config) is None:
+        return torch_models.cross_entropy_loss(model.forward(inputs), targets)
+    total = 0
+    for i in range(0, inputs.shape[0], 2):
+        logits = model.forward(inputs[i:i + 2])
+        total = total + torch_models.cross_entropy_loss(logits, targets[i:i + 2]) + model.router_loss
+    return total / ((inputs.shape[0] + 1) // 2)
 
 
 def make_optimizer(params, hp):
@@ -73,9 +97,11 @@ def compute_reference(config, weights, tokens, hp):
 
     # Forward + backward at the initial weights.
     params = torch_models.make_params(config, weights)
-    model = torch_models.build_model(config, params)
+    model = build(config, params, hp)
     logits = model.forward(inputs)
     loss = torch_models.cross_entropy_loss(logits, targets)
+    if torch_models.moe_spec(config) is not None:
+        loss = loss + model.router_loss  # the whole batch as one micro-batch
     loss.backward()
     out["logits"] = logits.detach().numpy().astype(np.float32)
     out["loss"] = np.array([loss.item()], dtype=np.float32)
@@ -86,12 +112,17 @@ def compute_reference(config, weights, tokens, hp):
 
     # Two full optimizer steps from fresh copies of the initial weights.
     params = torch_models.make_params(config, weights)
-    model = torch_models.build_model(config, params)
+    model = build(config, params, hp)
     opt = make_optimizer(params, hp)
     for _ in range(2):
         opt.zero_grad(set_to_none=True)
-        loss = torch_models.cross_entropy_loss(model.forward(inputs), targets)
+        loss = training_loss(config, model, inputs, targets)
         loss.backward()
+        # An expert no token reached has no gradient in torch, and AdamW would skip it; in
+        # llmrun (as in Megatron) its gradient is zero and it still decays and moves by its moments.
+        for p in params.values():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         if hp["clip"] > 0:
             torch.nn.utils.clip_grad_norm_(list(params.values()), hp["clip"])
         opt.step()

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Hugging Face directory helpers for the interop e2e test, independent of llmrun.
 
-  make DIR KIND[:shards][:f16] ...     write config.json + random weights (gpt2 | llama | llama31 | qwen2 | phi3 | llama-tied)
+  make DIR KIND[:shards][:f16] ...     write config.json + random weights (gpt2 | llama | llama31 | qwen2 | phi3 | llama-tied | mixtral | qwen2_moe)
   same A B                             every tensor of model dir A equals B's (by HF name, exactly)
   loss TEXT DIR ...                    mean next-token loss of the text (byte tokens, windows of
                                        n_positions + 1 overlapping by one), one "DIR LOSS" line each
@@ -37,6 +37,19 @@ CONFIGS = {
              "num_key_value_heads": 2, "intermediate_size": 96, "max_position_embeddings": 128,
              "original_max_position_embeddings": 128, "sliding_window": 64, "vocab_size": 256,
              "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "rope_scaling": None, "tie_word_embeddings": False},
+    # Mixture of experts: Mixtral (every layer routed) and Qwen2-MoE (every 2nd layer routed, a
+    # gated shared expert, the top-k not renormalised).
+    "mixtral": {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "intermediate_size": 48, "max_position_embeddings": 64,
+                "vocab_size": 256, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+                "num_local_experts": 4, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02,
+                "sliding_window": None},
+    "qwen2_moe": {"model_type": "qwen2_moe", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                  "num_key_value_heads": 2, "intermediate_size": 96, "max_position_embeddings": 64,
+                  "vocab_size": 256, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+                  "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                  "shared_expert_intermediate_size": 48, "norm_topk_prob": False, "decoder_sparse_step": 2,
+                  "mlp_only_layers": [], "use_sliding_window": False},
     "llama-tied": {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 8,
                    "num_key_value_heads": 8, "intermediate_size": 128, "max_position_embeddings": 64,
                    "vocab_size": 256, "rms_norm_eps": 1e-6, "tie_word_embeddings": True},

@@ -27,13 +27,15 @@ def arch_of(config):
     """'gpt2' or 'llama' (Qwen 2 is Llama with q/k/v biases); rejects config options this
     reference does not model."""
     t = config.get("model_type")
-    if t not in ("gpt2", "llama", "qwen2", "phi3"):
+    if t not in ("gpt2", "llama", "qwen2", "phi3", "mixtral", "qwen2_moe"):
         raise ValueError(f"unsupported model_type {t!r}")
     if t == "qwen2" and config.get("use_sliding_window"):
         raise ValueError("use_sliding_window is not supported")
     if t == "phi3" and config.get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError("partial_rotary_factor is not supported")
-    if t in ("qwen2", "phi3"):
+    if t in ("qwen2_moe",) and config.get("mlp_only_layers"):
+        raise ValueError("mlp_only_layers is not supported")
+    if t in ("qwen2", "phi3", "mixtral", "qwen2_moe"):
         t = "llama"
     if t == "gpt2" and config.get("activation_function", "gelu_new") != "gelu_new":
         raise ValueError(f"unsupported activation_function {config['activation_function']!r}")
@@ -66,12 +68,46 @@ def _llama_dims(c):
 
 def qkv_bias(c):
     # Qwen2Attention always has q/k/v biases (and none on o_proj).
-    return c.get("model_type") == "qwen2"
+    return c.get("model_type") in ("qwen2", "qwen2_moe")
 
 
 def phi3(c):
     # Phi3ForCausalLM stores q|k|v as self_attn.qkv_proj and gate|up as mlp.gate_up_proj.
     return c.get("model_type") == "phi3"
+
+
+def moe_spec(c):
+    """(experts, top_k, expert_ffn, shared_ffn, norm_topk_prob, sparse_step, mixtral_names) of a
+    Mixtral or Qwen2-MoE config, None for a dense model."""
+    t = c.get("model_type")
+    if t == "mixtral":
+        return (c["num_local_experts"], c.get("num_experts_per_tok", 2), c["intermediate_size"], 0,
+                True, 1, True)
+    if t == "qwen2_moe":
+        return (c["num_experts"], c.get("num_experts_per_tok", 4), c["moe_intermediate_size"],
+                c["shared_expert_intermediate_size"], c.get("norm_topk_prob", False),
+                c.get("decoder_sparse_step", 1), False)
+    return None
+
+
+def moe_layer(c, i):
+    spec = moe_spec(c)
+    return spec is not None and (i + 1) % spec[5] == 0
+
+
+def moe_shapes(c, p, d):
+    E, _, f, fs, _, _, mixtral = moe_spec(c)
+    m = p + ("block_sparse_moe." if mixtral else "mlp.")
+    out = [(m + "gate.weight", (E, d))]
+    for e in range(E):
+        x = f"{m}experts.{e}."
+        names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+        out += [(x + names[0] + ".weight", (f, d)), (x + names[1] + ".weight", (f, d)),
+                (x + names[2] + ".weight", (d, f))]
+    if fs:
+        out += [(m + "shared_expert.gate_proj.weight", (fs, d)), (m + "shared_expert.up_proj.weight", (fs, d)),
+                (m + "shared_expert.down_proj.weight", (d, fs)), (m + "shared_expert_gate.weight", (1, d))]
+    return out
 
 
 def llama_tied(c):
@@ -120,6 +156,10 @@ def param_shapes(config):
             if qkv_bias(config):
                 out += [(p + "self_attn.q_proj.bias", (H * hd,)), (p + "self_attn.k_proj.bias", (KV * hd,)),
                         (p + "self_attn.v_proj.bias", (KV * hd,))]
+            if moe_layer(config, i):
+                out += [(p + "self_attn.o_proj.weight", (d, H * hd)),
+                        (p + "post_attention_layernorm.weight", (d,))] + moe_shapes(config, p, d)
+                continue
             out += [
                 (p + "self_attn.o_proj.weight", (d, H * hd)),
                 (p + "post_attention_layernorm.weight", (d,)),
@@ -259,6 +299,54 @@ class Llama:
         self.theta = float(config.get("rope_theta", 10000.0))
         self.tied = llama_tied(config)
         self.use_sdpa = use_sdpa
+        # Mixture of experts: the router's losses are not in the config (z-loss, capacity) or
+        # differ from transformers' (aux, see moe_routing.h); the test sets them.
+        self.moe_aux, self.moe_z, self.capacity_factor = 0.0, 0.0, 0.0
+        self.router_loss = torch.zeros(())
+
+    def _moe(self, x, pre):
+        """Routed SwiGLU experts, written independently of llmrun's permutation: for each expert
+        the tokens that chose it (and survived the capacity cut) run through it and are added
+        back with their combine weight."""
+        E, K, _, fs, norm_topk, _, mixtral = moe_spec(self.config)
+        m = pre + ("block_sparse_moe." if mixtral else "mlp.")
+        B, T, d = x.shape
+        xs = x.reshape(-1, d)
+        N = xs.shape[0]
+        logits = xs @ self.p[m + "gate.weight"].t()
+        probs = torch.softmax(logits, dim=-1)
+        # Ties go to the lower expert index: a stable sort keeps equal values in index order.
+        order = torch.sort(probs, dim=-1, descending=True, stable=True).indices
+        idx = order[:, :K]
+        w = probs.gather(1, idx)
+        if norm_topk:
+            w = w / w.sum(dim=-1, keepdim=True)
+        onehot = F.one_hot(idx.reshape(-1), E)  # slots in token order, then k
+        keep = torch.ones(N, K, dtype=torch.bool)
+        if self.capacity_factor > 0:
+            cap = math.ceil(self.capacity_factor * N * K / E)
+            position = (onehot.cumsum(0) * onehot).sum(-1) - 1
+            keep = (position < cap).reshape(N, K)
+        out = torch.zeros_like(xs)
+        names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+        for e in range(E):
+            tok, slot = torch.where((idx == e) & keep)
+            if tok.numel() == 0:
+                continue
+            x_e = xs[tok]
+            ep = f"{m}experts.{e}."
+            h = F.silu(self._lin(x_e, ep + names[0])) * self._lin(x_e, ep + names[1])
+            out = out.index_add(0, tok, w[tok, slot, None] * self._lin(h, ep + names[2]))
+        if fs:
+            sp = m + "shared_expert."
+            h = F.silu(self._lin(xs, sp + "gate_proj")) * self._lin(xs, sp + "up_proj")
+            gate = torch.sigmoid(self._lin(xs, m + "shared_expert_gate"))
+            out = out + gate * self._lin(h, sp + "down_proj")
+        f = onehot.sum(0).to(probs.dtype) / (N * K)
+        aux = self.moe_aux * E * (f * probs.mean(0)).sum()
+        z = self.moe_z * (torch.logsumexp(logits, dim=-1) ** 2).mean()
+        self.router_loss = self.router_loss + aux + z
+        return out.reshape(B, T, d)
 
     def _rms(self, x, name):
         # HF LlamaRMSNorm: normalise in float32, cast back, then scale.
@@ -279,6 +367,7 @@ class Llama:
         h = p["model.embed_tokens.weight"][tokens]
         cos, sin = rope_cos_sin(T, self.hd, self.theta, h.dtype, self.config.get("rope_scaling"))
         n_rep = self.H // self.KV
+        self.router_loss = torch.zeros(())
         for i in range(self.L):
             pre = f"model.layers.{i}."
             a = self._rms(h, pre + "input_layernorm")
@@ -299,6 +388,9 @@ class Llama:
             y = y.transpose(1, 2).reshape(B, T, self.H * self.hd)
             h = h + self._lin(y, pre + "self_attn.o_proj")
             m = self._rms(h, pre + "post_attention_layernorm")
+            if moe_layer(self.config, i):
+                h = h + self._moe(m, pre)
+                continue
             if phi3(self.config):  # Phi3MLP: gate_up_proj, gate first
                 gate, up = self._lin(m, pre + "mlp.gate_up_proj").chunk(2, dim=-1)
                 m = up * F.silu(gate)

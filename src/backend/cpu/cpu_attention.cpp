@@ -51,13 +51,15 @@ struct FwdScratch {
 // One block of nq query rows whose first row sits at position `pos0`; it attends keys
 // [0, pos0 + nq). Writes nq output rows (stride ldo) and, when lse is given, their
 // log-sum-exp.
+// `keys` >= 0 caps the keys read at that many (a block of a context-parallel ring, where
+// pos0 >= keys - 1 lets every query see them all).
 void fwd_block(Rows q, Rows k, Rows v, float* o, int64_t ldo, float* lse, int nq, int64_t pos0,
-               int d, float scale, FwdScratch& w) {
+               int d, float scale, FwdScratch& w, int64_t keys = -1) {
   float *s = w.s.data(), *acc = w.acc.data(), *m = w.m.data(), *l = w.l.data();
   std::fill_n(m, nq, -std::numeric_limits<float>::infinity());
   std::fill_n(l, nq, 0.0f);
   std::fill_n(acc, static_cast<size_t>(nq) * d, 0.0f);
-  const int64_t nkeys = pos0 + nq;
+  const int64_t nkeys = keys < 0 ? pos0 + nq : keys;
   for (int64_t k0 = 0; k0 < nkeys; k0 += kBk) {
     const int nk = static_cast<int>(std::min<int64_t>(kBk, nkeys - k0));
     gemm(false, true, nq, nk, d, scale, q.p, q.ld, k.row(k0), k.ld, 0.0f, s, kBk);
@@ -113,6 +115,7 @@ struct BwdHead {
   const float* delta;  // [seq]: rowsum(dout * out)
   float* dq;           // dq rows, stride dq_ld
   int64_t dq_ld;
+  int64_t shift = 0;  // added to query positions: >= the key count makes every key visible
 };
 
 // Gradient contributions of query block [q0, q0 + nq) against key block [k0, k0 + nk):
@@ -123,7 +126,7 @@ void bwd_tile(const BwdHead& h, int64_t q0, int nq, int64_t k0, int nk, int d, f
   gemm(false, true, nq, nk, d, scale, h.q.row(q0), h.q.ld, h.k.row(k0), h.k.ld, 0.0f, p, kBk);
   for (int r = 0; r < nq; ++r) {
     float* prow = p + r * kBk;
-    const int nv = visible(q0 + r, k0, nk);
+    const int nv = visible(q0 + r + h.shift, k0, nk);
     const float lse = h.lse[q0 + r];
 #pragma omp simd
     for (int c = 0; c < nv; ++c) prow[c] = cpu::fast_exp(prow[c] - lse);
@@ -340,6 +343,195 @@ void CpuBackend::attention_cached(Tensor out, const Tensor& q, const Tensor& k_c
       fwd_block(Rows{qp + q0 * hd + static_cast<int64_t>(h) * d, hd}, Rows{kp + kv_off, kvd},
                 Rows{vp + kv_off, kvd}, o + q0 * hd + static_cast<int64_t>(h) * d, hd, nullptr, n,
                 start_pos + q0, d, scale, w);
+    }
+  }
+}
+
+// --- context parallelism: one (query chunk, key chunk) block of the ring ----------------------
+
+namespace {
+void check_block_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, int nk, bool causal,
+                        const AttentionShape& s) {
+  LLMRUN_CHECK(s.batch > 0 && s.seq > 0 && nk > 0 && s.heads > 0 && s.kv_heads > 0 &&
+                   s.head_dim > 0 && s.heads % s.kv_heads == 0 && (!causal || nk == s.seq),
+               std::string(op) + ": bad shape");
+  const int64_t hd = int64_t(s.heads) * s.head_dim, kvd = int64_t(s.kv_heads) * s.head_dim;
+  const int64_t nq_rows = int64_t(s.batch) * s.seq, nk_rows = int64_t(s.batch) * nk;
+  LLMRUN_CHECK(q.rows() == nq_rows && q.cols() == hd && out.rows() == nq_rows && out.cols() == hd,
+               std::string(op) + ": q " + q.shape_str() + " out " + out.shape_str());
+  LLMRUN_CHECK(k.rows() == nk_rows && k.cols() == kvd && v.rows() == nk_rows && v.cols() == kvd,
+               std::string(op) + ": k " + k.shape_str() + " v " + v.shape_str());
+  LLMRUN_CHECK(lse.numel() == int64_t(s.batch) * s.heads * s.seq,
+               std::string(op) + ": lse " + lse.shape_str());
+}
+}  // namespace
+
+void CpuBackend::attention_block_fwd(Tensor out, Tensor lse, const Tensor& q, const Tensor& k,
+                                     const Tensor& v, int nk, bool causal,
+                                     const AttentionShape& s) {
+  cpu::check_f32({&out, &lse, &q, &k, &v}, "attention_block_fwd operand");
+  check_block_shapes("attention_block_fwd", q, k, v, out, lse, nk, causal, s);
+  const int d = s.head_dim, group = s.heads / s.kv_heads, qb = blocks(s.seq, kBq);
+  const int64_t hd = int64_t(s.heads) * d, kvd = int64_t(s.kv_heads) * d;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float *qp = q.f32(), *kp = k.f32(), *vp = v.f32();
+  float *o = out.f32(), *lp = lse.f32();
+  const int64_t tasks = int64_t(s.batch) * s.heads * qb;
+#pragma omp parallel num_threads(threads_)
+  {
+    FwdScratch w(d);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int i = qb - 1 - static_cast<int>(t % qb);
+      const int h = static_cast<int>((t / qb) % s.heads);
+      const int b = static_cast<int>(t / qb / s.heads);
+      const int64_t q0 = int64_t(i) * kBq;
+      const int nq = static_cast<int>(std::min<int64_t>(kBq, s.seq - q0));
+      const int64_t kv_off = int64_t(b) * nk * kvd + int64_t(h / group) * d;
+      // Causal: query q0 + r sees keys up to itself. Full: a position past the last key.
+      fwd_block(Rows{qp + (int64_t(b) * s.seq + q0) * hd + int64_t(h) * d, hd},
+                Rows{kp + kv_off, kvd}, Rows{vp + kv_off, kvd},
+                o + (int64_t(b) * s.seq + q0) * hd + int64_t(h) * d, hd,
+                lp + (int64_t(b) * s.heads + h) * s.seq + q0, nq, causal ? q0 : int64_t(nk), d,
+                scale, w, causal ? -1 : int64_t(nk));
+    }
+  }
+}
+
+void CpuBackend::attention_lse_merge(Tensor out, Tensor lse, const Tensor& block_out,
+                                     const Tensor& block_lse, const AttentionShape& s) {
+  cpu::check_f32({&out, &lse, &block_out, &block_lse}, "attention_lse_merge operand");
+  const int64_t rows = int64_t(s.batch) * s.seq, hd = int64_t(s.heads) * s.head_dim;
+  LLMRUN_CHECK(out.rows() == rows && out.cols() == hd && block_out.rows() == rows &&
+                   block_out.cols() == hd && lse.numel() == rows * s.heads &&
+                   block_lse.numel() == rows * s.heads,
+               "attention_lse_merge: out " + out.shape_str() + " block " + block_out.shape_str());
+  const int d = s.head_dim;
+  float *o = out.f32(), *l = lse.f32();
+  const float *bo = block_out.f32(), *bl = block_lse.f32();
+#pragma omp parallel for num_threads(threads_) if (rows * hd > cpu::kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / s.seq, t = r % s.seq;
+    for (int h = 0; h < s.heads; ++h) {
+      const int64_t li = (b * s.heads + h) * s.seq + t;
+      const float l1 = l[li], l2 = bl[li], m = std::max(l1, l2);
+      if (m == -std::numeric_limits<float>::infinity()) continue;  // neither has keys
+      // Each side's softmax denominator relative to the larger: exp(l - m) <= 1.
+      const float w1 = std::exp(l1 - m), w2 = std::exp(l2 - m), sum = w1 + w2;
+      const float a1 = w1 / sum, a2 = w2 / sum;
+      float* orow = o + r * hd + int64_t(h) * d;
+      const float* brow = bo + r * hd + int64_t(h) * d;
+#pragma omp simd
+      for (int e = 0; e < d; ++e) orow[e] = a1 * orow[e] + a2 * brow[e];
+      l[li] = m + std::log(sum);
+    }
+  }
+}
+
+void CpuBackend::attention_block_bwd(Tensor dq, Tensor dk, Tensor dv, const Tensor& dout,
+                                     const Tensor& out, const Tensor& lse, const Tensor& q,
+                                     const Tensor& k, const Tensor& v, int nk, bool causal,
+                                     const AttentionShape& s) {
+  cpu::check_f32({&dq, &dk, &dv, &dout, &out, &lse, &q, &k, &v}, "attention_block_bwd operand");
+  check_block_shapes("attention_block_bwd", q, k, v, out, lse, nk, causal, s);
+  LLMRUN_CHECK(dq.numel() == q.numel() && dout.numel() == q.numel() && dk.numel() == k.numel() &&
+                   dv.numel() == v.numel(),
+               "attention_block_bwd: gradient shapes");
+  const int d = s.head_dim, group = s.heads / s.kv_heads;
+  const int qb = blocks(s.seq, kBq), kb = blocks(nk, kBk);
+  const int64_t hd = int64_t(s.heads) * d, kvd = int64_t(s.kv_heads) * d;
+  const int64_t rows = int64_t(s.batch) * s.seq;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float *qp = q.f32(), *kp = k.f32(), *vp = v.f32(), *o = out.f32(), *g = dout.f32(),
+              *lp = lse.f32();
+  float *dqp = dq.f32(), *dkp = dk.f32(), *dvp = dv.f32();
+
+  // delta = dout . out of the FINAL output: every block's softmax correction uses it.
+  std::vector<float> delta(static_cast<size_t>(rows) * s.heads);
+#pragma omp parallel for num_threads(threads_) if (rows * hd > cpu::kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / s.seq, t = r % s.seq;
+    for (int h = 0; h < s.heads; ++h) {
+      const float *orow = o + r * hd + h * d, *grow = g + r * hd + h * d;
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int e = 0; e < d; ++e) acc += orow[e] * grow[e];
+      delta[(b * s.heads + h) * s.seq + t] = acc;
+    }
+  }
+  auto head = [&](int b, int h) {
+    const int64_t kv_off = int64_t(b) * nk * kvd + int64_t(h / group) * d;
+    const int64_t q_off = int64_t(b) * s.seq * hd + int64_t(h) * d;
+    return BwdHead{Rows{qp + q_off, hd},
+                   Rows{kp + kv_off, kvd},
+                   Rows{vp + kv_off, kvd},
+                   Rows{g + q_off, hd},
+                   lp + (int64_t(b) * s.heads + h) * s.seq,
+                   delta.data() + (int64_t(b) * s.heads + h) * s.seq,
+                   dqp + q_off,
+                   hd,
+                   causal ? 0 : int64_t(nk)};
+  };
+  // Key block j of kv head kvh: its dk/dv summed over the query heads sharing it and every
+  // query block that sees it, then added to dk/dv; with_dq: the same tiles add into dq.
+  auto kv_block = [&](int b, int kvh, int j, bool with_dq, BwdScratch& w) {
+    const int64_t k0 = int64_t(j) * kBk;
+    const int nkb = static_cast<int>(std::min<int64_t>(kBk, nk - k0));
+    std::fill(w.dk.begin(), w.dk.end(), 0.0f);
+    std::fill(w.dv.begin(), w.dv.end(), 0.0f);
+    for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+      const BwdHead hh = head(b, h);
+      for (int i = causal ? static_cast<int>(k0 / kBq) : 0; i < qb; ++i) {
+        const int64_t q0 = int64_t(i) * kBq;
+        bwd_tile(hh, q0, static_cast<int>(std::min<int64_t>(kBq, s.seq - q0)), k0, nkb, d, scale,
+                 true, with_dq, w);
+      }
+    }
+    for (int r = 0; r < nkb; ++r) {
+      const int64_t at = (int64_t(b) * nk + k0 + r) * kvd + int64_t(kvh) * d;
+      const float *sk = w.dk.data() + static_cast<size_t>(r) * d,
+                  *sv = w.dv.data() + static_cast<size_t>(r) * d;
+#pragma omp simd
+      for (int e = 0; e < d; ++e) {
+        dkp[at + e] += sk[e];
+        dvp[at + e] += sv[e];
+      }
+    }
+  };
+  const int64_t kv_tasks = int64_t(s.batch) * s.kv_heads;
+  if (kv_tasks >= 4 * int64_t(threads_)) {
+#pragma omp parallel num_threads(threads_)
+    {
+      BwdScratch w(d);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t t = 0; t < kv_tasks; ++t)
+        for (int j = 0; j < kb; ++j)
+          kv_block(static_cast<int>(t / s.kv_heads), static_cast<int>(t % s.kv_heads), j, true, w);
+    }
+    return;
+  }
+  // Few (sequence, kv head) pairs: dk/dv per key block and dq per query block as separate
+  // tasks (each owns the rows it adds into), computing every tile's scores twice.
+  const int64_t dkv_tasks = kv_tasks * kb, dq_tasks = int64_t(s.batch) * s.heads * qb;
+#pragma omp parallel num_threads(threads_)
+  {
+    BwdScratch w(d);
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int64_t t = 0; t < dkv_tasks; ++t)
+      kv_block(static_cast<int>(t / kb / s.kv_heads), static_cast<int>((t / kb) % s.kv_heads),
+               static_cast<int>(t % kb), false, w);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < dq_tasks; ++t) {
+      const int i = qb - 1 - static_cast<int>(t % qb);
+      const int h = static_cast<int>((t / qb) % s.heads), b = static_cast<int>(t / qb / s.heads);
+      const BwdHead hh = head(b, h);
+      const int64_t q0 = int64_t(i) * kBq;
+      const int nq = static_cast<int>(std::min<int64_t>(kBq, s.seq - q0));
+      const int64_t keys = causal ? q0 + nq : nk;
+      for (int64_t k0 = 0; k0 < keys; k0 += kBk)
+        bwd_tile(hh, q0, nq, k0, static_cast<int>(std::min<int64_t>(kBk, nk - k0)), d, scale, false,
+                 true, w);
     }
   }
 }

@@ -52,6 +52,18 @@ void CpuBackend::copy_cols(Tensor dst, const Tensor& src, int64_t col_begin) {
     std::memcpy(to + r * width, from + r * src_stride, size_t(width));
 }
 
+void CpuBackend::copy_into_cols(Tensor dst, const Tensor& src, int64_t col_begin) {
+  LLMRUN_CHECK(dst.dtype == src.dtype && dst.rows() == src.rows(), "copy_into_cols: shapes differ");
+  LLMRUN_CHECK(col_begin >= 0 && col_begin + src.cols() <= dst.cols(),
+               "copy_into_cols: columns out of range");
+  const int64_t rows = src.rows(), width = src.cols() * int64_t(dtype_size(src.dtype));
+  const int64_t dst_stride = dst.cols() * int64_t(dtype_size(dst.dtype));
+  char* to = static_cast<char*>(dst.data) + col_begin * int64_t(dtype_size(dst.dtype));
+  const char* from = static_cast<const char*>(src.data);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(to + r * dst_stride, from + r * width, size_t(width));
+}
+
 void CpuBackend::fill(Tensor x, float value) {
   const int64_t n = x.numel();
   switch (x.dtype) {

@@ -50,6 +50,14 @@ class CpuBackend final : public Backend {
   void attention_fwd(Tensor out, Tensor lse, const Tensor& qkv, const AttentionShape& s) override;
   void attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                      const Tensor& lse, const AttentionShape& s) override;
+  void attention_block_fwd(Tensor out, Tensor lse, const Tensor& q, const Tensor& k,
+                           const Tensor& v, int nk, bool causal, const AttentionShape& s) override;
+  void copy_into_cols(Tensor dst, const Tensor& src, int64_t col_begin) override;
+  void attention_lse_merge(Tensor out, Tensor lse, const Tensor& block_out, const Tensor& block_lse,
+                           const AttentionShape& s) override;
+  void attention_block_bwd(Tensor dq, Tensor dk, Tensor dv, const Tensor& dout, const Tensor& out,
+                           const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                           int nk, bool causal, const AttentionShape& s) override;
   void attention_cached(Tensor out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                         int start_pos, int heads, int kv_heads, int head_dim) override;
 

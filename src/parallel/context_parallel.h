@@ -1,0 +1,88 @@
+// Context parallelism's attention: this rank holds two chunks of every sequence (cp_chunks.h)
+// and its queries must see the keys and values of every earlier chunk, held by other ranks.
+// p2p (ring attention): key/value chunks travel around the cp group one hop per step, the
+// next hop posted before the current block is computed so the transfer overlaps it; each
+// (query chunk, key chunk) block's partial output is merged by log-sum-exp (online softmax).
+// The backward sends the same chunks around again, with their dK/dV accumulators following
+// one hop behind, and a last hop returns each accumulator to its owner. all_gather: every
+// rank gathers all key/value chunks up front and reduce-scatters their gradients at the end.
+// Everything outside attention (norms, MLPs, embeddings, loss) runs on the local tokens.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "comm/communicator.h"
+#include "model/distributed_attention.h"
+#include "parallel/cp_chunks.h"
+
+namespace llmrun {
+
+class ContextParallel final : public DistributedAttention {
+ public:
+  // seq_len: tokens of a full sequence; the group's rank and size give the chunks.
+  ContextParallel(Backend& be, Communicator& cp, CpComm mode, int seq_len);
+
+  const CpChunks& chunks() const { return chunks_; }
+  int position(int local_token) const override { return chunks_.position(local_token); }
+  // local: batch sequences of local_len() tokens (this rank's two chunks each).
+  // qkv [batch*local_len, qkv_cols] after RoPE; attn [batch*local_len, heads*head_dim];
+  // lse [batch*heads*local_len] in this class's own (chunk-major) order, read by backward().
+  void forward(Tensor attn, Tensor lse, const Tensor& qkv, const AttentionShape& local) override;
+  // dqkv (overwritten) from dattn, given the forward's qkv, attn and lse.
+  void backward(Tensor dqkv, const Tensor& dattn, const Tensor& qkv, const Tensor& attn,
+                const Tensor& lse, const AttentionShape& local) override;
+
+  // Since construction: seconds of ring steps in all (compute + waits); seconds waiting for
+  // transfers the block compute did not hide; and of the key/value hops posted before their
+  // blocks (p2p), their duration (from posting to completion, polled between blocks) and the
+  // part of it that overlapped the compute.
+  double ring_seconds() const { return ring_s_; }
+  double exposed_wait_seconds() const { return exposed_s_; }
+  double hop_seconds() const { return hop_s_; }
+  double hidden_seconds() const { return hidden_s_; }
+  // Bytes of this rank's chunk and ring buffers (activation memory beside the model's).
+  size_t buffer_bytes() const { return bytes_; }
+
+ private:
+  struct Chunk {  // one local chunk of every sequence, as contiguous [batch*C, cols] tensors
+    Tensor q, k, v, out, lse, dq, dout;
+  };
+  void plan(const AttentionShape& local);
+  // Splits qkv (and the forward's outputs, for the backward) into chunks_[0..1].
+  void split(const Tensor& qkv, const Tensor* attn, const Tensor* dattn, const Tensor* lse);
+  // k or v (part 0 or 1) of local chunk c inside a packed key/value buffer.
+  Tensor kv_part(const Tensor& packed, int c, int part) const;
+  // The blocks of my query chunks against the key/value chunks of rank `src` held in `kv`;
+  // backward: their gradient contributions, accumulated into dq and `dkv` (packed like kv).
+  void forward_blocks(int src, const Tensor& kv);
+  void backward_blocks(int src, const Tensor& kv, const Tensor& dkv);
+  // Global chunk order: a key chunk before the query chunk is a full block, the same chunk the
+  // causal triangle, a later one nothing.
+  enum class Block { none, full, causal };
+  Block block_kind(int q_chunk, int k_chunk) const;
+
+  Backend& be_;
+  Communicator& comm_;
+  CpComm mode_;
+  CpChunks chunks_;
+  AttentionShape local_{}, chunk_{};  // chunk_: seq = one chunk
+  int64_t packed_ = 0;                // floats of one rank's packed keys and values
+  std::vector<Buffer> arena_;
+  Chunk c_[2];
+  Tensor kv_[2], dkv_[2];  // ring buffers (p2p) or gathered [cp * packed] (all_gather)
+  Tensor block_out_, block_lse_;
+  // Posts the next key/value hop: cur to the next rank, next from the previous one.
+  void post_hop(const Tensor& cur, Tensor next);
+  // Drives the posted hop's progress between blocks and notes when it completed.
+  void poll();
+  // Waits for the posted hop (if any) and books its overlap; `computed` is when the blocks
+  // of this step ended.
+  void finish_hop(double computed);
+  std::unique_ptr<CommRequest> sent_, got_;
+  double posted_at_ = 0, done_at_ = 0;
+  double exposed_s_ = 0, ring_s_ = 0, hop_s_ = 0, hidden_s_ = 0;
+  size_t bytes_ = 0;
+};
+
+}  // namespace llmrun
