@@ -68,6 +68,9 @@ void read_finetune(const MapReader& top, Locator& loc, const std::filesystem::pa
   }
   if (r.model_from.empty())
     loc.fail("finetune", "needs model.from (the Hugging Face model whose weights LoRA adapts)");
+  if (r.model.moe.experts > 0)
+    loc.fail("finetune", "LoRA adapts dense models only (this model has " +
+                             std::to_string(r.model.moe.experts) + " experts per MoE layer)");
   if (r.precision.fp8.enabled)
     loc.fail("finetune", "LoRA runs its linears in fp32 or bf16: set precision.fp8.enabled: false");
 }
