@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ckpt/gguf_model.h"
+#include "ckpt/lora_merge.h"
 #include "cli/commands.h"
 #include "util/error.h"
 
@@ -15,9 +16,23 @@ struct ConvertArgs {
   std::string dtype = "fp32";
   std::string max_shard_size = "2GB";
   std::string quantize = "f16";
+  std::string merge_lora, base;  // --merge-lora ADAPTER --base HF_DIR --to hf OUT
 };
 
 int convert(const ConvertArgs& a) {
+  if (!a.merge_lora.empty() || !a.base.empty()) {
+    // One positional: the output dir.
+    if (a.merge_lora.empty() || a.base.empty() || a.to != "hf" || a.input.empty() ||
+        !a.output.empty())
+      throw UserError("convert: --merge-lora ADAPTER --base HF_DIR --to hf OUT (all four)");
+    const DType dtype = a.dtype == "bf16"   ? DType::bf16
+                        : a.dtype == "fp16" ? DType::f16
+                                            : DType::f32;
+    merge_lora_adapter(a.merge_lora, a.base, a.input, dtype);
+    return 0;
+  }
+  if (a.input.empty() || a.output.empty())
+    throw UserError("convert: INPUT and OUTPUT are required");
   if (a.to == "gguf") {
     hf_to_gguf(a.input, a.output, parse_gguf_quant(a.quantize));
   } else if (a.to == "hf" && is_gguf_file(a.input)) {
@@ -44,14 +59,15 @@ Command add_convert_command(CLI::App& root) {
                           "dir to a GGUF file (--to gguf) or a GGUF file back (--to hf)");
   app->add_option("input", args->input,
                   "Checkpoint dir or step dir, or a GGUF file (--to hf); Hugging Face model dir "
-                  "(--to checkpoint, --to gguf)")
-      ->required();
+                  "(--to checkpoint, --to gguf); with --merge-lora the output dir");
   app->add_option("--to", args->to, "Output kind")
       ->required()
       ->check(CLI::IsMember({"hf", "checkpoint", "gguf"}));
   app->add_option("output", args->output,
-                  "Directory (or .gguf file) to write (replaced atomically)")
-      ->required();
+                  "Directory (or .gguf file) to write (replaced atomically)");
+  app->add_option("--merge-lora", args->merge_lora,
+                  "PEFT LoRA adapter dir to merge into --base (writes a Hugging Face model dir)");
+  app->add_option("--base", args->base, "Hugging Face model dir the adapter was trained on");
   app->add_option("--dtype", args->dtype, "Weight dtype of a Hugging Face export")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app->add_option("--quantize", args->quantize,

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "comm/launcher.h"
 #include "plan/from_recipe.h"
+#include "plan/lora_memory.h"
 #include "plan/memory_budget.h"
 #include "plan/plan_report.h"
 #include "recipe/recipe.h"
@@ -117,6 +118,7 @@ Command add_plan_command(CLI::App& root) {
         const Plan p = make_plan(r.source, training_shape(r), training_layout(r),
                                  assumptions(*a, r.launch.nproc), r.memory.budget_bytes);
         std::fputs(plan_text(p).c_str(), stdout);
+        std::fputs(lora_memory_text(r).c_str(), stdout);
         std::fflush(stdout);
         write_json(a->json_out, plan_json(p));
         check_recipe_memory_budget(r);  // the refusal llmrun train would give

@@ -33,8 +33,9 @@ class Topology {
   Communicator& dp_cp() const { return *dp_cp_; }  // the gradient reduction group
   int rank() const { return world_->rank(); }
   bool is_logger() const { return world_->rank() == 0; }  // prints progress, writes metrics
-  // Replaces the tp, pp, dp, cp and dp_cp communicators (in that order, on every rank) by wrap(group):
-  // device collectives over NCCL (comm/collective_transport.h). The world stays as it is.
+  // Replaces the tp, pp, dp, cp and dp_cp communicators (in that order, on every rank) by
+  // wrap(group): device collectives over NCCL (comm/collective_transport.h). The world stays as it
+  // is.
   void wrap_groups(
       const std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator>)>& wrap);
 

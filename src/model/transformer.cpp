@@ -404,7 +404,7 @@ double Transformer::backward_chunk(int slot, const int32_t* targets, const Tenso
     release(l + 1, P::backward);
   }
 
-  if (starts_model(m)) {
+  if (starts_model(m) && !frozen_base_) {
     if (!head_reads_table()) acquire(0, P::backward);
     if (!tp_active()) {
       be_.embedding_bwd(grads_.tensor(0, 0), d_resid_, m.ids);

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "model/bucket_store.h"
 #include "model/recompute.h"
+#include "model/trainable.h"
 #include "model/transformer_block.h"
 
 namespace llmrun {
@@ -47,11 +48,14 @@ struct ModelParallel {
   Communicator* pp = nullptr;  // pipeline group: ties the first and last stage's token tables
 };
 
-class Transformer {
+class Transformer : public TrainableParams {
  public:
   Transformer(Backend& backend, const ModelConfig& cfg, const StoreOptions& stores = {},
               const ModelParallel& parallel = {});
-  void set_hooks(BucketHooks* hooks) { hooks_ = hooks; }
+  void set_hooks(BucketHooks* hooks) override { hooks_ = hooks; }
+  // LoRA: the base is frozen, so its backward computes no embedding gradient (linears' weight
+  // gradients are the linear runner's to skip).
+  void set_frozen_base(bool frozen) { frozen_base_ = frozen; }
   // Runs the training path's linear GEMMs (blocks and LM head) through `runner` (an FP8
   // recipe); null: plain fp32. Generation and serving always run fp32.
   void set_linear_runner(LinearRunner* runner) { linear_ = runner; }
@@ -68,10 +72,10 @@ class Transformer {
 
   const ModelConfig& config() const { return cfg_; }
   const ModelShard& shard() const { return shard_; }
-  const std::vector<BucketLayout>& layout() const { return layout_; }
-  BucketStore& params() { return params_; }
-  BucketStore& grads() { return grads_; }
-  Backend& backend() { return be_; }
+  const std::vector<BucketLayout>& layout() const override { return layout_; }
+  BucketStore& params() override { return params_; }
+  BucketStore& grads() override { return grads_; }
+  Backend& backend() override { return be_; }
 
   // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2 layers)), norms 1,
   // biases 0. Deterministic in `seed` whatever the thread count, and whatever the layout: a
@@ -81,7 +85,7 @@ class Transformer {
   // Sums, over the tensor-parallel group, the gradients of bucket b's tensors that each rank
   // only computes part of (TensorShard::grad_partial). Called once a bucket's gradient is
   // complete, before it is reduced across data-parallel ranks.
-  void reduce_partial_grads(int bucket);
+  void reduce_partial_grads(int bucket) override;
 
   // Training forward over tokens [batch, seq] (host memory); logits() holds the result.
   void forward(const int32_t* tokens, int batch, int seq);
@@ -129,8 +133,8 @@ class Transformer {
   // With tied embeddings split over pipeline stages, the first stage's token table and the
   // last stage's copy of it get the sum of both gradients (a pipeline-group exchange); the
   // optimizer then updates both alike. True for the bucket that needs it on this rank.
-  bool tied_across_stages(int bucket) const;
-  void sync_tied_grads(int bucket);
+  bool tied_across_stages(int bucket) const override;
+  void sync_tied_grads(int bucket) override;
 
   // Mixture of experts: the router statistics of the training forwards since the last call.
   MoeStats take_moe_stats() { return std::exchange(moe_stats_, MoeStats{}); }
@@ -192,6 +196,7 @@ class Transformer {
   BucketHooks* hooks_ = nullptr;
   Recompute recompute_ = Recompute::none;
   LinearRunner* linear_ = nullptr;
+  bool frozen_base_ = false;
   MoeStats moe_stats_;
   LinearRunner* inference_ = nullptr;
   LinearRunner& inference_runner() { return inference_ ? *inference_ : inference_linear(); }

@@ -11,6 +11,7 @@
 #include "data/data_config.h"
 #include "fp8/fp8_config.h"
 #include "model/config.h"
+#include "model/lora_config.h"
 #include "parallel/memory_config.h"
 #include "parallel/parallel_config.h"
 #include "recipe/train_section.h"
@@ -59,6 +60,7 @@ struct Recipe {
   ParallelSection parallel;
   LaunchSection launch;
   MemorySection memory;
+  LoraSection finetune;  // finetune: LoRA adapters over a frozen model.from
 
   // Micro-batches each data-parallel rank runs per optimizer step.
   int grad_accum_steps() const { return train.global_batch / (train.micro_batch * parallel.dp); }

@@ -195,6 +195,13 @@ void describe_ranks(std::ostream& o, const Recipe& r) {
   for (size_t i = 0; i < r.launch.mpirun_args.size(); ++i)
     o << (i ? ", " : "") << str(r.launch.mpirun_args[i]);
   o << "]\n";
+  if (r.finetune.enabled) {
+    const LoraSection& f = r.finetune;
+    o << "finetune:\n  method: lora\n  rank: " << f.rank << "\n  alpha: " << num(f.alpha)
+      << "\n  dropout: " << num(f.dropout) << "\n  targets: [";
+    for (size_t i = 0; i < f.targets.size(); ++i) o << (i ? ", " : "") << f.targets[i];
+    o << "]\n  base_dtype: " << f.base_dtype << "\n  init_adapter: " << str(f.init_adapter) << "\n";
+  }
 }
 
 void describe_derived(std::ostream& o, const Recipe& r) {

@@ -92,6 +92,10 @@ void read_moe(const MapReader& model, Locator& loc, ModelConfig& c, bool from_hf
 // precision.fp8 (recipe_fp8.cpp), from the precision section's reader.
 void read_fp8(const MapReader& precision, Locator& loc, Fp8Section& fp8);
 
+// The finetune section (recipe_finetune.cpp); needs the model read first.
+void read_finetune(const MapReader& top, Locator& loc, const std::filesystem::path& base,
+                   Recipe& r);
+
 // Range, cross-field and filesystem checks on a fully read recipe (recipe_validate.cpp).
 void validate_recipe(const Recipe& r, const Locator& loc);
 

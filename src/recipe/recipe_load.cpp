@@ -338,7 +338,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   apply_overrides(root, overrides, loc);
   const MapReader top(root, "", loc,
                       {"model", "data", "train", "precision", "checkpoint", "logging", "parallel",
-                       "launch", "memory"});
+                       "launch", "memory", "finetune"});
   if (!top.has("model")) loc.fail("model", "missing (required)");
   if (!top.has("data")) loc.fail("data", "missing (required)");
   Recipe r;
@@ -357,6 +357,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   read_train(top.node("train"), loc, r.train);
   read_rest(top, loc, base, r);
   recipe_detail::read_parallel(top, loc, base, r);
+  recipe_detail::read_finetune(top, loc, base, r);
   recipe_detail::validate_recipe(r, loc);
   return r;
 }

@@ -32,9 +32,10 @@ std::pair<int64_t, int64_t> part_of(const ParamSpec& spec,
 
 }  // namespace
 
-RunCheckpoints::RunCheckpoints(const Recipe& r, Transformer& model, ZeroOptimizer& opt,
-                               TrainingData& data, const Tokenizer& tok, const Topology& topo)
-    : r_(r), model_(model), opt_(opt), data_(data), tok_(tok), topo_(topo) {}
+RunCheckpoints::RunCheckpoints(const Recipe& r, TrainableParams& model, const ModelConfig& cfg,
+                               ZeroOptimizer& opt, TrainingData& data, const Tokenizer& tok,
+                               const Topology& topo)
+    : r_(r), model_(model), cfg_(cfg), opt_(opt), data_(data), tok_(tok), topo_(topo) {}
 
 int64_t RunCheckpoints::resume() {
   const std::string& mode = r_.checkpoint.resume;
@@ -178,7 +179,7 @@ void RunCheckpoints::save(int64_t step) {
   shard.exp_avg = state_source(State::exp_avg);
   shard.exp_avg_sq = state_source(State::exp_avg_sq);
   last_dir_ = save_training_checkpoint(r_.checkpoint.dir, r_.checkpoint.keep, state_at(step), shard,
-                                       tok_, model_.config(), topo_.world());
+                                       tok_, cfg_, topo_.world());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (topo_.is_logger()) spdlog::info("checkpoint {} ({:.2f} s)", last_dir_.string(), s);
 }
@@ -239,7 +240,7 @@ void RunCheckpoints::finish_pending() {
   const std::unique_ptr<Background> bg = std::move(background_);
   bg->writing
       .wait();  // write_checkpoint_shard records its errors: finish reports them on every rank
-  last_dir_ = finish_training_checkpoint(*bg->checkpoint, tok_, model_.config(), topo_.world());
+  last_dir_ = finish_training_checkpoint(*bg->checkpoint, tok_, cfg_, topo_.world());
   const double s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - bg->started).count();
   if (topo_.is_logger())

@@ -23,8 +23,10 @@ namespace llmrun {
 
 class RunCheckpoints {
  public:
-  RunCheckpoints(const Recipe& r, Transformer& model, ZeroOptimizer& opt, TrainingData& data,
-                 const Tokenizer& tok, const Topology& topo);
+  // `model` is what the optimizer trains (the Transformer, or LoRA's adapters), `cfg` the model's.
+  RunCheckpoints(const Recipe& r, TrainableParams& model, const ModelConfig& cfg,
+                 ZeroOptimizer& opt, TrainingData& data, const Tokenizer& tok,
+                 const Topology& topo);
 
   // Restores the state checkpoint.resume selects (auto: DIR/latest if any; never: none;
   // else that path) and returns the optimizer steps already taken (0 for a fresh start).
@@ -63,7 +65,8 @@ class RunCheckpoints {
   };
   void save_in_background(int64_t step, std::vector<CheckpointShard::Range> ranges);
   const Recipe& r_;
-  Transformer& model_;
+  TrainableParams& model_;
+  ModelConfig cfg_;
   ZeroOptimizer& opt_;
   TrainingData& data_;
   const Tokenizer& tok_;

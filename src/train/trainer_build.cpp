@@ -4,6 +4,7 @@
 #include "backend/backend_factory.h"
 #include "ckpt/hf_weight_files.h"
 #include "ckpt/hf_weights.h"
+#include "ckpt/peft_adapter.h"
 #include "comm/collective_transport.h"
 #include "parallel/model_partition.h"
 #include "train/training_run.h"
@@ -77,19 +78,39 @@ void TrainingRun::build_model() {
   const ModelParallel parallel{
       model_shard(r.parallel, r.model.layers, topo.tp().rank(), topo.pp().rank()), tp_timed.get(),
       &topo.pp()};
-  model = std::make_unique<Transformer>(
-      *backend, r.model,
-      ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp * r.parallel.cp), parallel);
+  const StoreOptions stores =
+      ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp * r.parallel.cp);
+  // LoRA: the base is frozen and whole on every data-parallel rank, with no gradients.
+  const StoreOptions base_stores = r.finetune.enabled ? StoreOptions{1, true, false} : stores;
+  model = std::make_unique<Transformer>(*backend, r.model, base_stores, parallel);
   // Context parallelism: ring attention, real token positions; gradients reduce over dp x cp.
   model->set_distributed_attention(context_parallel.get());
   model->set_recompute(r.memory.recompute);
-  model->init_weights(r.train.seed);
+  if (!r.finetune.enabled) model->init_weights(r.train.seed);
   if (!r.model_from.empty()) {
     const HfWeightFiles weights(r.model_from);
     check_weights_explained(weights, r.model);
     import_hf_tensors(*backend, model->params(), weights, topo.world().rank() == 0);
     spdlog::info("initialised from {}", r.model_from);
   }
+  if (r.finetune.enabled) build_adapters(stores);
+}
+
+// finetune: lora: the adapters over the frozen base, fresh or from finetune.init_adapter.
+void TrainingRun::build_adapters(const StoreOptions& stores) {
+  const Recipe& r = recipe;
+  set_allocation_phase("the LoRA adapters");
+  lora = std::make_unique<LoraAdapters>(*model, r.finetune, stores, tp_timed.get());
+  lora->init_weights(r.train.seed);
+  if (!r.finetune.init_adapter.empty()) {
+    load_peft_adapter(*backend, lora->params(), r.finetune.init_adapter, r.finetune);
+    spdlog::info("adapters initialised from {}", r.finetune.init_adapter);
+  }
+  std::string targets;
+  for (const std::string& t : r.finetune.targets) targets += (targets.empty() ? "" : ",") + t;
+  spdlog::info(
+      "LoRA rank {} alpha {} on {}: {:.3f}M trainable parameters on this rank, base frozen",
+      r.finetune.rank, r.finetune.alpha, targets, lora->params().numel() / 1e6);
 }
 
 // The optimizer with its offload, checkpoints (and resume), FP8 scaling, metrics and TensorBoard.
@@ -97,14 +118,16 @@ void TrainingRun::build_optimizer() {
   const Recipe& r = recipe;
   const MemorySection& m = r.memory;
   set_allocation_phase("the optimizer state (AdamW moments)");
+  TrainableParams& trained = lora ? static_cast<TrainableParams&>(*lora) : *model;
   opt = std::make_unique<ZeroOptimizer>(
-      *model, topo.dp_cp(), r.parallel.zero,
+      trained, topo.dp_cp(), r.parallel.zero,
       AdamWConfig{float(r.train.beta1), float(r.train.beta2), float(r.train.eps),
                   float(r.train.weight_decay)},
       ShardOffload{m.offload_optimizer, m.nvme_path, m.offload_buffer_mb << 20},
       ShardOffload{m.offload_params, m.nvme_path, m.offload_buffer_mb << 20});
   opt->set_norm_groups({&topo.tp(), &topo.pp()});
-  checkpoints = std::make_unique<RunCheckpoints>(r, *model, *opt, *data, *tokenizer, topo);
+  checkpoints =
+      std::make_unique<RunCheckpoints>(r, trained, r.model, *opt, *data, *tokenizer, topo);
   // precision.fp8: the linears' GEMMs run in (emulated) FP8; scales travel with checkpoints.
   if (r.precision.fp8.enabled) {
     fp8 = std::make_unique<Fp8Linears>(r.precision.fp8, r.model, *backend);

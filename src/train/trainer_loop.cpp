@@ -54,6 +54,8 @@ StepReport run_one_step(TrainingRun& run, int64_t s, Clock::time_point t_start) 
   rep.comm_share = rep.stats.comm_wait_s / rep.step_seconds;
   rep.pipeline_idle = rep.stats.pipeline_idle_s / rep.step_seconds;
   rep.memory = run.opt->memory();
+  // LoRA: the optimizer holds the adapters; the frozen base is held beside them.
+  if (run.lora) rep.memory.params += run.model->params().resident_bytes();
   rep.activation_bytes = run.model->activation_bytes() +
                          (run.pipeline ? run.pipeline->buffer_bytes() : 0) +
                          (run.context_parallel ? run.context_parallel->buffer_bytes() : 0);
@@ -79,7 +81,9 @@ void gather_logged(TrainingRun& run, int64_t s, StepReport& rep) {
 void maybe_validate(TrainingRun& run, int64_t s, ProgressPrinter& progress) {
   const TrainSection& t = run.recipe.train;
   if (!run.validator || !((t.eval_every > 0 && s % t.eval_every == 0) || s == t.steps)) return;
+  if (run.lora) run.lora->set_dropout_active(false);  // evaluation: no dropout, as PEFT's eval()
   const double val = run.validator->loss(*run.model, run.pipeline.get(), run.topo.pp());
+  if (run.lora) run.lora->set_dropout_active(true);
   if (!run.topo.is_logger()) return;
   progress.finish();
   spdlog::info("step {}: val_loss {:.4f} val_ppl {:.2f}", s, val, std::exp(val));

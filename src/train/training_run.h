@@ -15,6 +15,7 @@
 #include "data/tokenizer.h"
 #include "data/training_data.h"
 #include "fp8/fp8_linears.h"
+#include "model/lora.h"
 #include "model/transformer.h"
 #include "parallel/context_parallel.h"
 #include "parallel/pipeline_runner.h"
@@ -50,6 +51,7 @@ struct TrainingRun {
   std::unique_ptr<TimedCommunicator> tp_timed;
   std::unique_ptr<ContextParallel> context_parallel;  // null at cp = 1
   std::unique_ptr<Transformer> model;
+  std::unique_ptr<LoraAdapters> lora;  // finetune: lora; what the optimizer trains then
   std::unique_ptr<ZeroOptimizer> opt;
   std::unique_ptr<RunCheckpoints> checkpoints;
   std::unique_ptr<Fp8Linears> fp8;               // null unless precision.fp8.enabled
@@ -64,6 +66,7 @@ struct TrainingRun {
   void build_world(const LaunchEnvironment& env);
   void build_data();
   void build_model();
+  void build_adapters(const StoreOptions& stores);
   void build_optimizer();
   void build_step();
   void log_start() const;
@@ -74,7 +77,7 @@ struct TrainingRun {
 bool run_training_loop(TrainingRun& run, const TrainingObserver& observer);
 
 // checkpoint.dir/model: a Hugging Face model directory of the trained weights (no-op without
-// checkpoint.dir).
+// checkpoint.dir); under finetune: lora, checkpoint.dir/adapter, a PEFT adapter dir instead.
 void export_trained_model(TrainingRun& run);
 
 }  // namespace llmrun

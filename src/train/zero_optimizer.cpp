@@ -17,7 +17,7 @@ StoreOptions ZeroOptimizer::store_options(int stage, int dp_size) {
   return o;
 }
 
-ZeroOptimizer::ZeroOptimizer(Transformer& model, Communicator& dp, int stage,
+ZeroOptimizer::ZeroOptimizer(TrainableParams& model, Communicator& dp, int stage,
                              const AdamWConfig& cfg, const ShardOffload& optimizer_offload,
                              const ShardOffload& params_offload)
     : model_(model), be_(model.backend()), dp_(dp), stage_(stage), cfg_(cfg) {

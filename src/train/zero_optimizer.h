@@ -35,9 +35,10 @@ struct TrainingMemory {
 
 class ZeroOptimizer final : public BucketHooks {
  public:
-  // The Transformer must have been built with zero_store_options(stage, dp.size()).
+  // `model` (the Transformer, or LoRA adapters) must have been built with
+  // store_options(stage, dp.size()).
   // `params_offload` other than none needs stage 3 (the recipe refuses other stages).
-  ZeroOptimizer(Transformer& model, Communicator& dp, int stage, const AdamWConfig& cfg,
+  ZeroOptimizer(TrainableParams& model, Communicator& dp, int stage, const AdamWConfig& cfg,
                 const ShardOffload& optimizer_offload = {},
                 const ShardOffload& params_offload = {});
   ~ZeroOptimizer() override;
@@ -94,7 +95,7 @@ class ZeroOptimizer final : public BucketHooks {
   // AdamW on elements [begin, begin + params.numel()) of bucket b's shard.
   void adamw_shard(int b, Tensor params, int64_t begin, const Tensor& grads, float lr);
 
-  Transformer& model_;
+  TrainableParams& model_;
   Backend& be_;
   Communicator& dp_;
   int stage_;

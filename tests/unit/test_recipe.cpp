@@ -174,7 +174,7 @@ TEST_F(RecipeTest, UnknownTopLevelKey) {
   const std::string e = error_of(kGpt2 + "trian:\n  steps: 3\n");
   EXPECT_HAS(e, at(9, 1) +
                     "trian: unknown key (expected one of: model, data, train, precision, "
-                    "checkpoint, logging, parallel, launch, memory)");
+                    "checkpoint, logging, parallel, launch, memory");
 }
 
 TEST_F(RecipeTest, UnknownNestedKey) {
