@@ -30,7 +30,8 @@ Topology Topology::build(std::unique_ptr<Communicator> world, const ParallelLayo
   t.cp_ = split_mpi(*world, tp_rank + tp * (pp_rank + pp * dp_rank), cp_rank, "cp");
   t.pp_ = split_mpi(*world, tp_rank + tp * (cp_rank + cp * dp_rank), pp_rank, "pp");
   t.dp_ = split_mpi(*world, tp_rank + tp * (cp_rank + cp * pp_rank), dp_rank, "dp");
-  t.dp_cp_ = split_mpi(*world, tp_rank + tp * pp_rank, cp_rank + cp * dp_rank, "dp_cp");
+  t.dp_cp_ = split_mpi(*world, tp_rank + tp * pp_rank, cp_rank + cp * dp_rank,
+                       cp > 1 ? "dp_cp" : "dp");  // named as users know it without cp
   t.world_ = std::move(world);
   return t;
 }

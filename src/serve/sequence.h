@@ -9,8 +9,8 @@
 #include "serve/kv_block_manager.h"
 #include "serve/request.h"
 #include "serve/sampler.h"
-#include "serve/structured/token_mask.h"
 #include "serve/speculative/speculative.h"
+#include "serve/structured/token_mask.h"
 #include "serve/text_stream.h"
 
 namespace llmrun {
