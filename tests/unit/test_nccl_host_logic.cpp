@@ -147,17 +147,19 @@ TEST(NcclHostLogic, TransportChoice) {
       "ranks 0 and 2 of the group share GPU 0000:17:00.0 (NCCL refuses two ranks on one GPU)");
 }
 
-TEST(NcclHostLogic, TopologyWrapsTheTpPpAndDpGroupsInOrder) {
+TEST(NcclHostLogic, TopologyWrapsEveryGroupButTheWorldInOrder) {
   Topology topo = Topology::single();
   std::vector<std::string> seen;
   topo.wrap_groups([&](std::unique_ptr<Communicator> g) {
     seen.push_back(g->name());
     return make_self_communicator(g->name() + "'");
   });
-  EXPECT_EQ(seen, (std::vector<std::string>{"tp", "pp", "dp"}));
+  EXPECT_EQ(seen, (std::vector<std::string>{"tp", "pp", "dp", "cp", "dp_cp"}));
   EXPECT_EQ(topo.tp().name(), "tp'");
   EXPECT_EQ(topo.pp().name(), "pp'");
   EXPECT_EQ(topo.dp().name(), "dp'");
+  EXPECT_EQ(topo.cp().name(), "cp'");
+  EXPECT_EQ(topo.dp_cp().name(), "dp_cp'");
   EXPECT_EQ(topo.world().name(), "world");
 }
 
