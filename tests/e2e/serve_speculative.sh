@@ -66,9 +66,13 @@ PY
   echo "$m" | grep -qE '^llmrun:num_preemptions_total [1-9]' || { echo "$m" | grep preempt; fail "$what: the pool was meant to force preemption"; }
   echo "$m" | grep -q '^llmrun:kv_cache_blocks_used 0$' || { echo "$m" | grep kv_cache; fail "$what: KV blocks still in use"; }
   echo "$m" | grep -qE '^llmrun:spec_decode_num_drafts_total [1-9]' || fail "$what: nothing proposed"
-  echo "$m" | grep -qE '^llmrun:spec_decode_num_accepted_tokens_total [1-9]' || fail "$what: no proposal accepted"
-  echo "$m" | grep -qE '^llmrun:spec_decode_num_accepted_tokens_per_pos_total\{position="0"\} [1-9]' || fail "$what: per-position counter"
-  echo "$m" | grep -qE '^llmrun:spec_decode_draft_acceptance_rate 0\.[0-9]+|^llmrun:spec_decode_draft_acceptance_rate 1$' || fail "$what: acceptance rate"
+  # An unrelated random draft may see none of its guesses accepted, depending on which steps
+  # the back-off lets it propose on; the others always have some.
+  if [ "$what" != "draft (other)" ]; then
+    echo "$m" | grep -qE '^llmrun:spec_decode_num_accepted_tokens_total [1-9]' || fail "$what: no proposal accepted"
+    echo "$m" | grep -qE '^llmrun:spec_decode_num_accepted_tokens_per_pos_total\{position="0"\} [1-9]' || fail "$what: per-position counter"
+    echo "$m" | grep -qE '^llmrun:spec_decode_draft_acceptance_rate 0\.[0-9]+|^llmrun:spec_decode_draft_acceptance_rate 1$' || fail "$what: acceptance rate"
+  fi
   echo "$m" | grep -qE '^llmrun:spec_decode_mean_acceptance_length [1-9]' || fail "$what: mean acceptance length"
   stop_server
 }
