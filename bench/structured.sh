@@ -3,7 +3,8 @@
 # decode step on GPT-2's 50257-token vocabulary (first request of a schema and later ones),
 # and TPOT through `llmrun serve` with and without a schema at concurrency 1 and 32 on a
 # GPT-2-124M-shaped random-weight model carrying GPT-2's real tokenizer.
-# usage: bench/structured.sh BUILD_DIR [serve]   (prints JSON; see bench/RESULTS.md)
+# usage: bench/structured.sh BUILD_DIR [serve [PAIRS_AT_C1 WAVES_AT_C32 MAX_TOKENS]]
+#   (prints JSON; see bench/RESULTS.md; bench/structured_tpot.cjs says how TPOT is paired)
 set -euo pipefail
 BUILD=$(realpath "$1"); SRC=$(cd "$(dirname "$0")/.." && pwd)
 W=/tmp/llmrun-bench-structured; mkdir -p "$W"
@@ -27,5 +28,5 @@ cp "$TJ" "$M/tokenizer.json"
 PID=$!; trap 'kill $PID 2>/dev/null || true' EXIT
 for _ in $(seq 300); do PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$W/server.log" | grep -o '[0-9]*$' || true); [ -n "$PORT" ] && break; sleep 0.2; done
 [ -n "$PORT" ] || { cat "$W/server.log"; exit 1; }
-OMP_WAIT_POLICY=PASSIVE node "$SRC/bench/structured_tpot.cjs" "$PORT"
+OMP_WAIT_POLICY=PASSIVE node "$SRC/bench/structured_tpot.cjs" "$PORT" "${3:-8}" "${4:-2}" "${5:-32}"
 echo "{\"load_after\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}"

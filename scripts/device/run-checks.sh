@@ -211,6 +211,58 @@ if wanted ranks_share_gpu; then
   fi
 fi
 
+# --- fused GEMM epilogues, device sampling, pipeline over NCCL, hidden communication ---------
+# The cuBLASLt GELU_AUX_BIAS / DGELU epilogues against naive math, and the device sampler
+# against the host math TokenSampler uses (the same uniforms must give the same tokens).
+if wanted gelu_epilogue_and_sampler; then
+  if [ $gpu_ok = 0 ]; then record gelu_epilogue_and_sampler "$GPU_WHY" ""
+  else
+    (cd "$WORK" && "$BIN/llmrun_unit_tests" --gtest_filter='Conformance.MatmulGeluEpiloguesMatchNaive/cuda:CudaSampling*:SamplingMath*' >"$RES/gelu_epilogue_and_sampler.log" 2>&1)
+    rc=$?
+    skip=$(grep -m1 -oE 'SKIPPED: .*' "$RES/gelu_epilogue_and_sampler.log")
+    if [ $rc -ne 0 ]; then record gelu_epilogue_and_sampler FAIL "$(grep -m1 -E '^\[  FAILED' "$RES/gelu_epilogue_and_sampler.log")"
+    elif [ -n "$skip" ]; then record gelu_epilogue_and_sampler "$skip" ""
+    else record gelu_epilogue_and_sampler PASS "$(grep -oE '^\[  PASSED  \] [0-9]+' "$RES/gelu_epilogue_and_sampler.log" | grep -oE '[0-9]+$') tests"; fi
+  fi
+fi
+# pp2 on one card (ranks share it: MPI with host staging, chosen by itself) and, with two or
+# more GPUs, pp2 over NCCL (each directed ring edge its own two-rank communicator): both must
+# reproduce the one-rank GPU loss curve (fp32: 1e-5 relative).
+for name in pp2_share_gpu pp2_nccl; do
+  wanted "$name" || continue
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  if [ $gpu_ok = 0 ]; then record "$name" "$GPU_WHY" ""; continue; fi
+  if ! command -v mpirun >/dev/null 2>&1; then record "$name" "SKIPPED: no mpirun on this machine (the bundle carries none)" ""; continue; fi
+  if [ $name = pp2_nccl ] && [ "${gpus:-0}" -lt 2 ]; then record "$name" "SKIPPED: needs 2 GPUs (this machine has ${gpus:-0}); NCCL refuses two ranks on one GPU" ""; continue; fi
+  [ -f "$WORK/dp1-cuda.jsonl" ] || train dp1-cuda "$RECIPES/demo.yaml" cuda fp32 20 ||
+    { record "$name" FAIL "1-rank cuda run failed: $(tail -n 1 "$RES/train-dp1-cuda.log")"; continue; }
+  # Sharing: both ranks see the same one card.
+  if [ $name = pp2_share_gpu ]; then
+    CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} train $name "$RECIPES/demo.yaml" cuda fp32 20 --nproc 2 --set parallel.pp=2
+  else
+    train $name "$RECIPES/demo.yaml" cuda fp32 20 --nproc 2 --set parallel.pp=2
+  fi
+  if [ $? -ne 0 ]; then
+    record "$name" FAIL "2-rank pp run failed: $(tail -n 1 "$RES/train-$name.log")"; continue
+  fi
+  how=$(grep -m1 -oE 'pp group \(2 ranks\): [^(]*' "$RES/train-$name.log")
+  $CHECKS_PY parity "$WORK/$name.jsonl" "$WORK/dp1-cuda.jsonl" --tol 1e-5 --after 0 --steps 20 >"$WORK/p.json"
+  rc=$?
+  fig="$how; $(py_field "$WORK/p.json" "f\"max rel loss diff {j['max_rel_diff']:.2e}\"")"
+  want_how="host staging"; [ $name = pp2_nccl ] && want_how="NCCL"
+  if [ $rc -eq 0 ] && [[ $how == *"$want_how"* ]]; then record "$name" PASS "$fig"; else record "$name" FAIL "$fig"; fi
+done
+# bench train at dp1 and dp2 on one card (shared, so overhead, not scaling): the communication
+# share of the step and the share of the gradient reductions hidden behind the backward.
+if wanted bench_train_overlap; then
+  if [ $gpu_ok = 0 ]; then record bench_train_overlap "$GPU_WHY" ""
+  elif ! command -v mpirun >/dev/null 2>&1; then record bench_train_overlap "SKIPPED: no mpirun on this machine (the bundle carries none)" ""
+  elif "$LLMRUN" bench train "$RECIPES/llama-small.yaml" $(backend_set cuda) --set data.train="$DATA" --nproc 2 \
+      --set parallel.dp=2 --steps 10 --warmup 2 --json "$RES/bench_train_overlap.json" >"$RES/bench_train_overlap.log" 2>&1; then
+    record bench_train_overlap PASS "$("$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); o=j['overlap']; b=j['breakdown_s']; print(f\"dp2: {j['tokens_per_s']['median']:,.0f} tokens/s, comm wait {100*b['comm_wait']/j['step_s']['mean']:.1f}% of the step, gradient reductions {100*o['hidden_share']:.1f}% hidden ({o['hidden_s']:.4f} of {o['comm_s']:.4f} s)\")" "$RES/bench_train_overlap.json")"
+  else record bench_train_overlap FAIL "exit $?: $(tail -n 1 "$RES/bench_train_overlap.log")"; fi
+fi
+
 # --- benchmarks ---------------------------------------------------------------------------
 # On a GPU: GPT-2 124M at seq 1024 on CUDA (bf16) next to PyTorch's peers. Without one, the
 # same commands run on the CPU at the demo recipe's size, so the plumbing is exercised.

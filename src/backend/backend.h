@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/rope_frequencies.h"
 #include "tensor/tensor.h"
@@ -67,6 +68,37 @@ class Backend {
   }
   // out[cols] (+)= sum over rows of x[rows, cols]: bias gradients.
   virtual void sum_rows(Tensor out, const Tensor& x, bool accumulate) = 0;
+  // GPT-2's MLP up-projection with its GELU fused (a device backend does it in the GEMM's
+  // epilogue): pre[M,N] = x[M,K] W[N,K]^T (+ bias[N]), kept for backward, and act = gelu(pre).
+  // The default is exactly matmul then gelu_fwd.
+  virtual void matmul_bias_gelu(Tensor pre, Tensor act, const Tensor& x, const Tensor& W,
+                                const Tensor* bias) {
+    matmul(pre, x, W, false, true, 1.0f, 0.0f, bias);
+    gelu_fwd(act, pre);
+  }
+  // Sampling where the logits are, so decoding reads back one token id per row instead of the
+  // vocabulary's logits. Row r of logits [rows, vocab] draws with rows[r] (temperature > 0;
+  // `u` is the host generator's uniform for that row) exactly as serve's TokenSampler walks a
+  // sorted row; ids: i32 [rows] on this backend. Returns false, touching nothing, on a backend
+  // that leaves sampling to the host (the CPU: the logits are already there); a call with no
+  // rows (and empty tensors) only asks which it is.
+  struct RowSample {
+    float temperature = 1.0f;
+    int top_k = 0;
+    float top_p = 1.0f, min_p = 0.0f;
+    double u = 0;
+  };
+  virtual bool sample_rows(Tensor /*ids*/, const Tensor& /*logits*/,
+                           const std::vector<RowSample>& /*rows*/) {
+    return false;
+  }
+  // The down-projection's input gradient through the GELU: dx[M,F] = (dy[M,N] W[N,F]) *
+  // gelu'(pre[M,F]) (a device backend fuses the derivative into the GEMM's epilogue). The
+  // default is exactly matmul into dx then gelu_bwd in place.
+  virtual void matmul_dgelu(Tensor dx, const Tensor& dy, const Tensor& W, const Tensor& pre) {
+    matmul(dx, dy, W, false, false);
+    gelu_bwd(dx, dx, pre);
+  }
 
   // --- elementwise ------------------------------------------------------------
   virtual void add(Tensor out, const Tensor& a, const Tensor& b) = 0;  // may alias

@@ -24,6 +24,8 @@ enum RankField {
   f_optimizer,
   f_comm_wait,
   f_pipeline_idle,
+  f_grad_reduce,  // gradient reductions in flight, and the part hidden behind compute
+  f_grad_hidden,
   f_mem_params,
   f_mem_grads,
   f_mem_optimizer,
@@ -34,9 +36,10 @@ enum RankField {
 };
 
 const char* const kRankFieldNames[f_count] = {
-    "tokens_per_s",  "step_s_median", "step_s_mean",     "forward_s",  "backward_s",
-    "optimizer_s",   "comm_wait_s",   "pipeline_idle_s", "mem_params", "mem_grads",
-    "mem_optimizer", "mem_buffers",   "mem_activations", "peak_rss"};
+    "tokens_per_s",  "step_s_median",        "step_s_mean",     "forward_s",
+    "backward_s",    "optimizer_s",          "comm_wait_s",     "pipeline_idle_s",
+    "grad_reduce_s", "grad_reduce_hidden_s", "mem_params",      "mem_grads",
+    "mem_optimizer", "mem_buffers",          "mem_activations", "peak_rss"};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -76,6 +79,9 @@ std::vector<double> summarise_rank(const std::vector<StepReport>& measured,
   out[f_optimizer] = mean(column([](const StepReport& r) { return r.stats.optimizer_s; }));
   out[f_comm_wait] = mean(column([](const StepReport& r) { return r.stats.comm_wait_s; }));
   out[f_pipeline_idle] = mean(column([](const StepReport& r) { return r.stats.pipeline_idle_s; }));
+  out[f_grad_reduce] = mean(column([](const StepReport& r) { return r.stats.grad_reduce_s; }));
+  out[f_grad_hidden] =
+      mean(column([](const StepReport& r) { return r.stats.grad_reduce_hidden_s; }));
   const StepReport& last = measured.back();
   out[f_mem_params] = double(last.memory.params);
   out[f_mem_grads] = double(last.memory.grads);
@@ -93,6 +99,19 @@ std::vector<double> gather_ranks(Communicator& world, const std::vector<double>&
   world.all_gather(Tensor(const_cast<double*>(mine.data()), DType::i32, {words}),
                    Tensor(all.data(), DType::i32, {words * world.size()}));
   return all;
+}
+
+nlohmann::json overlap_json(const std::vector<double>& all, int world) {
+  double flight = 0, hidden = 0;
+  for (int k = 0; k < world; ++k) {
+    flight += all[size_t(k) * f_count + f_grad_reduce];
+    hidden += all[size_t(k) * f_count + f_grad_hidden];
+  }
+  return {{"what", "data-parallel gradient reductions, per step, all ranks"},
+          {"comm_s", flight},
+          {"hidden_s", hidden},
+          {"exposed_s", flight - hidden},
+          {"hidden_share", flight > 0 ? hidden / flight : 0.0}};
 }
 
 }  // namespace
@@ -188,6 +207,9 @@ nlohmann::json run_train_bench(Recipe r, const LaunchEnvironment& env, const Tra
           {"pipeline_idle", r0[f_pipeline_idle]},
           {"other", r0[f_step_mean] - r0[f_forward] - r0[f_backward] - r0[f_optimizer] -
                         r0[f_comm_wait] - r0[f_pipeline_idle]}}},
+        // Communication hidden behind compute: the data-parallel gradient reductions (bucket by
+        // bucket, posted as each bucket's backward ends), summed over the ranks.
+        {"overlap", overlap_json(all, world)},
         {"per_rank", ranks},
         {"load_average", {{"before", load_before}, {"after", load_average()}}},
     };
@@ -237,6 +259,13 @@ std::string format_train_bench(const nlohmann::json& r) {
     const double v = r["breakdown_s"][part].get<double>();
     line("  %-26s %12.4f s  %5.1f%%\n", part, v, 100 * v / step);
   }
+  const auto& ov = r["overlap"];
+  if (ov["comm_s"].get<double>() > 0)
+    line("%-28s %11.1f%%  (%.4f s of %.4f s of gradient reductions per step, all ranks)\n",
+         "communication hidden", 100 * ov["hidden_share"].get<double>(),
+         ov["hidden_s"].get<double>(), ov["comm_s"].get<double>());
+  else
+    line("%-28s %12s  (no data-parallel gradient reduction)\n", "communication hidden", "-");
   s += "\nper rank       tok/s   step s    fwd s    bwd s    opt s   comm s  params MB   grads MB  "
        " optim MB  buffers MB"
        "  activ MB  peak RSS MB\n";

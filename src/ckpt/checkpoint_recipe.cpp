@@ -26,6 +26,7 @@ json model_config_json(const ModelConfig& c) {
     j["rope_scaling"] = rope_scaling_json(c.rope_scaling);
   if (c.qkv_bias) j["qkv_bias"] = true;
   if (c.phi3) j["phi3"] = true;
+  if (c.qk_norm) j["qk_norm"] = true;  // OLMoE
   if (c.moe.enabled()) {
     const MoeConfig& m = c.moe;
     j["moe"] = {{"experts", m.experts},
@@ -120,7 +121,8 @@ ModelConfig model_config_from_json(const json& j, const std::string& where) {
   c.norm_eps = number("norm_eps");
   if (j.contains("rope_scaling"))
     c.rope_scaling = rope_scaling_from_json(j["rope_scaling"], where + ": model");
-  for (auto [key, flag] : {std::pair{"qkv_bias", &c.qkv_bias}, std::pair{"phi3", &c.phi3}}) {
+  for (auto [key, flag] : {std::pair{"qkv_bias", &c.qkv_bias}, std::pair{"phi3", &c.phi3},
+                           std::pair{"qk_norm", &c.qk_norm}}) {
     if (!j.contains(key)) continue;
     if (!j[key].is_boolean()) throw UserError(where + ": model." + key + " must be true or false");
     *flag = j[key].get<bool>();

@@ -12,12 +12,14 @@
 
 #include "backend/backend_factory.h"
 #include "ckpt/gguf_file.h"
+#include "ckpt/gguf_rope_freqs.h"
 #include "ckpt/gguf_tokenizer.h"
 #include "ckpt/hf_weight_files.h"
 #include "ckpt/hf_weights.h"
 #include "model/hf_config.h"
 #include "model/param_layout.h"
 #include "quant/quant_dot.h"
+#include "quant/quantized_embedding.h"
 #include "quant/quantized_linear.h"
 #include "util/error.h"
 #include "util/json_file.h"
@@ -230,6 +232,8 @@ ModelConfig config_from_gguf(const GgufReader& r, std::string& arch) {
                         "\"; llmrun reads none and linear");
       }
     }
+    if (r.find_tensor("rope_freqs.weight"))  // Llama 3.1: llama3 scaling as a factor table
+      c.rope_scaling = read_gguf_rope_freqs(r, p, c.rope_theta, c.head_dim());
     c.tie_embeddings = r.find_tensor("output.weight") == nullptr;
     c.qkv_bias = r.find_tensor("blk.0.attn_q.bias") != nullptr;
   }
@@ -277,10 +281,6 @@ void hf_to_gguf(const fs::path& model_dir, const fs::path& out, GgufQuant q) {
     throw UserError(model_dir.string() + ": not a model directory");
   const ModelConfig cfg = load_model_config(model_dir);
   const std::string arch = arch_of(cfg, model_dir);
-  if (cfg.rope_scaling.type == RopeScaling::Type::llama3)
-    throw UserError(model_dir.string() +
-                    ": Llama 3.1 rope_scaling is not written as GGUF "
-                    "(llama.cpp keeps it as a rope_freqs tensor)");
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model_dir);
   auto weights = std::make_shared<HfWeightFiles>(model_dir);
   check_weights_explained(*weights, cfg);
@@ -321,6 +321,8 @@ void hf_to_gguf(const fs::path& model_dir, const fs::path& out, GgufQuant q) {
       w.set(p + "rope.scaling.type", GgufType::string, "linear");
       w.set(p + "rope.scaling.factor", GgufType::f32, cfg.rope_scaling.factor);
     }
+    if (cfg.rope_scaling.type == RopeScaling::Type::llama3)
+      write_gguf_rope_freqs(w, p, cfg.rope_theta, cfg.head_dim(), cfg.rope_scaling);
     w.set(p + "vocab_size", GgufType::u32, cfg.vocab);
   }
   json tok_cfg;
@@ -384,11 +386,12 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
   const ModelConfig cfg = config_from_gguf(r, arch);
 
   // Every tensor in the file must be one the model uses: an unknown one (a newer
-  // architecture's extra weights, llama 3.1's rope_freqs) would otherwise be silently ignored.
+  // architecture's extra weights) would otherwise be silently ignored.
   std::set<std::string> used;
   const std::vector<BucketLayout> full = model_layout(cfg);
   for (const BucketLayout& b : full)
     for (const ParamSpec& spec : b.params) used.insert(gguf_name(cfg, spec.hf_name));
+  if (cfg.rope_scaling.type == RopeScaling::Type::llama3) used.insert("rope_freqs.weight");
   for (const GgufTensorInfo& t : r.tensors())
     if (!used.count(t.name))
       throw UserError(where + ": tensor " + t.name + " (" + quant::type_name(t.type) +
@@ -453,6 +456,13 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
         }
         sites[{site->layer, int(site->kind)}].push_back({t.type, rows, row, data});
         if (!(cfg.tie_embeddings && g == "token_embd.weight")) continue;  // the table also looks up
+      }
+      if (g == "token_embd.weight" && !dequantize) {
+        // Looked up in its block format: no fp32 copy of the largest matrix stays resident.
+        const quant::QuantTable table{t.type, data, rows, row};
+        m.model->set_embedding_lookup(
+            [table](Tensor out, const Tensor& ids) { quant::embedding_lookup(table, out, ids); });
+        continue;
       }
       host.assign(size_t(spec.numel()), 0.0f);
       std::vector<float> row_buf(static_cast<size_t>(row));

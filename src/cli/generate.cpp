@@ -10,6 +10,7 @@
 #include "cli/backend_option.h"
 #include "cli/commands.h"
 #include "cli/speculative_option.h"
+#include "quant/kv_cache_dtype.h"
 #include "serve/engine.h"
 #include "serve/sampler.h"
 
@@ -24,6 +25,7 @@ struct GenerateArgs {
   BackendOptions backend;
   bool timing = false;
   SpeculativeOptions speculative;
+  std::string kv_dtype;  // empty: f32 in the contiguous cache
 };
 
 using Clock = std::chrono::steady_clock;
@@ -31,9 +33,10 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-// With --speculative the single sequence runs through the serving engine, whose steps verify
-// several proposed tokens at once; the output is printed the way the plain loop prints it.
-void generate_speculative(const GenerateArgs& a, LoadedModel& m, Backend& backend,
+// With --speculative (whose steps verify several proposed tokens at once) or --kv-dtype (whose
+// typed KV storage is the serving engine's paged pool) the single sequence runs through the
+// serving engine; the output is printed the way the plain loop prints it.
+void generate_with_engine(const GenerateArgs& a, LoadedModel& m, Backend& backend,
                           const std::vector<int32_t>& prompt, int budget) {
   EngineConfig ec;
   ec.max_num_seqs = 1;
@@ -42,6 +45,13 @@ void generate_speculative(const GenerateArgs& a, LoadedModel& m, Backend& backen
   ec.num_blocks = (budget + ec.block_size - 1) / ec.block_size + 1;
   ec.prefix_caching = false;
   ec.stop_token_ids = m.eos_token_ids;
+  ec.kv_dtype = quant::parse_kv_dtype(a.kv_dtype.empty() ? "f32" : a.kv_dtype);
+  quant::check_kv_dtype(ec.kv_dtype, m.model->config().head_dim());
+  if (!a.kv_dtype.empty())
+    std::fprintf(stderr, "%s\n",
+                 quant::kv_cache_summary(m.model->config(), ec.kv_dtype,
+                                         int64_t(ec.num_blocks) * ec.block_size)
+                     .c_str());
   LoadedModel draft;
   ec.speculative = make_speculative_config(a.speculative, m, backend, draft);
   GenerationParams gp;
@@ -90,6 +100,7 @@ void generate_speculative(const GenerateArgs& a, LoadedModel& m, Backend& backen
                    "%.1f tokens/s)\n",
                    prompt.size(), prefill_ms, steps, decode_ms, steps > 0 ? decode_ms / steps : 0.0,
                    decode_ms > 0 ? 1000.0 * steps / decode_ms : 0.0);
+      if (!ec.speculative.enabled()) return;
       const int64_t drafts = sm.spec.drafts(), proposed = sm.spec.draft_tokens(),
                     accepted = sm.spec.accepted_tokens();
       std::fprintf(stderr,
@@ -98,6 +109,9 @@ void generate_speculative(const GenerateArgs& a, LoadedModel& m, Backend& backen
                    static_cast<long long>(drafts), static_cast<long long>(accepted),
                    static_cast<long long>(proposed), proposed ? double(accepted) / proposed : 0.0,
                    drafts ? 1.0 + double(accepted) / drafts : 0.0);
+      std::fprintf(stderr, "speculative back-off: %lld steps without proposals, %lld back-offs\n",
+                   static_cast<long long>(sm.spec.skipped_steps()),
+                   static_cast<long long>(sm.spec.backoffs()));
     }
   }
 }
@@ -121,9 +135,9 @@ int generate(const GenerateArgs& a) {
     budget = cfg.seq_len;
   }
 
-  if (parse_spec_method(a.speculative.method) != SpecMethod::none) {
+  if (parse_spec_method(a.speculative.method) != SpecMethod::none || !a.kv_dtype.empty()) {
     std::fputs(a.prompt.c_str(), stdout);
-    generate_speculative(a, m, *backend, prompt, budget);
+    generate_with_engine(a, m, *backend, prompt, budget);
     if (budget < asked)
       std::fprintf(stderr,
                    "note: stopped after at most %d of %d tokens: the model's context length is %d "
@@ -146,7 +160,22 @@ int generate(const GenerateArgs& a) {
   const Tensor argmax_in = sample_vocab < cfg.vocab ? argmax_buf.as(DType::f32, {1, sample_vocab})
                                                     : logits.view({1, cfg.vocab});
   const Tensor argmax_id = argmax_buf.as(DType::i32, {1}, size_t(sample_vocab) * 4);
+  // A device backend samples where the logits are (one id comes back, not the row): the host
+  // generator only draws each step's uniform. A step whose cuts leave one token draws one too,
+  // where the host sampler draws none, so a seed's later tokens may differ from a CPU run's.
+  const Backend::RowSample device_params{a.sampling.temperature, a.sampling.top_k, a.sampling.top_p,
+                                         a.sampling.min_p, 0.0};
+  const bool device_sampling = !greedy && backend->sample_rows(Tensor(), Tensor(), {});
   auto next_token = [&]() -> int32_t {
+    if (!greedy && device_sampling) {
+      if (sample_vocab < cfg.vocab) backend->copy_cols(argmax_in, logits.view({1, cfg.vocab}), 0);
+      Backend::RowSample row = device_params;
+      row.u = a.sampling.top_k == 1 ? 0.0 : sampler.uniform();
+      backend->sample_rows(argmax_id, argmax_in, {row});
+      int32_t id = 0;
+      backend->copy(Tensor(&id, DType::i32, {1}), argmax_id);
+      return id;
+    }
     if (!greedy) {
       backend->copy(Tensor(host.data(), DType::f32, {cfg.vocab}), logits);
       return sampler.sample(host.data(), sample_vocab);
@@ -224,6 +253,9 @@ Command add_generate_command(CLI::App& root) {
   add_backend_options(app, args->backend, /*with_dtype=*/true);
   app->add_flag("--timing", args->timing, "Print prefill and per-token decode time to stderr");
   add_speculative_options(app, args->speculative);
+  app->add_option("--kv-dtype", args->kv_dtype,
+                  "KV cache storage f32, f16, bf16 or q8_0 (runs the paged cache of serve; "
+                  "reduced types: CPU backend)");
   return {app, [args]() { return generate(*args); }};
 }
 

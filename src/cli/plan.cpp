@@ -25,6 +25,7 @@ struct PlanArgs {
   int nproc = 0;
   bool search = false;
   int top = 10;
+  int gpus_per_node = 0;
   double bandwidth = PerfAssumptions{}.bandwidth, tp_bandwidth = PerfAssumptions{}.tp_bandwidth;
 };
 
@@ -34,6 +35,7 @@ PerfAssumptions assumptions(const PlanArgs& a, int ranks) {
   PerfAssumptions p;
   p.bandwidth = a.bandwidth;
   p.tp_bandwidth = a.tp_bandwidth;
+  p.gpus_per_node = a.gpus_per_node;
   if (!a.peak_flops.empty()) {
     char* end = nullptr;
     p.peak_flops = std::strtod(a.peak_flops.c_str(), &end);
@@ -85,6 +87,10 @@ Command add_plan_command(CLI::App& root) {
       ->check(CLI::PositiveNumber);
   app->add_option("--tp-bw", a->tp_bandwidth,
                   "Bytes/s a rank sends inside its tensor-parallel group (default 150e9)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--gpus-per-node", a->gpus_per_node,
+                  "Ranks per node: cp, pp and dp groups inside one node use the --tp-bw link, "
+                  "only groups that span nodes use --bw (default: every such group uses --bw)")
       ->check(CLI::PositiveNumber);
   app->add_option("--json", a->json_out, "Also write the plan as JSON here");
   return {

@@ -1,3 +1,5 @@
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <memory>
@@ -9,6 +11,7 @@
 #include "cli/backend_option.h"
 #include "cli/commands.h"
 #include "cli/speculative_option.h"
+#include "quant/kv_cache_dtype.h"
 #include "serve/http_server.h"
 #include "util/error.h"
 
@@ -24,6 +27,10 @@ struct ServeArgs {
   BackendOptions backend;
   bool no_prefix_caching = false;
   SpeculativeOptions speculative;
+  std::string kv_dtype = "f32";
+  std::vector<std::string> loras;  // NAME=DIR
+  bool enable_lora = false;
+  int max_loras = 8, max_lora_rank = 64;
 };
 
 int serve(ServeArgs& a) {
@@ -41,6 +48,8 @@ int serve(ServeArgs& a) {
     throw UserError("--max-model-len " + std::to_string(ec.max_model_len) +
                     " exceeds this GPT-2 model's " + std::to_string(cfg.seq_len) + " positions");
   ec.max_batched_tokens = std::max(ec.max_batched_tokens, 1);
+  ec.kv_dtype = quant::parse_kv_dtype(a.kv_dtype);
+  quant::check_kv_dtype(ec.kv_dtype, cfg.head_dim());
   if (a.kv_blocks > 0) {
     ec.num_blocks = a.kv_blocks;
   } else {
@@ -48,10 +57,10 @@ int serve(ServeArgs& a) {
     const int64_t bytes =
         a.kv_cache_bytes > 0
             ? a.kv_cache_bytes
-            : std::min<int64_t>(int64_t(2) << 30, int64_t(2) * cfg.layers * cfg.kv_heads *
-                                                      cfg.head_dim() * 4 * ec.max_num_seqs *
+            : std::min<int64_t>(int64_t(2) << 30, quant::kv_bytes_per_token(cfg, ec.kv_dtype) *
+                                                      ec.max_num_seqs *
                                                       (ec.max_model_len + ec.block_size));
-    ec.num_blocks = kv_blocks_for_bytes(cfg, ec.block_size, bytes);
+    ec.num_blocks = kv_blocks_for_bytes(cfg, ec.block_size, bytes, ec.kv_dtype);
     if (ec.num_blocks < 1)
       throw UserError("--kv-cache-bytes " + std::to_string(bytes) + " holds not even one KV block");
   }
@@ -66,7 +75,22 @@ int serve(ServeArgs& a) {
           : ChatTemplate::for_model_dir(a.model_dir);
   LoadedModel draft;
   ec.speculative = make_speculative_config(a.speculative, m, *backend, draft);
+  std::unique_ptr<LoraRegistry> loras;
+  if (a.enable_lora || !a.loras.empty()) {
+    loras =
+        std::make_unique<LoraRegistry>(*m.model, a.server.model_name, a.max_loras, a.max_lora_rank);
+    for (const std::string& spec : a.loras) {
+      const size_t eq = spec.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+        throw UserError("--lora " + spec + ": expected NAME=DIR");
+      loras->load(spec.substr(0, eq), spec.substr(eq + 1));
+    }
+    ec.max_lora_width = loras->max_width();
+    a.server.loras = loras.get();
+  }
   Engine engine(*m.model, *m.tokenizer, ec);
+  spdlog::info("{}",
+               quant::kv_cache_summary(cfg, ec.kv_dtype, int64_t(ec.num_blocks) * ec.block_size));
   HttpServer server(engine, *m.tokenizer, tmpl, a.server);
   server.run();
   return 0;
@@ -122,6 +146,21 @@ Command add_serve_command(CLI::App& root) {
   app->add_flag("--no-prefix-caching", a->no_prefix_caching,
                 "Do not reuse KV blocks of common prompt prefixes");
   add_speculative_options(app, a->speculative);
+  app->add_option("--kv-dtype", a->kv_dtype,
+                  "KV cache storage: f32, f16, bf16 or q8_0 (reduced types: CPU backend)")
+      ->capture_default_str();
+  app->add_option("--lora", a->loras,
+                  "A LoRA adapter (PEFT dir) as NAME=DIR; requests select it with model: NAME "
+                  "(repeatable)");
+  app->add_flag(
+      "--enable-lora", a->enable_lora,
+      "Serve LoRA adapters loaded at runtime (/v1/load_lora_adapter) even with no --lora");
+  app->add_option("--max-loras", a->max_loras, "LoRA adapters loaded at once at most")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app->add_option("--max-lora-rank", a->max_lora_rank, "Largest LoRA rank accepted")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   return {app, [a]() { return serve(*a); }};
 }
 

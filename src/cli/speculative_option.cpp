@@ -25,6 +25,8 @@ void add_speculative_options(CLI::App* app, SpeculativeOptions& o) {
                   "Propose nothing while this many sequences run (0: never stop)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app->add_flag("--no-speculative-backoff", o.no_backoff,
+                "Propose --num-speculative-tokens at every step, whether or not it pays");
 }
 
 namespace {
@@ -51,6 +53,7 @@ SpeculativeConfig make_speculative_config(const SpeculativeOptions& o, const Loa
   c.ngram.ngram_min = o.ngram_min;
   c.ngram.ngram_max = o.ngram_max;
   c.disable_by_batch_size = o.disable_by_batch_size;
+  c.adaptive = !o.no_backoff;
   if (o.ngram_min > o.ngram_max)
     throw UserError("--ngram-min " + std::to_string(o.ngram_min) + " exceeds --ngram-max " +
                     std::to_string(o.ngram_max));

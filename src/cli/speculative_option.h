@@ -1,6 +1,7 @@
 // The speculative decoding options `serve`, `generate` and `bench serve` share
 // (--speculative, --num-speculative-tokens, --ngram-min/--ngram-max, --draft-model,
-// --speculative-disable-by-batch-size), checked and turned into the engine's config.
+// --speculative-disable-by-batch-size, --no-speculative-backoff), checked and turned into the
+// engine's config.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <memory>
@@ -17,6 +18,7 @@ struct SpeculativeOptions {
   int ngram_min = 1, ngram_max = 4;
   std::string draft_model_dir;
   int disable_by_batch_size = 8;
+  bool no_backoff = false;  // --no-speculative-backoff: propose at every step
 };
 
 void add_speculative_options(CLI::App* app, SpeculativeOptions& o);

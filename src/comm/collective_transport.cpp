@@ -92,7 +92,8 @@ void use_device_collectives(Topology& topo, Backend& backend, int local_rank, in
     if (c.transport != CollectiveTransport::nccl) return group;
 #if LLMRUN_HAVE_NCCL
     std::unique_ptr<DeviceCollectives> nccl =
-        make_nccl_collectives(*group, ordinal, world_rank, timeout_s);
+        // The pipeline group's sends and receives go over NCCL too (ring edges of their own).
+        make_nccl_collectives(*group, ordinal, world_rank, timeout_s, group->name() == "pp");
     return make_device_communicator(std::move(group), std::move(nccl), world_rank, timeout_s);
 #else
     (void)world_rank;

@@ -7,6 +7,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -42,6 +43,15 @@ class Communicator {
   virtual std::unique_ptr<CommRequest> isend(const Tensor& buf, int peer, int tag) = 0;
   virtual std::unique_ptr<CommRequest> irecv(Tensor buf, int peer, int tag) = 0;
   virtual void barrier() = 0;
+  // All-to-all with per-rank counts (expert parallelism's token dispatch and combine): `in`
+  // holds send_counts[r] elements for rank r, in rank order; `out` receives recv_counts[r]
+  // elements from rank r, in rank order (counts in elements of the dtype; recv_counts[r] must
+  // equal rank r's send_counts[rank()]). The default posts one send and one receive per peer
+  // and copies its own part (comm/all_to_all.cpp); MPI overrides it with MPI_Ialltoallv.
+  virtual std::unique_ptr<CommRequest> iall_to_allv(const Tensor& in,
+                                                    const std::vector<int64_t>& send_counts,
+                                                    Tensor out,
+                                                    const std::vector<int64_t>& recv_counts);
 
   void all_reduce(Tensor buf, ReduceOp op) { iall_reduce(buf, op)->wait(); }
   void reduce_scatter(const Tensor& in, Tensor out) { ireduce_scatter(in, out)->wait(); }
@@ -49,6 +59,10 @@ class Communicator {
   void broadcast(Tensor buf, int root) { ibroadcast(buf, root)->wait(); }
   void send(const Tensor& buf, int peer, int tag) { isend(buf, peer, tag)->wait(); }
   void recv(Tensor buf, int peer, int tag) { irecv(buf, peer, tag)->wait(); }
+  void all_to_allv(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor out,
+                   const std::vector<int64_t>& recv_counts) {
+    iall_to_allv(in, send_counts, out, recv_counts)->wait();
+  }
   // A double across the group (loss sums, squared norms): blocking, in double precision.
   virtual double all_reduce_scalar(double v, ReduceOp op) = 0;
 };

@@ -10,6 +10,14 @@
 
 namespace llmrun {
 
+std::unique_ptr<DeviceOpProbe> DeviceCollectives::send(const Tensor&, int peer) {
+  throw std::logic_error(library() + " carries no send to rank " + std::to_string(peer));
+}
+
+std::unique_ptr<DeviceOpProbe> DeviceCollectives::recv(Tensor, int peer) {
+  throw std::logic_error(library() + " carries no receive from rank " + std::to_string(peer));
+}
+
 CommFailure abort_job_failure() {
   return [](const std::string& why) { MpiRuntime::abort_all(why); };
 }
@@ -120,10 +128,12 @@ class DeviceCommunicator final : public Communicator {
     return request(device_->broadcast(buf, root), "broadcast");
   }
   std::unique_ptr<CommRequest> isend(const Tensor& buf, int peer, int tag) override {
-    return host_->isend(buf, peer, tag);
+    if (!on_device(buf) || !device_->point_to_point(peer)) return host_->isend(buf, peer, tag);
+    return request(device_->send(buf, peer), ("send to rank " + std::to_string(peer)).c_str());
   }
   std::unique_ptr<CommRequest> irecv(Tensor buf, int peer, int tag) override {
-    return host_->irecv(buf, peer, tag);
+    if (!on_device(buf) || !device_->point_to_point(peer)) return host_->irecv(buf, peer, tag);
+    return request(device_->recv(buf, peer), ("receive from rank " + std::to_string(peer)).c_str());
   }
   void barrier() override { host_->barrier(); }
   double all_reduce_scalar(double v, ReduceOp op) override {

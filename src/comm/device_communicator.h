@@ -4,9 +4,11 @@
 // Plain C++: the device library sits behind DeviceCollectives, so the routing and the
 // timeout/abort path are unit-tested with a fault-injected implementation and no GPU.
 //
-// Point-to-point stays on MPI (device tensors staged through pinned host memory): NCCL matches
-// sends to receives in posting order, where the pipeline matches them by tag, and a pairwise
-// exchange (tied embeddings across stages) on one NCCL stream would deadlock without grouping.
+// Point-to-point goes to the device library when it carries the peer (point_to_point(peer):
+// NCCL does for the pipeline group's ring neighbours, one two-rank communicator per direction,
+// see comm/nccl_bootstrap.h's ring_edges); every other send and receive stays on MPI (device
+// tensors staged through pinned host memory). The tag is not sent: on a device edge sends and
+// receives match in posting order, which the pipeline schedules keep.
 #pragma once
 #include <functional>
 #include <memory>
@@ -37,6 +39,10 @@ class DeviceCollectives {
   virtual std::unique_ptr<DeviceOpProbe> reduce_scatter(const Tensor& in, Tensor out) = 0;
   virtual std::unique_ptr<DeviceOpProbe> all_gather(const Tensor& in, Tensor out) = 0;
   virtual std::unique_ptr<DeviceOpProbe> broadcast(Tensor buf, int root) = 0;
+  // Point-to-point on the device, for the peers it carries (none unless overridden).
+  virtual bool point_to_point(int /*peer*/) const { return false; }
+  virtual std::unique_ptr<DeviceOpProbe> send(const Tensor& buf, int peer);
+  virtual std::unique_ptr<DeviceOpProbe> recv(Tensor buf, int peer);
 };
 
 // Ends the job with a message ("rank N: OPERATION ..."); MpiRuntime::abort_all in a run.

@@ -113,12 +113,13 @@ struct Staged {
 class MpiRequest final : public CommRequest {
  public:
   MpiRequest(MPI_Request req, std::string what, double timeout_s, std::vector<Staged> staged,
-             std::shared_ptr<PinnedPool> pool)
+             std::shared_ptr<PinnedPool> pool, std::shared_ptr<void> keep = nullptr)
       : req_(req),
         what_(std::move(what)),
         timeout_s_(timeout_s),
         staged_(std::move(staged)),
-        pool_(std::move(pool)) {}
+        pool_(std::move(pool)),
+        keep_(std::move(keep)) {}
   ~MpiRequest() override {
     // While an error unwinds, waiting would only time out (the peers may wait on this
     // rank) and replace the error with a timeout; the job is about to be aborted anyway.
@@ -170,6 +171,7 @@ class MpiRequest final : public CommRequest {
   double timeout_s_;
   std::vector<Staged> staged_;
   std::shared_ptr<PinnedPool> pool_;
+  std::shared_ptr<void> keep_;  // what MPI reads until completion (all_to_allv's counts)
 };
 
 class MpiCommunicator final : public Communicator {
@@ -258,6 +260,43 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Irecv(h.data, mpi_count(h), mpi_type(h.dtype), peer, tag, comm_, &r), "recv");
     return request(r, "recv from rank " + std::to_string(peer), std::move(st));
   }
+  std::unique_ptr<CommRequest> iall_to_allv(const Tensor& in,
+                                            const std::vector<int64_t>& send_counts, Tensor out,
+                                            const std::vector<int64_t>& recv_counts) override {
+    LLMRUN_CHECK(int(send_counts.size()) == size_ && int(recv_counts.size()) == size_,
+                 "all_to_allv: counts must have one entry per rank");
+    LLMRUN_CHECK(in.dtype == out.dtype, "all_to_allv: input and output types differ");
+    // Counts and displacements in units of the element type (bytes for raw transport).
+    const int64_t unit = mpi_type(in.dtype) == MPI_BYTE ? int64_t(dtype_size(in.dtype)) : 1;
+    const auto n = size_t(size_);
+    std::vector<int> sc(n), sd(n), rc(n), rd(n);
+    int64_t s_at = 0, r_at = 0;
+    for (size_t p = 0; p < size_t(size_); ++p) {
+      LLMRUN_CHECK(send_counts[p] >= 0 && recv_counts[p] >= 0, "all_to_allv: negative count");
+      LLMRUN_CHECK((s_at + send_counts[p]) * unit <= INT32_MAX &&
+                       (r_at + recv_counts[p]) * unit <= INT32_MAX,
+                   "all_to_allv: message larger than MPI's int count");
+      sc[p] = int(send_counts[p] * unit);
+      sd[p] = int(s_at * unit);
+      rc[p] = int(recv_counts[p] * unit);
+      rd[p] = int(r_at * unit);
+      s_at += send_counts[p];
+      r_at += recv_counts[p];
+    }
+    LLMRUN_CHECK(s_at <= in.numel() && r_at <= out.numel(),
+                 "all_to_allv: the counts exceed the tensors");
+    std::vector<Staged> st;
+    const Tensor hi = stage(st, in, true, false), ho = stage(st, out, false, true);
+    MPI_Request r;
+    // MPI keeps pointers to the count arrays until completion: the request owns them.
+    auto counts = std::make_shared<std::vector<std::vector<int>>>(
+        std::vector<std::vector<int>>{std::move(sc), std::move(sd), std::move(rc), std::move(rd)});
+    auto& c = *counts;
+    check(MPI_Ialltoallv(hi.data, c[0].data(), c[1].data(), mpi_type(in.dtype), ho.data,
+                         c[2].data(), c[3].data(), mpi_type(in.dtype), comm_, &r),
+          "all_to_allv");
+    return request(r, "all_to_allv", std::move(st), std::move(counts));
+  }
   void barrier() override {
     MPI_Request r;
     check(MPI_Ibarrier(comm_, &r), "barrier");
@@ -273,9 +312,10 @@ class MpiCommunicator final : public Communicator {
 
  private:
   std::unique_ptr<CommRequest> request(MPI_Request r, const std::string& op,
-                                       std::vector<Staged> staged = {}) {
+                                       std::vector<Staged> staged = {},
+                                       std::shared_ptr<void> keep = nullptr) {
     return std::make_unique<MpiRequest>(r, op + " on the " + name_ + " group", timeout_s_,
-                                        std::move(staged), pool_);
+                                        std::move(staged), pool_, std::move(keep));
   }
   static bool on_device(const Tensor& t) { return t.device != Device::cpu && t.numel() > 0; }
   // The host tensor MPI works on: `t` itself when it is host memory, else a pinned copy

@@ -46,4 +46,20 @@ NcclIdBytes bootstrap_unique_id(Communicator& group, const std::function<NcclIdB
   return id;
 }
 
+std::vector<P2pEdge> ring_edges(int size) {
+  std::vector<P2pEdge> edges;
+  auto add = [&](int from, int to) {
+    if (from != to && edge_index(edges, from, to) < 0) edges.push_back({from, to});
+  };
+  for (int r = 0; r < size; ++r) add(r, (r + 1) % size);
+  for (int r = 0; r < size; ++r) add(r, (r + size - 1) % size);
+  return edges;
+}
+
+int edge_index(const std::vector<P2pEdge>& edges, int from, int to) {
+  for (size_t i = 0; i < edges.size(); ++i)
+    if (edges[i].from == from && edges[i].to == to) return int(i);
+  return -1;
+}
+
 }  // namespace llmrun

@@ -5,6 +5,7 @@
 #include <array>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -30,5 +31,23 @@ using NcclIdBytes = std::array<char, kNcclIdBytes>;
 // Rank 0 of `group` calls make_id (ncclGetUniqueId) and broadcasts its bytes over the group
 // (host memory: MPI); every rank returns them. A collective over `group`.
 NcclIdBytes bootstrap_unique_id(Communicator& group, const std::function<NcclIdBytes()>& make_id);
+
+// Point-to-point over NCCL (the pipeline group). NCCL matches a send to a receive by posting
+// order, not by tag, and serialises the operations of one communicator, so a rank that posts a
+// send to its next stage and later a receive from it on one communicator can deadlock where
+// MPI would not. Each directed edge of the ring (stage r to r+1 and to r-1, which also covers
+// the first and last stage's tied-table exchange) therefore gets a two-rank communicator of its
+// own, split off the group's, on which one rank only sends and the other only receives: the
+// order of sends on an edge is then the only thing that must match the order of receives, and
+// the pipeline schedules post both sides in the same order (tested in NcclHostLogic).
+struct P2pEdge {
+  int from = 0, to = 0;
+  bool operator==(const P2pEdge&) const = default;
+};
+// The directed ring edges of a group of `size` ranks, in the order every rank creates them:
+// r -> r+1 for every r, then r -> r-1 (the same edges once each: size 2 has two, size 1 none).
+std::vector<P2pEdge> ring_edges(int size);
+// Index of from -> to in `edges`, or -1 (such a transfer stays on MPI with host staging).
+int edge_index(const std::vector<P2pEdge>& edges, int from, int to);
 
 }  // namespace llmrun

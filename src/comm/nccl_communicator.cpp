@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "backend/device_streams.h"
 #include "comm/device_staging.h"
@@ -54,6 +55,9 @@ struct NcclApi {
   LLMRUN_NCCL_FN(ncclReduceScatter)
   LLMRUN_NCCL_FN(ncclAllGather)
   LLMRUN_NCCL_FN(ncclBroadcast)
+  LLMRUN_NCCL_FN(ncclCommSplit)
+  LLMRUN_NCCL_FN(ncclSend)
+  LLMRUN_NCCL_FN(ncclRecv)
 #undef LLMRUN_NCCL_FN
 };
 
@@ -84,6 +88,9 @@ const NcclApi& nccl_api() {
     LLMRUN_NCCL_FN(ncclReduceScatter)
     LLMRUN_NCCL_FN(ncclAllGather)
     LLMRUN_NCCL_FN(ncclBroadcast)
+    LLMRUN_NCCL_FN(ncclCommSplit)
+    LLMRUN_NCCL_FN(ncclSend)
+    LLMRUN_NCCL_FN(ncclRecv)
 #undef LLMRUN_NCCL_FN
     return a;
   }();
@@ -152,6 +159,28 @@ struct NcclGroup {
     if (comm && !aborted) nccl().ncclCommAbort(comm);
     aborted = true;
   }
+  // Ends the communicator: while an error unwinds, abort (peers may be gone: never wait for
+  // them); else finalize (flushes, waits for quiescence without blocking the host) for up to
+  // timeout_s, then destroy, or abort rather than hang at exit.
+  void close(double timeout_s) {
+    if (comm && !aborted) {
+      if (std::uncaught_exceptions() > 0) {
+        abort();
+      } else {
+        nccl().ncclCommFinalize(comm);
+        const auto deadline =
+            std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+        while (comm_state(comm) == ncclInProgress && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        if (comm_state(comm) == ncclSuccess)
+          nccl().ncclCommDestroy(comm);
+        else
+          abort();
+      }
+    }
+    if (stream) cudaStreamDestroy(stream);
+    stream = nullptr;
+  }
 };
 
 // Waits for the communicator to leave ncclInProgress (initialisation, a non-blocking enqueue).
@@ -200,7 +229,8 @@ class NcclOp final : public DeviceOpProbe {
 
 class NcclCollectives final : public DeviceCollectives {
  public:
-  NcclCollectives(Communicator& group, int ordinal, int world_rank, double timeout_s)
+  NcclCollectives(Communicator& group, int ordinal, int world_rank, double timeout_s,
+                  bool point_to_point)
       : name_(group.name()), rank_(group.rank()), world_rank_(world_rank), timeout_s_(timeout_s) {
     g_.device = ordinal;
     const NcclIdBytes id_bytes = bootstrap_unique_id(group, [] {
@@ -226,28 +256,14 @@ class NcclCollectives final : public DeviceCollectives {
     StateProbe init(g_);
     wait_device_op(init, "NCCL initialisation of the " + name_ + " group", world_rank_, timeout_s_,
                    abort_job_failure());
+    if (point_to_point) split_ring_edges(group.size(), greatest);
   }
 
   ~NcclCollectives() override {
-    if (g_.comm && !g_.aborted) {
-      if (std::uncaught_exceptions() > 0) {
-        g_.abort();  // peers may be gone: never wait for them while an error unwinds
-      } else {
-        // Finalize flushes and waits for quiescence without blocking the host; give it the
-        // run's timeout, then abort rather than hang at exit.
-        nccl().ncclCommFinalize(g_.comm);
-        const auto deadline =
-            std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
-        while (comm_state(g_.comm) == ncclInProgress && std::chrono::steady_clock::now() < deadline)
-          std::this_thread::sleep_for(std::chrono::microseconds(100));
-        if (comm_state(g_.comm) == ncclSuccess)
-          nccl().ncclCommDestroy(g_.comm);
-        else
-          g_.abort();
-      }
-    }
+    for (auto& e : edge_groups_)
+      if (e) e->close(timeout_s_);
+    g_.close(timeout_s_);
     if (ready_) cudaEventDestroy(ready_);
-    if (g_.stream) cudaStreamDestroy(g_.stream);
   }
 
   std::string library() const override { return "NCCL"; }
@@ -300,43 +316,108 @@ class NcclCollectives final : public DeviceCollectives {
     });
   }
 
+  bool point_to_point(int peer) const override {
+    const int e = edge_index(edges_, rank_, peer), back = edge_index(edges_, peer, rank_);
+    return e >= 0 && back >= 0 && edge_groups_[size_t(e)] && edge_groups_[size_t(back)];
+  }
+
+  // On the edge rank -> peer this rank is the edge communicator's rank 0, the peer rank 1.
+  std::unique_ptr<DeviceOpProbe> send(const Tensor& buf, int peer) override {
+    NcclGroup& e = edge(rank_, peer);
+    const ncclDataType_t t = nccl_type(buf, false);
+    return launch(
+        "send", {},
+        [&] { return nccl().ncclSend(buf.data, nccl_count(buf, t), t, 1, e.comm, e.stream); }, {},
+        &e);
+  }
+
+  std::unique_ptr<DeviceOpProbe> recv(Tensor buf, int peer) override {
+    NcclGroup& e = edge(peer, rank_);
+    const ncclDataType_t t = nccl_type(buf, false);
+    return launch(
+        "recv", {},
+        [&] { return nccl().ncclRecv(buf.data, nccl_count(buf, t), t, 0, e.comm, e.stream); }, {},
+        &e);
+  }
+
  private:
   // Enqueues one NCCL call on the group's stream, then `after` (work on the same stream that
   // must follow the NCCL kernel: enqueued only once NCCL has left ncclInProgress).
+  // `on`: the communicator and stream to use (an edge's for point-to-point), the group's if null.
   template <class Enqueue>
   std::unique_ptr<DeviceOpProbe> launch(const char* op, Buffer scratch, Enqueue enqueue,
-                                        const std::function<void()>& after = {}) {
+                                        const std::function<void()>& after = {},
+                                        NcclGroup* on = nullptr) {
+    NcclGroup& g = on ? *on : g_;
     const std::string what = std::string(op) + " on the " + name_ + " group (NCCL)";
-    cuda_ok(cudaSetDevice(g_.device), "cudaSetDevice");
+    cuda_ok(cudaSetDevice(g.device), "cudaSetDevice");
     // The buffer was written by kernels on the compute stream: the group's stream waits for
     // them on the device (an event), or, on a backend without a stream handle, the host does.
     Backend* be = comm_backend();
-    if (DeviceStreams* ds = device_streams(be); ds && ds->device_ordinal() == g_.device) {
+    if (DeviceStreams* ds = device_streams(be); ds && ds->device_ordinal() == g.device) {
       cuda_ok(cudaEventRecord(ready_, static_cast<cudaStream_t>(ds->compute_stream())), what);
-      cuda_ok(cudaStreamWaitEvent(g_.stream, ready_, 0), what);
+      cuda_ok(cudaStreamWaitEvent(g.stream, ready_, 0), what);
     } else if (be) {
       be->synchronize();
     }
     const ncclResult_t r = enqueue();
     if (r != ncclSuccess && r != ncclInProgress) {
-      g_.abort();
-      const std::string message = "rank " + std::to_string(world_rank_) + ": " + what +
-                                  " failed: " + comm_error(g_.comm, r);
+      g.abort();
+      const std::string message =
+          "rank " + std::to_string(world_rank_) + ": " + what + " failed: " + comm_error(g.comm, r);
       abort_job_failure()(message);
       throw std::runtime_error(message);
     }
     if (r == ncclInProgress) {  // a non-blocking enqueue still being processed
-      StateProbe enqueued(g_);
+      StateProbe enqueued(g);
       wait_device_op(enqueued, what, world_rank_, timeout_s_, abort_job_failure());
     }
     if (after) after();
     cudaEvent_t done;
     cuda_ok(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what);
-    cuda_ok(cudaEventRecord(done, g_.stream), what);
-    return std::make_unique<NcclOp>(g_, done, std::move(scratch));
+    cuda_ok(cudaEventRecord(done, g.stream), what);
+    return std::make_unique<NcclOp>(g, done, std::move(scratch));
+  }
+
+  NcclGroup& edge(int from, int to) {
+    const int e = edge_index(edges_, from, to);
+    LLMRUN_CHECK(e >= 0 && edge_groups_[size_t(e)],
+                 "NCCL: no device edge from rank " + std::to_string(from) + " to " +
+                     std::to_string(to) + " in the " + name_ + " group");
+    return *edge_groups_[size_t(e)];
+  }
+
+  // Splits a two-rank communicator off the group's for each directed ring edge this rank is on
+  // (every rank calls ncclCommSplit for every edge, in ring_edges' order: it is collective over
+  // the group), each with a stream of its own so that a send never queues behind a receive.
+  void split_ring_edges(int size, int priority) {
+    edges_ = ring_edges(size);
+    edge_groups_.resize(edges_.size());
+    for (size_t i = 0; i < edges_.size(); ++i) {
+      const P2pEdge& e = edges_[i];
+      const bool member = rank_ == e.from || rank_ == e.to;
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      auto g = std::make_unique<NcclGroup>();
+      g->device = g_.device;
+      const std::string what = "NCCL split of the " + name_ + " group's edge " +
+                               std::to_string(e.from) + "->" + std::to_string(e.to);
+      nccl_ok(nccl().ncclCommSplit(g_.comm, member ? 0 : NCCL_SPLIT_NOCOLOR,
+                                   rank_ == e.from ? 0 : 1, &g->comm, &config),
+              what);
+      StateProbe parent(g_);
+      wait_device_op(parent, what, world_rank_, timeout_s_, abort_job_failure());
+      if (!member) continue;
+      StateProbe child(*g);
+      wait_device_op(child, what, world_rank_, timeout_s_, abort_job_failure());
+      cuda_ok(cudaStreamCreateWithPriority(&g->stream, cudaStreamNonBlocking, priority), what);
+      edge_groups_[i] = std::move(g);
+    }
   }
 
   NcclGroup g_;
+  std::vector<P2pEdge> edges_;                           // the ring's, when point-to-point
+  std::vector<std::unique_ptr<NcclGroup>> edge_groups_;  // by edge; null where not a member
   cudaEvent_t ready_ = nullptr;  // recorded on the compute stream before each operation
   std::string name_;
   int rank_;
@@ -371,8 +452,9 @@ std::string nccl_version_text() {
 std::string nccl_unavailable() { return nccl_api().error; }
 
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& group, int ordinal,
-                                                         int world_rank, double timeout_s) {
-  return std::make_unique<NcclCollectives>(group, ordinal, world_rank, timeout_s);
+                                                         int world_rank, double timeout_s,
+                                                         bool point_to_point) {
+  return std::make_unique<NcclCollectives>(group, ordinal, world_rank, timeout_s, point_to_point);
 }
 
 }  // namespace llmrun

@@ -19,8 +19,11 @@ std::string nccl_unavailable();
 
 // NCCL's communicator for the ranks of `group` (its MPI communicator: the unique id travels
 // over it) on device `ordinal`. A collective over `group`; its initialisation is bounded by
-// timeout_s like every operation.
+// timeout_s like every operation. point_to_point: also split one two-rank communicator per
+// directed ring edge (nccl_bootstrap.h's ring_edges) so that sends and receives between ring
+// neighbours run on the device (the pipeline group).
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& group, int ordinal,
-                                                         int world_rank, double timeout_s);
+                                                         int world_rank, double timeout_s,
+                                                         bool point_to_point = false);
 
 }  // namespace llmrun

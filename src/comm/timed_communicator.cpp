@@ -57,6 +57,12 @@ std::unique_ptr<CommRequest> TimedCommunicator::isend(const Tensor& buf, int pee
 std::unique_ptr<CommRequest> TimedCommunicator::irecv(Tensor buf, int peer, int tag) {
   return timed(inner_.irecv(buf, peer, tag));
 }
+std::unique_ptr<CommRequest> TimedCommunicator::iall_to_allv(
+    const Tensor& in, const std::vector<int64_t>& send_counts, Tensor out,
+    const std::vector<int64_t>& recv_counts) {
+  const Stopwatch watch(seconds_);  // the time to post it too: the default copies its own part
+  return timed(inner_.iall_to_allv(in, send_counts, out, recv_counts));
+}
 void TimedCommunicator::barrier() {
   const Stopwatch watch(seconds_);
   inner_.barrier();

@@ -23,6 +23,9 @@ class TimedCommunicator final : public Communicator {
   std::unique_ptr<CommRequest> isend(const Tensor& buf, int peer, int tag) override;
   std::unique_ptr<CommRequest> irecv(Tensor buf, int peer, int tag) override;
   void barrier() override;
+  std::unique_ptr<CommRequest> iall_to_allv(const Tensor& in,
+                                            const std::vector<int64_t>& send_counts, Tensor out,
+                                            const std::vector<int64_t>& recv_counts) override;
   double all_reduce_scalar(double v, ReduceOp op) override;
 
  private:

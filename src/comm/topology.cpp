@@ -13,6 +13,7 @@ Topology Topology::single() {
   t.dp_ = make_self_communicator("dp");
   t.cp_ = make_self_communicator("cp");
   t.dp_cp_ = make_self_communicator("dp_cp");
+  t.ep_ = make_self_communicator("ep");
   return t;
 }
 
@@ -32,6 +33,18 @@ Topology Topology::build(std::unique_ptr<Communicator> world, const ParallelLayo
   t.dp_ = split_mpi(*world, tp_rank + tp * (cp_rank + cp * pp_rank), dp_rank, "dp");
   t.dp_cp_ = split_mpi(*world, tp_rank + tp * pp_rank, cp_rank + cp * dp_rank,
                        cp > 1 ? "dp_cp" : "dp");  // named as users know it without cp
+  const int ep = layout.ep;
+  LLMRUN_CHECK(ep >= 1 && layout.dp % ep == 0 && (ep == 1 || cp == 1),
+               "parallel.ep must divide dp (and needs cp = 1)");
+  if (ep > 1) {
+    const int ep_rank = dp_rank % ep, edp_rank = dp_rank / ep;
+    const int place = tp_rank + tp * (cp_rank + cp * pp_rank);  // tp, cp, pp coordinates
+    const int places = tp * cp * pp;
+    t.ep_ = split_mpi(*world, place + places * edp_rank, ep_rank, "ep");
+    t.edp_ = split_mpi(*world, place + places * ep_rank, edp_rank, "edp");
+  } else {
+    t.ep_ = make_self_communicator("ep");
+  }
   t.world_ = std::move(world);
   return t;
 }

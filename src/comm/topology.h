@@ -4,6 +4,13 @@
 // context parallel, as Megatron orders ranks, so a tp group shares a node), and one
 // communicator per group it belongs to. Gradients of replicated parameters are reduced over
 // dp x cp together (dp_cp), as Megatron folds cp into its data-parallel reduction.
+//
+// Expert parallelism (ep) is carved out of dp, as in Megatron and DeepSpeed: the dp ranks of
+// one (tp, cp, pp) position split into dp / ep groups of ep consecutive dp ranks, ep_rank =
+// dp_rank % ep. The ep group (one such block) splits a MoE layer's experts and trades tokens
+// by all-to-all; the expert-data-parallel group edp (the dp ranks with the same ep_rank,
+// edp_rank = dp_rank / ep) holds the same experts and reduces their gradients, while dense
+// gradients still reduce over all of dp. ep = 1: the ep group is one rank and edp is dp_cp.
 #include <functional>
 #include <memory>
 
@@ -14,6 +21,7 @@ namespace llmrun {
 struct ParallelLayout {
   int tp = 1, pp = 1, dp = 1;
   int cp = 1;  // context parallel: each sequence split over cp ranks
+  int ep = 1;  // expert parallel: divides dp (not a factor of the world size)
   int world() const { return tp * pp * dp * cp; }
 };
 
@@ -30,7 +38,9 @@ class Topology {
   Communicator& pp() const { return *pp_; }
   Communicator& dp() const { return *dp_; }
   Communicator& cp() const { return *cp_; }
-  Communicator& dp_cp() const { return *dp_cp_; }  // the gradient reduction group
+  Communicator& dp_cp() const { return *dp_cp_; }               // the gradient reduction group
+  Communicator& ep() const { return *ep_; }                     // splits the experts, trades tokens
+  Communicator& edp() const { return edp_ ? *edp_ : *dp_cp_; }  // reduces expert gradients
   int rank() const { return world_->rank(); }
   bool is_logger() const { return world_->rank() == 0; }  // prints progress, writes metrics
   // Replaces the tp, pp, dp, cp and dp_cp communicators (in that order, on every rank) by
@@ -42,6 +52,7 @@ class Topology {
  private:
   ParallelLayout layout_;
   std::unique_ptr<Communicator> world_, tp_, pp_, dp_, cp_, dp_cp_;
+  std::unique_ptr<Communicator> ep_, edp_;  // edp_ null when ep = 1 (then it is dp_cp)
 };
 
 }  // namespace llmrun

@@ -62,12 +62,15 @@ Tensor span_rows(const BucketStore& s, int b, int first, int count) {
 MoeTensors moe_tensors(const ModelConfig& cfg, const BucketStore& s, int b, int first) {
   MoeTensors m;
   m.router = s.tensor(b, first);
-  for (int e = 0; e < cfg.moe.experts; ++e) {
+  // The experts this bucket holds: all of them, or this rank's share under expert parallelism.
+  const int shared_params = cfg.moe.shared_width() > 0 ? 4 : 0;
+  const int experts = (int(s.layout()[size_t(b)].params.size()) - first - 1 - shared_params) / 3;
+  for (int e = 0; e < experts; ++e) {
     m.gate_up.push_back(span_rows(s, b, first + 1 + 3 * e, 2));
     m.down.push_back(s.tensor(b, first + 3 + 3 * e));
   }
   if (cfg.moe.shared_width() > 0) {
-    const int sh = first + 1 + 3 * cfg.moe.experts;
+    const int sh = first + 1 + 3 * experts;
     m.shared_gate_up = span_rows(s, b, sh, 2);
     m.shared_down = s.tensor(b, sh + 2);
     m.shared_gate = s.tensor(b, sh + 3);
@@ -104,8 +107,13 @@ BlockTensors block_tensors(const ModelConfig& cfg, const BucketStore& s, int lay
       return t;
     }
     t.qkv_w = span_rows(s, b, 1, 3);
-    const int after_qkv = cfg.qkv_bias ? 7 : 4;  // the q, k, v biases follow their weights
+    int after_qkv = cfg.qkv_bias ? 7 : 4;  // the q, k, v biases follow their weights
     if (cfg.qkv_bias) t.qkv_b = span_rows(s, b, 4, 3);
+    if (cfg.qk_norm) {  // OLMoE's q and k norm weights follow q/k/v
+      t.q_norm_w = s.tensor(b, after_qkv);
+      t.k_norm_w = s.tensor(b, after_qkv + 1);
+      after_qkv += 2;
+    }
     t.out_w = s.tensor(b, after_qkv);
     t.norm2_w = s.tensor(b, after_qkv + 1);
     if (cfg.moe.layer_is_moe(layer)) {

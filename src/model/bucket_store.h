@@ -47,6 +47,8 @@ class BucketStore {
 struct BlockTensors {
   Tensor norm1_w, norm1_b, qkv_w, qkv_b, out_w, out_b, norm2_w, norm2_b, up_w, up_b, down_w, down_b;
   MoeTensors moe;  // an MoE layer's router and experts (then up_w and down_w are empty)
+  // OLMoE's q/k norms (ModelConfig::qk_norm), else empty.
+  Tensor q_norm_w, k_norm_w;
 };
 BlockTensors block_tensors(const ModelConfig& cfg, const BucketStore& store, int layer);
 

@@ -45,6 +45,8 @@ int64_t ModelConfig::param_count() const {
   } else {
     block += 2 * d;  // two RMSNorm weights
     if (qkv_bias) block += (heads + 2 * kv_heads) * hd;
+    // OLMoE's q and k norm weights.
+    if (qk_norm) block += (heads + kv_heads) * hd;
     n += d;  // final RMSNorm
   }
   if (!tie_embeddings) n += int64_t(vocab) * d;

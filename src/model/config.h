@@ -27,6 +27,9 @@ struct ModelConfig {
   bool tie_embeddings = true;  // GPT-2 always ties; Llama usually does not
   bool qkv_bias = false;       // Llama family: biases on q/k/v (Qwen 2; Megatron's --add-qkv-bias)
   bool phi3 = false;           // Llama whose files fuse q|k|v (qkv_proj) and gate|up (gate_up_proj)
+  // OLMoE: RMSNorm (own weights, the model's eps) over the whole q projection output
+  // (heads * head_dim wide) and the whole k output (kv_heads * head_dim), before RoPE.
+  bool qk_norm = false;
   int fixed_head_dim = 0;  // 0: d_model / heads (a tensor-parallel shard keeps the full model's)
   MoeConfig moe;           // Llama only: routed experts in place of the MLP (experts == 0: dense)
 

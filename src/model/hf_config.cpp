@@ -208,6 +208,26 @@ ModelConfig qwen2_moe_from_hf(const HfReader& r) {
   return c;
 }
 
+// OLMoE is Llama (no biases) with q/k norms (ModelConfig::qk_norm) and every MLP a routed
+// layer of SwiGLU experts named as Qwen2-MoE's, without a shared expert; the top-k is not
+// renormalised unless norm_topk_prob says so.
+ModelConfig olmoe_from_hf(const HfReader& r) {
+  ModelConfig c = llama_from_hf(r);
+  c.qk_norm = true;
+  MoeConfig& m = c.moe;
+  m.experts = r.positive_int("num_experts");
+  m.top_k = r.positive_int("num_experts_per_tok", 8);
+  m.expert_ffn = c.ffn;
+  m.norm_topk_prob = r.boolean("norm_topk_prob", false);
+  m.aux_loss =
+      r.has("router_aux_loss_coef") ? r.positive_float("router_aux_loss_coef", 0.0f) : 0.01f;
+  if (r.has("clip_qkv"))
+    r.fail("\"clip_qkv\": " + std::to_string(r.j_number("clip_qkv")) +
+           " is not supported by llmrun (it implements OLMoE without q/k/v clipping: null)");
+  if (m.top_k > m.experts) r.fail("num_experts_per_tok exceeds num_experts");
+  return c;
+}
+
 }  // namespace
 
 json hf_config_json(const ModelConfig& c, int eos_token_id) {
@@ -271,8 +291,19 @@ json hf_config_json(const ModelConfig& c, int eos_token_id) {
     j["use_sliding_window"] = false;
   }
   const MoeConfig& m = c.moe;
-  if (m.enabled() &&
-      m.shared_width() == 0) {  // Mixtral (recipe validation: every 1, top-k renormalised)
+  if (m.enabled() && c.qk_norm) {  // OLMoE (model.from an olmoe dir)
+    j["architectures"] = {"OlmoeForCausalLM"};
+    j["model_type"] = "olmoe";
+    j["intermediate_size"] = m.expert_ffn;
+    j["num_experts"] = m.experts;
+    j["num_experts_per_tok"] = m.top_k;
+    j["norm_topk_prob"] = m.norm_topk_prob;
+    j["router_aux_loss_coef"] = decimal(m.aux_loss);
+    j["output_router_logits"] = false;
+    j["clip_qkv"] = nullptr;
+    j.erase("mlp_bias");
+  } else if (m.enabled() &&
+             m.shared_width() == 0) {  // Mixtral (recipe validation: every 1, top-k renormalised)
     j["architectures"] = {"MixtralForCausalLM"};
     j["model_type"] = "mixtral";
     j.erase("attention_bias");
@@ -362,12 +393,14 @@ ModelConfig model_config_from_hf(const json& j, const std::string& source_path) 
     c = mixtral_from_hf(r);
   else if (type == "qwen2_moe")
     c = qwen2_moe_from_hf(r);
+  else if (type == "olmoe")
+    c = olmoe_from_hf(r);
   else if (type.empty())
     r.fail("missing key \"model_type\"");
   else
     r.fail("model_type \"" + type +
-           "\" is not supported (llmrun reads gpt2, llama, mistral, qwen2, phi3, mixtral and "
-           "qwen2_moe)");
+           "\" is not supported (llmrun reads gpt2, llama, mistral, qwen2, phi3, mixtral, "
+           "qwen2_moe and olmoe)");
   if (c.d_model % c.heads != 0)
     r.fail("hidden size " + std::to_string(c.d_model) + " is not a multiple of the " +
            std::to_string(c.heads) + " attention heads");

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "model/moe_expert_parallel.h"
+
 namespace llmrun {
 
 namespace {
@@ -59,13 +61,18 @@ float dot(const float* a, const float* b, int64_t d) {
 MoeActivations MoeActivations::first_rows(int64_t n) const {
   if (empty()) return *this;
   const int64_t top_k = src_token.numel() / logits.rows();
+  const int64_t ep = up.rows() / src_token.numel();  // the expert side holds ep ranks' rows
   MoeActivations a = *this;
   a.logits = logits.slice(0, n);
   a.src_token = src_token.slice(0, n * top_k);
   a.x_perm = x_perm.slice(0, n * top_k);
-  a.up = up.slice(0, n * top_k);
-  a.act = act.slice(0, n * top_k);
+  a.up = up.slice(0, n * top_k * ep);
+  a.act = act.slice(0, n * top_k * ep);
   a.out = out.slice(0, n * top_k);
+  if (!x_recv.empty()) {
+    a.x_recv = x_recv.slice(0, n * top_k * ep);
+    a.out_recv = out_recv.slice(0, n * top_k * ep);
+  }
   if (!shared_up.empty()) {
     a.shared_up = shared_up.slice(0, n);
     a.shared_act = shared_act.slice(0, n);
@@ -81,12 +88,17 @@ MoeActivations allocate_moe_activations(const ModelConfig& cfg, int64_t n,
   MoeActivations a;
   if (!m.enabled()) return a;
   const int64_t d = cfg.d_model, f = m.expert_ffn, rows = n * m.top_k, fs = m.shared_width();
+  const int64_t expert_rows = rows * m.ep;  // dropless: every rank may route here
   a.logits = alloc(DType::f32, {n, m.experts});
   a.src_token = alloc(DType::i32, {rows});
   a.x_perm = alloc(DType::f32, {rows, d});
-  a.up = alloc(DType::f32, {rows, 2 * f});
-  a.act = alloc(DType::f32, {rows, f});
+  a.up = alloc(DType::f32, {expert_rows, 2 * f});
+  a.act = alloc(DType::f32, {expert_rows, f});
   a.out = alloc(DType::f32, {rows, d});
+  if (m.ep > 1) {
+    a.x_recv = alloc(DType::f32, {expert_rows, d});
+    a.out_recv = alloc(DType::f32, {expert_rows, d});
+  }
   if (fs > 0) {
     a.shared_up = alloc(DType::f32, {n, 2 * fs});
     a.shared_act = alloc(DType::f32, {n, fs});
@@ -102,10 +114,15 @@ MoeScratch allocate_moe_scratch(const ModelConfig& cfg, int64_t n, const MoeAllo
   MoeScratch s;
   if (!m.enabled()) return s;
   const int64_t d = cfg.d_model, f = m.expert_ffn, rows = n * m.top_k, fs = m.shared_width();
+  const int64_t expert_rows = rows * m.ep;
   s.d_out = alloc(DType::f32, {rows, d});
-  s.d_act = alloc(DType::f32, {rows, f});
-  s.d_up = alloc(DType::f32, {rows, 2 * f});
+  s.d_act = alloc(DType::f32, {expert_rows, f});
+  s.d_up = alloc(DType::f32, {expert_rows, 2 * f});
   s.d_x = alloc(DType::f32, {rows, d});
+  if (m.ep > 1) {
+    s.d_out_recv = alloc(DType::f32, {expert_rows, d});
+    s.d_x_recv = alloc(DType::f32, {expert_rows, d});
+  }
   s.d_logits = alloc(DType::f32, {n, m.experts});
   if (fs > 0) {
     s.d_shared_out = alloc(DType::f32, {n, d});
@@ -117,7 +134,8 @@ MoeScratch allocate_moe_scratch(const ModelConfig& cfg, int64_t n, const MoeAllo
 }
 
 void moe_forward(Backend& be, const MoeConfig& cfg, const MoeTensors& w, MoeActivations& a,
-                 const Tensor& x, const Tensor& residual, Tensor output, bool inference) {
+                 const Tensor& x, const Tensor& residual, Tensor output, bool inference,
+                 Communicator* ep) {
   const int64_t n = x.rows(), d = x.cols();
   const int K = cfg.top_k;
   const Tensor logits = a.logits.slice(0, n);
@@ -129,8 +147,15 @@ void moe_forward(Backend& be, const MoeConfig& cfg, const MoeTensors& w, MoeActi
   const MoeRouting& r = *a.routing;
   const int64_t R = r.rows();
 
-  // Dispatch: gather the routed rows into per-expert blocks, then one GEMM pair per expert.
-  if (R > 0) {
+  // Dispatch: gather the routed rows into per-expert blocks, then one GEMM pair per expert
+  // (under expert parallelism on the ranks that hold them, which every rank joins).
+  if (ep != nullptr && ep->size() > 1) {
+    if (R > 0) {
+      upload(be, a.src_token.slice(0, R), r.src_token.data(), DType::i32);
+      be.embedding_fwd(a.x_perm.slice(0, R), a.src_token.slice(0, R), x, false);
+    }
+    expert_parallel_forward(be, cfg, w, a, inference, *ep);
+  } else if (R > 0) {
     upload(be, a.src_token.slice(0, R), r.src_token.data(), DType::i32);
     be.embedding_fwd(a.x_perm.slice(0, R), a.src_token.slice(0, R), x, false);
     for (int e = 0; e < cfg.experts; ++e) {
@@ -180,7 +205,7 @@ void moe_forward(Backend& be, const MoeConfig& cfg, const MoeTensors& w, MoeActi
 
 void moe_backward(Backend& be, const MoeConfig& cfg, const MoeTensors& w, const MoeTensors& g,
                   const MoeActivations& a, const MoeScratch& s, const Tensor& dy, const Tensor& x,
-                  Tensor dx) {
+                  Tensor dx, Communicator* ep) {
   const MoeRouting& r = *a.routing;
   const int64_t n = x.rows(), d = x.cols(), R = r.rows();
   const int K = cfg.top_k, E = cfg.experts;
@@ -240,6 +265,11 @@ void moe_backward(Backend& be, const MoeConfig& cfg, const MoeTensors& w, const 
   }
   be.matmul(g.router, dl, x, true, false, 1.0f, 1.0f);
   be.matmul(dx, dl, w.router, false, false, 1.0f, 1.0f);
+  if (ep != nullptr && ep->size() > 1) {  // every rank joins, whether it routed rows or not
+    expert_parallel_backward(be, cfg, w, g, a, s, *ep);
+    if (R > 0) be.embedding_bwd(dx, s.d_x.slice(0, R), a.src_token.slice(0, R));
+    return;
+  }
   if (R == 0) return;
   for (int e = 0; e < E; ++e) {
     const int64_t b = r.offsets[size_t(e)], end = r.offsets[size_t(e) + 1];

@@ -20,6 +20,9 @@ struct MoeConfig {
   float z_loss = 0.0f;         // ST-MoE router z-loss coefficient
   float capacity_factor = 0;   // 0 (recipe: null): dropless; else tokens per expert are capped
   int every = 1;
+  // Not a recipe key: the expert-parallel ranks the layer's experts are split over (the
+  // Transformer sets it from its shard; the routed buffers are sized for ep ranks' tokens).
+  int ep = 1;
 
   bool enabled() const { return experts > 0; }
   bool layer_is_moe(int layer) const { return enabled() && (layer + 1) % every == 0; }

@@ -31,7 +31,9 @@ struct MoeRouting {
   std::vector<int64_t> offsets;    // [E + 1] first permuted row of each expert
   std::vector<int64_t> routed;     // [E] slots routed to each expert before the capacity cut
   int64_t dropped = 0;             // slots cut by the capacity limit
-  double aux = 0, z = 0;           // the losses above, coefficients applied
+  // Expert parallelism: the rows every ep rank sent to each expert, [ep, E] (moe_forward).
+  std::vector<int32_t> ep_counts;
+  double aux = 0, z = 0;  // the losses above, coefficients applied
 
   int64_t rows() const { return offsets.empty() ? 0 : offsets.back(); }
 };

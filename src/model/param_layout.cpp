@@ -68,6 +68,12 @@ class BucketBuilder {
     b_.params.push_back(std::move(p));
     return *this;
   }
+  // Marks the tensors added since the builder held `first` tensors as routed experts' tensors.
+  BucketBuilder& experts_from(size_t first) {
+    for (size_t i = first; i < b_.params.size(); ++i) b_.params[i].expert = true;
+    return *this;
+  }
+  size_t count() const { return b_.params.size(); }
   BucketLayout done() { return std::move(b_); }
 
  private:
@@ -136,6 +142,11 @@ class Splits {
                  {q + kv + r * kvs, q + kv + (r + 1) * kvs}};
     return sp;
   }
+  // The experts [first, end) of an MoE layer this rank holds (expert parallelism).
+  std::pair<int, int> experts(int count) const {
+    const int local = count / s_.ep;
+    return {s_.ep_rank * local, (s_.ep_rank + 1) * local};
+  }
   Split vocab() const {
     Split sp;
     sp.ranges = {vocab_range(c_.vocab, s_.tp, s_.tp_rank)};
@@ -168,21 +179,25 @@ BucketLayout gpt2_block(const ModelConfig& c, const Splits& s, int i) {
 
 // A mixture-of-experts MLP: the router, each expert's gate, up and down projections (gate and
 // up adjacent: one [2 f, d] GEMM operand), then the shared expert and its gate. Named as
-// Mixtral's block_sparse_moe without shared experts, as Qwen2-MoE's mlp with them. Tensor
-// parallelism is refused for MoE models (layout_rules), so every tensor is whole.
+// Mixtral's block_sparse_moe without shared experts, as Qwen2-MoE's mlp with them (and OLMoE's).
+// Under tensor parallelism the layer runs whole on every tp rank, so every tensor is whole. Under
+// expert parallelism the layer holds only this rank's experts (the router stays whole).
 BucketBuilder& moe_mlp(BucketBuilder& b, const ModelConfig& c, const Splits& s,
                        const std::string& p) {
   const MoeConfig& m = c.moe;
   const int64_t d = c.d_model, f = m.expert_ffn, fs = m.shared_width();
-  const bool mixtral = fs == 0;
+  const bool mixtral = fs == 0 && !c.qk_norm;  // OLMoE names its experts as Qwen2-MoE does
   const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
   b.add(moe + "gate.weight", {m.experts, d}, kNormal, s.replicated());
-  for (int e = 0; e < m.experts; ++e) {
+  const auto [first_expert, end_expert] = s.experts(m.experts);
+  const size_t expert_tensors = b.count();
+  for (int e = first_expert; e < end_expert; ++e) {
     const std::string x = moe + "experts." + std::to_string(e) + ".";
     b.add(x + (mixtral ? "w1" : "gate_proj") + ".weight", {f, d}, kNormal, s.replicated())
         .add(x + (mixtral ? "w3" : "up_proj") + ".weight", {f, d}, kNormal, s.replicated())
         .add(x + (mixtral ? "w2" : "down_proj") + ".weight", {d, f}, kResidual, s.replicated());
   }
+  b.experts_from(expert_tensors);
   if (fs > 0)
     b.add(moe + "shared_expert.gate_proj.weight", {fs, d}, kNormal, s.replicated())
         .add(moe + "shared_expert.up_proj.weight", {fs, d}, kNormal, s.replicated())
@@ -212,6 +227,9 @@ BucketLayout llama_block(const ModelConfig& c, const Splits& s, int i) {
     b.add(p + "self_attn.q_proj.bias", {c.heads * hd}, kZeros, s.column(c.heads * hd))
         .add(p + "self_attn.k_proj.bias", {c.kv_heads * hd}, kZeros, s.kv_heads())
         .add(p + "self_attn.v_proj.bias", {c.kv_heads * hd}, kZeros, s.kv_heads());
+  if (c.qk_norm)  // OLMoE: whole (tensor parallelism is refused with q/k norms)
+    b.add(p + "self_attn.q_norm.weight", {c.heads * hd}, kOnes, s.replicated())
+        .add(p + "self_attn.k_norm.weight", {c.kv_heads * hd}, kOnes, s.replicated());
   b.add(p + "self_attn.o_proj.weight", {d, c.heads * hd}, kResidual, s.row(c.heads * hd))
       .add(p + "post_attention_layernorm.weight", {d}, kOnes, s.replicated());
   if (c.moe.layer_is_moe(i)) return moe_mlp(b, c, s, p).done();

@@ -47,6 +47,9 @@ struct ParamSpec {
   // The last pipeline stage's copy of a tied token table (the head): kept equal to the first
   // stage's table by summing their gradients; not a tensor of its own in checkpoints.
   bool tied_copy = false;
+  // A routed expert's tensor: under expert parallelism only its ep rank holds it, and its
+  // gradient reduces over the expert-data-parallel group (comm/topology.h), not all of dp.
+  bool expert = false;
   int64_t numel() const;
   int64_t full_numel() const;
 };
@@ -60,6 +63,8 @@ struct BucketLayout {
 // Which part of the model one rank holds.
 struct ModelShard {
   int tp = 1, tp_rank = 0;
+  // Expert parallelism: an MoE layer holds experts [ep_rank E / ep, (ep_rank + 1) E / ep) only.
+  int ep = 1, ep_rank = 0;
   bool sequence_parallel = false;  // norms' and position table's gradients become partial
   // Pipeline: the blocks this rank runs (empty: all), and whether it holds the embedding and
   // the final norm + head.

@@ -21,6 +21,10 @@ Transformer::Transformer(Backend& backend, const ModelConfig& cfg, const StoreOp
   comm_.tp = parallel.tp;
   pp_ = parallel.pp;
   comm_.sequence_parallel = parallel.shard.sequence_parallel;
+  comm_.ep = parallel.ep;
+  block_cfg_.moe.ep = shard_.ep;  // routed buffers for every ep rank's rows
+  LLMRUN_CHECK((parallel.ep ? parallel.ep->size() : 1) == shard_.ep,
+               "Transformer: expert-parallel group size differs from the shard's ep");
   const int tp_size = parallel.tp ? parallel.tp->size() : 1;
   LLMRUN_CHECK(tp_size == shard_.tp,
                "Transformer: tensor-parallel group size differs from the shard's tp");
@@ -121,6 +125,7 @@ void Transformer::plan_activations(int batch, int seq) {
   scratch_.d_act = alloc(DType::f32, {n, f});
   scratch_.d_up = alloc(DType::f32, {n, up_cols});
   scratch_.moe = allocate_moe_scratch(bc, n, alloc);
+  if (bc.qk_norm) scratch_.d_qk = alloc(DType::f32, {n, attn_cols});
   targets_ = alloc(DType::i32, {n});
   positions_ = alloc(DType::i32, {n});
   losses_ = alloc(DType::f32, {n});
@@ -256,7 +261,10 @@ double Transformer::cross_entropy(float grad_scale) {
 }
 
 void Transformer::embed(Tensor x0, const Tensor& ids, const Tensor& positions) {
-  be_.embedding_fwd(x0, ids, params_.tensor(0, 0), false);
+  if (embedding_lookup_)
+    embedding_lookup_(x0, ids);
+  else
+    be_.embedding_fwd(x0, ids, params_.tensor(0, 0), false);
   if (cfg_.arch == Arch::gpt2) be_.embedding_fwd(x0, positions, params_.tensor(0, 1), true);
 }
 

@@ -46,6 +46,7 @@ struct ModelParallel {
   ModelShard shard;
   Communicator* tp = nullptr;  // null or size 1: no tensor parallelism
   Communicator* pp = nullptr;  // pipeline group: ties the first and last stage's token tables
+  Communicator* ep = nullptr;  // expert-parallel group (size shard.ep): MoE token all-to-alls
 };
 
 class Transformer : public TrainableParams {
@@ -65,6 +66,11 @@ class Transformer : public TrainableParams {
   // Runs generation's and serving's linears (blocks and LM head) through `runner` (quantized
   // weights: src/quant); null: the batch-invariant fp32 inference_linear().
   void set_inference_linear(LinearRunner* runner) { inference_ = runner; }
+  // Looks up token rows (out [N, d_model] = table[ids]) in place of the fp32 token table:
+  // a quantized model keeps its table in block format (src/ckpt/gguf_model). Empty: the table.
+  using EmbeddingLookup = std::function<void(Tensor out, const Tensor& ids)>;
+  void set_embedding_lookup(EmbeddingLookup lookup) { embedding_lookup_ = std::move(lookup); }
+  LinearRunner* inference_linear_runner() const { return inference_; }  // null: the default
   void set_recompute(Recompute r) {
     recompute_ = r;
     batch_ = seq_ = 0;  // re-plan the activation buffers
@@ -199,6 +205,7 @@ class Transformer : public TrainableParams {
   bool frozen_base_ = false;
   MoeStats moe_stats_;
   LinearRunner* inference_ = nullptr;
+  EmbeddingLookup embedding_lookup_;
   LinearRunner& inference_runner() { return inference_ ? *inference_ : inference_linear(); }
 
   Communicator* pp_ = nullptr;

@@ -28,6 +28,10 @@ struct BlockActivations {
   Tensor act;          // [N, ffn]
   Tensor output;       // [N, d] residual stream out of the block
   MoeActivations moe;  // an MoE model's routed-MLP state (src/model/moe.h)
+  // OLMoE's q/k norms (ModelConfig::qk_norm): the q and k projection outputs before the norm
+  // [N, heads*head_dim], [N, kv_heads*head_dim], their rstd [N], and a scratch for the normed
+  // rows [N, heads*head_dim] on their way back into qkv. Empty without q/k norms.
+  Tensor q_raw, k_raw, q_rstd, k_rstd, qk_normed;
 };
 
 // Backward temporaries, shared by all blocks.
@@ -38,6 +42,7 @@ struct BlockScratch {
   Tensor d_act;   // [N, ffn]
   Tensor d_up;    // [N, ffn] or [N, 2 ffn]
   MoeScratch moe;
+  Tensor d_qk;  // [N, heads*head_dim]: a q or k norm's input gradient (qk_norm only)
 };
 
 // Tensor parallelism inside a block (Megatron): qkv and up are column-parallel, out and down
@@ -51,6 +56,8 @@ struct BlockComm {
   Tensor partial;   // [N, d] scratch: a row-parallel GEMM's partial sums
   // Context parallelism: attention over the chunks every cp rank holds (null: one rank's).
   DistributedAttention* attention = nullptr;
+  // Expert parallelism: the group an MoE layer's experts are split over (null: one rank's).
+  Communicator* ep = nullptr;
   bool active() const { return tp != nullptr && tp->size() > 1; }
 };
 

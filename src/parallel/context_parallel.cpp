@@ -21,6 +21,13 @@ ContextParallel::ContextParallel(Backend& be, Communicator& cp, CpComm mode, int
   if (const auto problem = cp_split_problem(seq_len, cp.size())) throw UserError(*problem);
 }
 
+Tensor ContextParallel::alloc(std::initializer_list<int64_t> dims) {
+  Tensor probe(nullptr, DType::f32, dims);
+  arena_.push_back(be_.allocate(probe.bytes()));
+  bytes_ += probe.bytes();
+  return arena_.back().as(DType::f32, dims);
+}
+
 void ContextParallel::plan(const AttentionShape& local) {
   LLMRUN_CHECK(local.seq == chunks_.local_len(),
                "context parallelism: a sequence's local part must be local_len tokens");
@@ -32,16 +39,11 @@ void ContextParallel::plan(const AttentionShape& local) {
   chunk_.seq = chunks_.chunk_len();
   arena_.clear();
   bytes_ = 0;
+  if (mode_ == CpComm::a2a) return plan_a2a(local);
   const int64_t rows = int64_t(local.batch) * chunk_.seq;
   const int64_t hd = int64_t(local.heads) * local.head_dim;
   const int64_t kvd = int64_t(local.kv_heads) * local.head_dim;
   packed_ = 4 * rows * kvd;  // [chunk 0: k | v][chunk 1: k | v]
-  auto alloc = [&](std::initializer_list<int64_t> dims) {
-    Tensor probe(nullptr, DType::f32, dims);
-    arena_.push_back(be_.allocate(probe.bytes()));
-    bytes_ += probe.bytes();
-    return arena_.back().as(DType::f32, dims);
-  };
   for (Chunk& c : c_) {
     c.q = alloc({rows, hd});
     c.out = alloc({rows, hd});
@@ -55,6 +57,7 @@ void ContextParallel::plan(const AttentionShape& local) {
   dkv_[0] = alloc({ring});
   kv_[1] = alloc({packed_});  // p2p: the next hop; all_gather: this rank's own chunks
   dkv_[1] = alloc({packed_});
+  if (mode_ == CpComm::p2p) dkv_local_ = alloc({packed_});
 }
 
 Tensor ContextParallel::kv_part(const Tensor& packed, int c, int part) const {
@@ -113,36 +116,39 @@ void ContextParallel::backward_blocks(int src, const Tensor& kv, const Tensor& d
     }
 }
 
-void ContextParallel::post_hop(const Tensor& cur, Tensor next) {
+void ContextParallel::post_hop(Hop& hop, const Tensor& out, Tensor in, int tag) {
   const int n = chunks_.cp, r = chunks_.rank;
-  posted_at_ = now();
-  done_at_ = 0;
-  sent_ = comm_.isend(cur, (r + 1) % n, kKvTag);
-  got_ = comm_.irecv(next, (r + n - 1) % n, kKvTag);
+  hop.posted_at = now();
+  hop.done_at = 0;
+  hop.sent = comm_.isend(out, (r + 1) % n, tag);
+  hop.got = comm_.irecv(in, (r + n - 1) % n, tag);
 }
 
 void ContextParallel::poll() {
-  if (!sent_ || done_at_ > 0) return;
-  // test() also pushes the transfer along (MPI progresses inside its calls).
-  const bool sent = sent_->test(), got = got_->test();
-  if (sent && got) done_at_ = now();
+  for (Hop* hop : {&kv_hop_, &grad_hop_}) {
+    if (!hop->sent || hop->done_at > 0) continue;
+    // test() also pushes the transfer along (MPI progresses inside its calls).
+    const bool sent = hop->sent->test(), got = hop->got->test();
+    if (sent && got) hop->done_at = now();
+  }
 }
 
-void ContextParallel::finish_hop(double computed) {
-  if (!sent_) return;
-  sent_->wait();
-  got_->wait();
-  const double end = done_at_ > 0 ? done_at_ : now();
+void ContextParallel::finish_hop(Hop& hop, double computed, double& hop_s, double& hidden_s) {
+  if (!hop.sent) return;
+  hop.sent->wait();
+  hop.got->wait();
+  const double end = hop.done_at > 0 ? hop.done_at : now();
   exposed_s_ += std::max(0.0, now() - computed);
-  hop_s_ += end - posted_at_;
-  hidden_s_ += std::min(end, computed) - posted_at_;
-  sent_.reset();
-  got_.reset();
+  hop_s += end - hop.posted_at;
+  hidden_s += std::max(0.0, std::min(end, computed) - hop.posted_at);
+  hop.sent.reset();
+  hop.got.reset();
 }
 
 void ContextParallel::forward(Tensor attn, Tensor lse, const Tensor& qkv,
                               const AttentionShape& local) {
   plan(local);
+  if (mode_ == CpComm::a2a) return forward_a2a(attn, lse, qkv);
   split(qkv, nullptr, nullptr, &lse);
   for (Chunk& c : c_) {
     be_.fill(c.out, 0.0f);
@@ -154,9 +160,9 @@ void ContextParallel::forward(Tensor attn, Tensor lse, const Tensor& qkv,
     Tensor cur = kv_[0], next = kv_[1];
     for (int s = 0; s < n; ++s) {
       const double ts = now();
-      if (s + 1 < n) post_hop(cur, next);  // first: it travels while these blocks compute
+      if (s + 1 < n) post_hop(kv_hop_, cur, next, kKvTag);  // it travels while these compute
       forward_blocks((r + n - s) % n, cur);
-      finish_hop(now());
+      finish_hop(kv_hop_, now(), hop_s_, hidden_s_);
       ring_s_ += now() - ts;
       std::swap(cur, next);
     }
@@ -177,32 +183,39 @@ void ContextParallel::forward(Tensor attn, Tensor lse, const Tensor& qkv,
 void ContextParallel::backward(Tensor dqkv, const Tensor& dattn, const Tensor& qkv,
                                const Tensor& attn, const Tensor& lse, const AttentionShape& local) {
   plan(local);
+  if (mode_ == CpComm::a2a) return backward_a2a(dqkv, dattn, qkv, attn, lse);
   split(qkv, &attn, &dattn, &lse);
   for (Chunk& c : c_) be_.fill(c.dq, 0.0f);
   const int n = chunks_.cp, r = chunks_.rank;
   const double t0 = now();
   Tensor mine;  // this rank's own chunks' dK/dV once every rank has added its share
   if (mode_ == CpComm::p2p) {
-    Tensor cur = kv_[0], next = kv_[1], dcur = dkv_[0], dnext = dkv_[1];
-    be_.fill(dcur, 0.0f);
+    // Step s computes its blocks' dK/dV into `local` while the accumulator of the chunks
+    // it computes on arrives from the previous rank (sent there after its step s-1); the two
+    // are then added and the sum sent on. After n steps each accumulator is home.
+    Tensor cur = kv_[0], next = kv_[1], sending = dkv_[0], arriving = dkv_[1], local = dkv_local_;
     for (int s = 0; s < n; ++s) {
       const double ts = now();
-      if (s + 1 < n) post_hop(cur, next);
-      backward_blocks((r + n - s) % n, cur, dcur);
-      finish_hop(now());
-      // The accumulator follows its chunks one hop behind; after n hops it is home.
-      if (n > 1) {
-        const double tg = now();
-        auto dsent = comm_.isend(dcur, (r + 1) % n, kGradTag);
-        comm_.recv(dnext, (r + n - 1) % n, kGradTag);
-        dsent->wait();
-        std::swap(dcur, dnext);
-        exposed_s_ += now() - tg;  // gradients cannot leave before their blocks are done
+      if (s + 1 < n) post_hop(kv_hop_, cur, next, kKvTag);
+      be_.fill(local, 0.0f);
+      backward_blocks((r + n - s) % n, cur, local);
+      const double computed = now();
+      finish_hop(kv_hop_, computed, hop_s_, hidden_s_);
+      finish_hop(grad_hop_, computed, grad_hop_s_, grad_hidden_s_);
+      // The accumulator now complete for these chunks: the arrival plus this step's share.
+      if (s == 0)
+        std::swap(sending, local);
+      else {
+        be_.add(arriving, arriving, local);
+        std::swap(sending, arriving);
       }
+      if (n > 1) post_hop(grad_hop_, sending, arriving, kGradTag);
       ring_s_ += now() - ts;
       std::swap(cur, next);
     }
-    mine = dcur;
+    // The last hop brings this rank's own accumulator home: nothing is left to compute.
+    finish_hop(grad_hop_, now(), grad_hop_s_, grad_hidden_s_);
+    mine = n > 1 ? arriving : sending;
   } else {
     const double tw = now();
     comm_.all_gather(kv_[1], kv_[0]);

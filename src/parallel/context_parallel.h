@@ -6,6 +6,9 @@
 // The backward sends the same chunks around again, with their dK/dV accumulators following
 // one hop behind, and a last hop returns each accumulator to its owner. all_gather: every
 // rank gathers all key/value chunks up front and reduce-scatters their gradients at the end.
+// a2a (DeepSpeed-Ulysses, context_parallel_a2a.cpp): an all-to-all swaps the sequence split
+// for a head split (each rank: heads/cp heads of every token), one whole-sequence causal
+// attention runs per rank, and a second all-to-all swaps back; the backward mirrors it.
 // Everything outside attention (norms, MLPs, embeddings, loss) runs on the local tokens.
 #pragma once
 #include <memory>
@@ -41,6 +44,10 @@ class ContextParallel final : public DistributedAttention {
   double exposed_wait_seconds() const { return exposed_s_; }
   double hop_seconds() const { return hop_s_; }
   double hidden_seconds() const { return hidden_s_; }
+  // The same for the backward's dK/dV hops (p2p), each of which travels while the next ring
+  // step's blocks compute; only the last (home) hop has nothing to hide behind.
+  double grad_hop_seconds() const { return grad_hop_s_; }
+  double grad_hidden_seconds() const { return grad_hidden_s_; }
   // Bytes of this rank's chunk and ring buffers (activation memory beside the model's).
   size_t buffer_bytes() const { return bytes_; }
 
@@ -49,6 +56,7 @@ class ContextParallel final : public DistributedAttention {
     Tensor q, k, v, out, lse, dq, dout;
   };
   void plan(const AttentionShape& local);
+  Tensor alloc(std::initializer_list<int64_t> dims);  // an arena tensor, counted in bytes_
   // Splits qkv (and the forward's outputs, for the backward) into chunks_[0..1].
   void split(const Tensor& qkv, const Tensor* attn, const Tensor* dattn, const Tensor* lse);
   // k or v (part 0 or 1) of local chunk c inside a packed key/value buffer.
@@ -71,17 +79,43 @@ class ContextParallel final : public DistributedAttention {
   std::vector<Buffer> arena_;
   Chunk c_[2];
   Tensor kv_[2], dkv_[2];  // ring buffers (p2p) or gathered [cp * packed] (all_gather)
+  Tensor dkv_local_;       // p2p backward: one step's dK/dV, added to the arriving accumulator
   Tensor block_out_, block_lse_;
-  // Posts the next key/value hop: cur to the next rank, next from the previous one.
-  void post_hop(const Tensor& cur, Tensor next);
-  // Drives the posted hop's progress between blocks and notes when it completed.
+  // One hop around the ring in flight: a send to the next rank and a receive from the
+  // previous one, with when it was posted and (polled between blocks) when it completed.
+  struct Hop {
+    std::unique_ptr<CommRequest> sent, got;
+    double posted_at = 0, done_at = 0;
+  };
+  // Posts a hop on `hop`: out to the next rank, in from the previous one.
+  void post_hop(Hop& hop, const Tensor& out, Tensor in, int tag);
+  // Drives the posted hops' progress between blocks and notes when they completed.
   void poll();
-  // Waits for the posted hop (if any) and books its overlap; `computed` is when the blocks
-  // of this step ended.
-  void finish_hop(double computed);
-  std::unique_ptr<CommRequest> sent_, got_;
-  double posted_at_ = 0, done_at_ = 0;
-  double exposed_s_ = 0, ring_s_ = 0, hop_s_ = 0, hidden_s_ = 0;
+  // Waits for `hop` (if posted) and books its overlap into the given totals; `computed` is
+  // when the blocks it travelled behind ended.
+  void finish_hop(Hop& hop, double computed, double& hop_s, double& hidden_s);
+  Hop kv_hop_, grad_hop_;
+
+  // a2a (context_parallel_a2a.cpp). A tensor's columns split over the ranks by head: groups
+  // of columns (q | k | v, or one group for attention outputs), each `width` columns per rank,
+  // rank p's share of group g at columns cp * (widths before g) + p * width.
+  using HeadGroups = std::vector<int64_t>;
+  void plan_a2a(const AttentionShape& local);
+  void forward_a2a(Tensor attn, Tensor lse, const Tensor& qkv);
+  void backward_a2a(Tensor dqkv, const Tensor& dattn, const Tensor& qkv, const Tensor& attn,
+                    const Tensor& lse);
+  // src [batch*local_len, cp * sum(widths)] (sequence split) -> dst [batch*seq, sum(widths)]
+  // (this rank's heads of every token, in global token order); heads_to_seq is its inverse.
+  void seq_to_heads(Tensor dst, const Tensor& src, const HeadGroups& widths);
+  void heads_to_seq(Tensor dst, const Tensor& src, const HeadGroups& widths);
+  // All-to-all of a2a_send_ into a2a_recv_, `block` floats for and from each rank
+  // (Communicator::all_to_allv with equal counts).
+  void exchange(int64_t block);
+  AttentionShape heads_{};  // whole sequences, this rank's heads/cp and kv_heads/cp heads
+  HeadGroups qkv_widths_, out_widths_;
+  Tensor a2a_send_, a2a_recv_, hs_qkv_, hs_out_, hs_dout_, hs_dqkv_;
+  double exposed_s_ = 0, ring_s_ = 0, hop_s_ = 0, hidden_s_ = 0, grad_hop_s_ = 0,
+         grad_hidden_s_ = 0;
   size_t bytes_ = 0;
 };
 

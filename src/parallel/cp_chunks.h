@@ -8,7 +8,9 @@
 
 namespace llmrun {
 
-enum class CpComm { p2p, all_gather };
+// p2p: ring attention; all_gather: gathered keys and values; a2a: DeepSpeed-Ulysses (an
+// all-to-all swaps the sequence split for a head split around a whole-sequence attention).
+enum class CpComm { p2p, all_gather, a2a };
 const char* cp_comm_name(CpComm c);
 std::optional<CpComm> cp_comm_from_name(const std::string& name);
 
@@ -27,5 +29,9 @@ struct CpChunks {
 
 // Why seq_len cannot be split over cp ranks (empty when it can).
 std::optional<std::string> cp_split_problem(int seq_len, int cp);
+// Why a2a cannot split this rank's heads over cp ranks (empty when it can): every cp rank
+// takes heads/cp query heads and kv_heads/cp key/value heads of the whole sequence, so both
+// (after tp's split: heads/tp, and kv_heads/tp or 1 when tp replicates them) must divide by cp.
+std::optional<std::string> cp_heads_problem(int heads, int kv_heads, int tp, int cp);
 
 }  // namespace llmrun

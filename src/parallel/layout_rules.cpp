@@ -1,6 +1,7 @@
 #include "parallel/layout_rules.h"
 
 #include "parallel/cp_chunks.h"
+#include "parallel/expert_layout.h"
 #include "parallel/stage_layers.h"
 #include "util/error.h"
 
@@ -15,6 +16,7 @@ std::string TrainingLayout::describe() const {
   }
   if (sequence_parallel) s += " sp";
   if (cp > 1) s += " cp" + std::to_string(cp);
+  if (ep > 1) s += " ep" + std::to_string(ep);
   return s + " recompute " + recompute_name(recompute);
 }
 
@@ -39,18 +41,29 @@ std::optional<LayoutProblem> layout_problem(const TrainingShape& s, const Traini
                          "Phi-3 keeps q, k and v in one tensor, whose key/value heads cannot be "
                          "replicated: " +
                              tp + " must not exceed model.kv_heads=" + std::to_string(m.kv_heads)};
-  if (m.moe.enabled() && l.tp > 1)
-    return LayoutProblem{"parallel.tp",
-                         "mixture-of-experts models train without tensor parallelism in this "
-                         "build (the experts are not split across tp ranks): use tp=1 with dp/pp"};
+  // Under tp an MoE layer runs whole on every tp rank (attention is split; the router and the
+  // experts are replicated, their gradients whole on each): the norm output it reads must be
+  // whole too, which sequence parallelism would shard.
+  if (m.moe.enabled() && l.tp > 1 && l.sequence_parallel)
+    return LayoutProblem{"parallel.sequence_parallel",
+                         "mixture-of-experts layers run whole on every tensor-parallel rank and "
+                         "need every token's rows: use sequence_parallel: false with model.moe"};
+  // OLMoE's q/k norms take the root mean square over all heads' columns, which tp splits.
+  if (m.qk_norm && l.tp > 1)
+    return LayoutProblem{"parallel.tp", "OLMoE's q/k norms span all attention heads, which " + tp +
+                                            " would split: use tp: 1 (ep and dp work)"};
   if (m.ffn % l.tp != 0)
     return LayoutProblem{"parallel.tp",
                          "model.ffn=" + std::to_string(m.ffn) + " is not divisible by " + tp};
   if (m.vocab < l.tp)
     return LayoutProblem{"parallel.tp", tp + " exceeds model.vocab=" + std::to_string(m.vocab) +
                                             " (each rank holds a slice of the vocabulary)"};
+  if (const auto problem = expert_parallel_problem(m, l)) return problem;
   if (const auto problem = cp_split_problem(m.seq_len, l.cp))
     return LayoutProblem{"parallel.cp", *problem};
+  if (l.cp_comm == CpComm::a2a)
+    if (const auto problem = cp_heads_problem(m.heads, m.kv_heads, l.tp, l.cp))
+      return LayoutProblem{"parallel.cp_comm", *problem};
   if (l.zero >= 2 && l.pp > 1)
     return LayoutProblem{"parallel.zero",
                          "ZeRO-2/3 shard gradients across micro-batches, which pipeline "

@@ -26,6 +26,7 @@ struct TrainingLayout {
   Recompute recompute = Recompute::none;
   int cp = 1;  // context parallel ranks per sequence
   CpComm cp_comm = CpComm::p2p;
+  int ep = 1;  // expert parallel ranks, carved out of dp (parallel/expert_layout.h)
   int world() const { return tp * pp * dp * cp; }
   std::string describe() const;  // "tp2 pp2 dp1 zero1 1f1b recompute none"
 };
@@ -54,7 +55,7 @@ struct LayoutProblem {
 // with pp = 1; sequence parallelism needs tp > 1 and tokens per micro-batch divisible by tp;
 // the global batch must split into micro_batch x dp; the pipeline schedule must accept the
 // shape (interleaved: V >= 2, micro-batches a multiple of pp); seq_len must split into 2 x cp
-// equal chunks.
+// equal chunks; cp_comm a2a needs the heads and kv heads per tp rank divisible by cp.
 std::optional<LayoutProblem> layout_problem(const TrainingShape& s, const TrainingLayout& l);
 
 }  // namespace llmrun

@@ -18,6 +18,7 @@ struct ParallelSection {
   std::vector<int> pp_layers;    // blocks per stage (empty: as even as possible)
   int cp = 1;                    // context parallel: each sequence split over cp ranks
   CpComm cp_comm = CpComm::p2p;  // how attention reaches the other ranks' keys and values
+  int ep = 1;  // expert parallel: MoE experts split over ep of the dp ranks (comm/topology.h)
 };
 
 }  // namespace llmrun

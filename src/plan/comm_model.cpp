@@ -1,5 +1,6 @@
 #include "plan/comm_model.h"
 
+#include "parallel/expert_layout.h"
 #include "plan/memory_model.h"
 
 namespace llmrun {
@@ -44,7 +45,22 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
         c.items.push_back({group, what, payload, payload * factor, outside_pipeline});
     };
     // Data parallel: ZeRO decides what moves and how often.
-    const double g = 4.0 * double(st.param_elements), w = param_bytes * double(st.param_elements);
+    double g = 4.0 * double(st.param_elements);
+    const double w = param_bytes * double(st.param_elements);
+    // Expert parallel (ZeRO-0 only): the experts' gradients reduce over the dp / ep ranks that
+    // hold them; the token rows cross the ep group by all-to-all, four times per MoE layer.
+    if (l.ep > 1) {
+      double expert = 0, a2a = 0;
+      for (int b : st.blocks)
+        if (m.moe.layer_is_moe(b)) {
+          expert += 4.0 * local_experts(m.moe, l.ep) * 3.0 * m.d_model * m.moe.expert_ffn;
+          a2a += expert_all_to_all_bytes(m, l.ep, int64_t(n)) * M;
+        }
+      g -= expert;
+      add("dp", "all-reduce expert gradients over the dp/ep ranks holding them", expert,
+          2 * ring(l.dp / l.ep), true);
+      add("ep", "all-to-all of routed token rows (dispatch, combine, both gradients)", a2a, 1.0);
+    }
     if (l.dp * l.cp > 1) {
       switch (l.zero) {
         case 0:
@@ -90,7 +106,16 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
       const double kv = double(std::max(m.kv_heads / l.tp, 1)) * m.head_dim();
       const double packed = 4.0 * 2.0 * n * kv;
       const double per = double(st.blocks.size()) * M * packed;
-      if (l.cp_comm == CpComm::p2p) {
+      if (l.cp_comm == CpComm::a2a) {
+        // Ulysses: each all-to-all keeps 1/cp of a tensor and sends the rest; q|k|v and the
+        // output forward, and in the backward q|k|v, the output, its gradient and dq|dk|dv.
+        const double qkv = 4.0 * n * double(m.heads / l.tp + 2 * std::max(m.kv_heads / l.tp, 1)) *
+                           m.head_dim() * double(st.blocks.size()) * M;
+        const double out =
+            4.0 * n * double(m.heads / l.tp) * m.head_dim() * double(st.blocks.size()) * M;
+        add("cp", "all-to-all of q, k, v (forward, backward) and dq, dk, dv", 3 * qkv, ring(l.cp));
+        add("cp", "all-to-all of the attention output and its gradient", 3 * out, ring(l.cp));
+      } else if (l.cp_comm == CpComm::p2p) {
         add("cp", "ring: keys and values, cp-1 hops forward and backward", 2 * per, l.cp - 1);
         add("cp", "ring: their gradients, cp hops backward", per, l.cp);
       } else {

@@ -15,7 +15,9 @@ namespace {
 // parallelism): below it attention's activations rarely dominate, and cp only adds traffic.
 constexpr int kLongSequence = 4096;
 
-std::vector<TrainingLayout> candidates(int nproc, int seq_len) {
+// An MoE model also tries every expert-parallel split of dp (ZeRO-0 only, as the layout rules
+// require).
+std::vector<TrainingLayout> candidates(int nproc, int seq_len, bool moe) {
   std::vector<TrainingLayout> out;
   for (int tp = 1; tp <= nproc; ++tp) {
     if (nproc % tp) continue;
@@ -44,6 +46,12 @@ std::vector<TrainingLayout> candidates(int nproc, int seq_len) {
                 l.sequence_parallel = sp == 1;
                 l.recompute = r;
                 out.push_back(l);
+                for (int ep = 2; moe && zero == 0 && ep <= l.dp; ++ep)
+                  if (l.dp % ep == 0) {
+                    TrainingLayout e = l;
+                    e.ep = ep;
+                    out.push_back(e);
+                  }
               }
       }
     }
@@ -62,7 +70,7 @@ LayoutSearch search_layouts(const TrainingShape& s, int nproc, int64_t budget_by
     if (fresh) result.excluded.push_back({reason, {}});
     result.excluded[it->second].layouts.push_back(l);
   };
-  const std::vector<TrainingLayout> all = candidates(nproc, s.model.seq_len);
+  const std::vector<TrainingLayout> all = candidates(nproc, s.model.seq_len, s.model.moe.enabled());
   TerminalProgress progress("searching layouts", double(all.size()), "layouts");
   for (const TrainingLayout& l : all) {
     progress.advance(1);

@@ -19,7 +19,8 @@ struct RankDims {
   int64_t d, f, vocab, seq, mb;
   int64_t heads, qkv_cols, attn_cols, up_cols, kv_cols;
   int64_t n, n_seq;  // tokens of a micro-batch; of them, the rows of a sequence-parallel shard
-  MoeConfig moe;     // model.moe (tp is 1 whenever experts > 0)
+  MoeConfig moe;     // model.moe (whole on every tp rank)
+  int ep = 1;        // expert parallel: E / ep experts per rank, routed buffers for ep ranks
 };
 
 RankDims rank_dims(const TrainingShape& s, const TrainingLayout& l) {
@@ -41,6 +42,7 @@ RankDims rank_dims(const TrainingShape& s, const TrainingLayout& l) {
   x.n = x.mb * x.seq;
   x.n_seq = l.sequence_parallel ? x.n / l.tp : x.n;
   x.moe = m.moe;
+  x.ep = l.ep;
   return x;
 }
 
@@ -59,25 +61,30 @@ int64_t block_params(const RankDims& x) {
 int64_t moe_block_delta(const RankDims& x) {
   const MoeConfig& m = x.moe;
   const int64_t d = x.d, fs = m.shared_width();
-  return d * m.experts + int64_t(m.experts) * 3 * d * m.expert_ffn + (fs > 0 ? 3 * d * fs + d : 0) -
-         3 * d * x.f;
+  const int64_t held = m.experts / x.ep;  // expert parallelism: this rank's experts only
+  return d * m.experts + held * 3 * d * m.expert_ffn + (fs > 0 ? 3 * d * fs + d : 0) - 3 * d * x.f;
 }
 
 // An MoE model's per-block routed buffers (model/moe.h: router logits, the permuted rows'
 // token ids, inputs, gate|up, activations and outputs, the shared expert's), one set per
 // block whether or not the block is routed; and the backward scratch shared by all blocks.
+// Under expert parallelism the expert side (gate|up, activations, and the received rows and
+// their outputs) is sized for every ep rank's rows: dropless routing may send them all here.
 double moe_saved(const RankDims& x) {
   const MoeConfig& m = x.moe;
   if (!m.enabled()) return 0;
   const double n = double(x.n), rows = n * m.top_k, fs = m.shared_width();
-  return n * m.experts + rows * (1 + 2.0 * x.d + 3.0 * m.expert_ffn) +
-         (fs > 0 ? n * (3 * fs + x.d + 1) : 0);
+  const double expert_rows = rows * x.ep;
+  return n * m.experts + rows * (1 + 2.0 * x.d) + expert_rows * 3.0 * m.expert_ffn +
+         (x.ep > 1 ? expert_rows * 2.0 * x.d : 0) + (fs > 0 ? n * (3 * fs + x.d + 1) : 0);
 }
 double moe_scratch(const RankDims& x) {
   const MoeConfig& m = x.moe;
   if (!m.enabled()) return 0;
   const double n = double(x.n), rows = n * m.top_k, fs = m.shared_width();
-  return rows * (2.0 * x.d + 3.0 * m.expert_ffn) + n * m.experts +
+  const double expert_rows = rows * x.ep;
+  return rows * 2.0 * x.d + expert_rows * 3.0 * m.expert_ffn +
+         (x.ep > 1 ? expert_rows * 2.0 * x.d : 0) + n * m.experts +
          (fs > 0 ? n * (3 * fs + x.d + 1) : 0);
 }
 
@@ -215,11 +222,15 @@ double workspace_floats(const StagePlan& sp, const StageMemory& st) {
   if (sp.pipelined()) ws += 2.0 * double(x.n_seq) * x.d;
   // Context parallelism (shared by all blocks): each local chunk's q, output, dq and output
   // gradient, one block's partial output and LSE, and the packed key/value chunks with their
-  // gradient accumulators: two hops of each (p2p), or every rank's plus this rank's own
-  // (all_gather).
-  if (l.cp > 1 && !st.blocks.empty()) {
+  // gradient accumulators: two hops of each plus one step's own dK/dV (p2p), or every rank's
+  // plus this rank's own (all_gather).
+  // a2a instead: two exchange buffers, q|k|v and their gradient, the output and its gradient,
+  // all head-split over the whole sequence (as many floats as the local tokens' full width).
+  if (l.cp > 1 && !st.blocks.empty() && l.cp_comm == CpComm::a2a)
+    ws += 4.0 * double(x.n) * x.qkv_cols + 2.0 * double(x.n) * x.attn_cols;
+  else if (l.cp > 1 && !st.blocks.empty()) {
     const double packed = 2.0 * double(x.n) * x.kv_cols;
-    const double rings = l.cp_comm == CpComm::p2p ? 4.0 : 2.0 * l.cp + 2.0;
+    const double rings = l.cp_comm == CpComm::p2p ? 5.0 : 2.0 * l.cp + 2.0;
     ws += 4.5 * double(x.n) * x.attn_cols + double(x.mb) * x.heads * x.seq / 2 + rings * packed;
   }
   return ws;

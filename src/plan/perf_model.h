@@ -11,6 +11,9 @@
 // waits for the one with it, beyond the schedule's own bubble). Data-parallel traffic (and the
 // tied-embedding all-reduce) runs at `bandwidth` after the pipeline: nothing is assumed to overlap,
 // so predictions are upper bounds when communication overlaps the backward in reality.
+// With `gpus_per_node` set, a group whose ranks all sit in one node (ranks are numbered tp
+// fastest, then cp, pp, dp, and nodes hold consecutive ranks) is priced at `tp_bandwidth`, the
+// node's link (NVLink), and only groups that span nodes at `bandwidth` (the network).
 #include <string>
 #include <vector>
 
@@ -25,7 +28,14 @@ struct PerfAssumptions {
       150e9;  // bytes/s a rank sends inside its tensor-parallel group (NVLink-class)
   double bandwidth =
       25e9;  // bytes/s a rank sends to data/pipeline-parallel peers (200 Gb/s InfiniBand)
+  int gpus_per_node = 0;  // 0: every cp, pp and dp group is priced at `bandwidth`
 };
+
+// Which links a group uses: ranks a group of the layout spans (tp: tp; cp: tp*cp; pp: tp*cp*pp;
+// dp, over dp x cp: the world).
+int group_span(const TrainingLayout& l, const std::string& group);
+// Bytes/s of `group` under `a`: tp_bandwidth inside a node, else bandwidth.
+double group_bandwidth(const PerfAssumptions& a, const TrainingLayout& l, const std::string& group);
 
 struct StepPrediction {
   double forward_s = 0,
@@ -40,6 +50,9 @@ struct StepPrediction {
   // them not hidden behind the attention blocks (already in compute_s).
   double cp_comm_s = 0;
   double cp_exposed_s = 0;
+  // Expert parallel: the token all-to-alls over the step (slowest stage; in compute_s, not
+  // overlapped: every expert GEMM waits for its rows).
+  double ep_comm_s = 0;
 
   double dp_comm_s = 0;  // data-parallel (and tied-embedding) traffic after the pipeline
   double step_s = 0;

@@ -75,6 +75,7 @@ nlohmann::json layout_json(const TrainingLayout& l) {
           {"recompute", recompute_name(l.recompute)},
           {"cp", l.cp},
           {"cp_comm", cp_comm_name(l.cp_comm)},
+          {"ep", l.ep},
           {"describe", l.describe()}};
 }
 
@@ -85,6 +86,7 @@ nlohmann::json step_json(const StepPrediction& s) {
           {"tp_comm_s", s.tp_comm_s},
           {"cp_comm_s", s.cp_comm_s},
           {"cp_exposed_s", s.cp_exposed_s},
+          {"ep_comm_s", s.ep_comm_s},
           {"pipeline_s", s.pipeline_s},
           {"bubble", s.bubble},
           {"dp_comm_s", s.dp_comm_s},
@@ -193,8 +195,12 @@ std::string plan_text(const Plan& p) {
   const PerfAssumptions& a = p.assumptions;
   const StepPrediction& s = p.step;
   o << "\npredicted step (peak " << sci(a.peak_flops) << " FLOP/s per rank from " << a.peak_source
-    << "; tp link " << sci(a.tp_bandwidth) << " B/s, dp/pp link " << sci(a.bandwidth)
-    << " B/s; no overlap assumed)\n";
+    << "; tp link " << sci(a.tp_bandwidth) << " B/s, dp/pp link " << sci(a.bandwidth) << " B/s";
+  if (a.gpus_per_node > 0)
+    o << " (" << a.gpus_per_node << " GPUs per node: in-node groups use the tp link; cp "
+      << sci(group_bandwidth(a, l, "cp")) << ", pp " << sci(group_bandwidth(a, l, "pp")) << ", dp "
+      << sci(group_bandwidth(a, l, "dp")) << " B/s)";
+  o << "; no overlap assumed)\n";
   o << "  slowest stage, one micro-batch: forward " << sci(s.forward_s) << " s, backward "
     << sci(s.backward_s) << " s (tensor-parallel collectives " << sci(s.tp_comm_s)
     << " s of the step)\n";
@@ -209,6 +215,9 @@ std::string plan_text(const Plan& p) {
     o << "  context-parallel ring: " << sci(s.cp_comm_s) << " s of transfers, "
       << sci(s.cp_exposed_s) << " s of them not hidden behind attention (in the compute above); "
       << sci(s.step_s + s.cp_comm_s - s.cp_exposed_s) << " s per step if none overlapped\n";
+  if (l.ep > 1)
+    o << "  expert-parallel all-to-all: " << sci(s.ep_comm_s) << " s of the step ("
+      << fixed(100 * s.ep_comm_s / s.step_s, 1) << "%, in the compute above)\n";
   o << "  data-parallel communication: " << sci(s.dp_comm_s) << " s\n";
   o << "  step: " << sci(s.step_s) << " s, " << sci(s.tokens_per_s) << " tokens/s, MFU "
     << fixed(100 * s.mfu, 1) << "%\n";
@@ -259,6 +268,7 @@ nlohmann::json plan_json(const Plan& p) {
                     {"tp_sent", c.sent("tp")},
                     {"pp_sent", c.sent("pp")},
                     {"cp_sent", c.sent("cp")},
+                    {"ep_sent", c.sent("ep")},
                     {"items", items}});
   }
   nlohmann::json j{{"recipe", p.source},
@@ -270,7 +280,13 @@ nlohmann::json plan_json(const Plan& p) {
                     {{"peak_flops", p.assumptions.peak_flops},
                      {"peak_source", p.assumptions.peak_source},
                      {"tp_bandwidth", p.assumptions.tp_bandwidth},
-                     {"bandwidth", p.assumptions.bandwidth}}},
+                     {"bandwidth", p.assumptions.bandwidth},
+                     {"gpus_per_node", p.assumptions.gpus_per_node},
+                     {"group_bandwidth",
+                      {{"tp", group_bandwidth(p.assumptions, p.layout, "tp")},
+                       {"cp", group_bandwidth(p.assumptions, p.layout, "cp")},
+                       {"pp", group_bandwidth(p.assumptions, p.layout, "pp")},
+                       {"dp", group_bandwidth(p.assumptions, p.layout, "dp")}}}}},
                    {"step", step_json(p.step)},
                    {"peak_bytes", peak_stage(p.memory).peak}};
   if (p.layout.pp > 1)

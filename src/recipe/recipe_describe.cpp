@@ -108,6 +108,7 @@ void describe_model(std::ostream& o, const Recipe& r) {
   o << "  norm_eps: " << num(m.norm_eps) << "\n"
     << "  tie_embeddings: " << (m.tie_embeddings ? "true" : "false") << "\n";
   if (m.qkv_bias) o << "  qkv_bias: true\n";
+  if (m.qk_norm) o << "  # qk_norm: OLMoE's q/k norms (from the model dir)\n";
   if (m.moe.enabled()) {  // with model.from only the training keys are recipe keys
     const MoeConfig& x = m.moe;
     o << "  moe:\n";
@@ -178,6 +179,7 @@ void describe_ranks(std::ostream& o, const Recipe& r) {
     << "\n  pp_schedule: " << schedule_name(r.parallel.pp_schedule)
     << "\n  virtual_stages: " << r.parallel.virtual_stages << "\n  cp: " << r.parallel.cp
     << "\n  cp_comm: " << cp_comm_name(r.parallel.cp_comm) << "\n";
+  if (r.parallel.ep > 1) o << "  ep: " << r.parallel.ep << "\n";  // expert parallel (MoE)
   if (!r.parallel.pp_layers.empty()) {
     o << "  pp_layers: [";
     for (size_t i = 0; i < r.parallel.pp_layers.size(); ++i)

@@ -27,6 +27,7 @@ TrainingLayout training_layout(const Recipe& r) {
   l.recompute = r.memory.recompute;
   l.cp = r.parallel.cp;
   l.cp_comm = r.parallel.cp_comm;
+  l.ep = r.parallel.ep;
   return l;
 }
 

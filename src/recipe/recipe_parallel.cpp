@@ -83,7 +83,7 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
 
   const MapReader p(top.node("parallel"), "parallel", loc,
                     {"tp", "pp", "dp", "zero", "sequence_parallel", "pp_schedule", "virtual_stages",
-                     "pp_layers", "cp", "cp_comm"});
+                     "pp_layers", "cp", "cp_comm", "ep"});
   ParallelSection& par = r.parallel;
   par.tp = int(p.integer("tp", 1, 1 << 20).value_or(1));
   par.pp = int(p.integer("pp", 1, 1 << 20).value_or(1));
@@ -104,11 +104,12 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
           int(read_integer(layers[i], "parallel.pp_layers." + std::to_string(i), loc, 1, 1 << 20)));
   }
   par.cp = int(p.integer("cp", 1, 1 << 20).value_or(1));
+  par.ep = int(p.integer("ep", 1, 1 << 20).value_or(1));
   const std::string cp_comm = p.string("cp_comm").value_or("p2p");
   if (const auto parsed = cp_comm_from_name(cp_comm))
     par.cp_comm = *parsed;
   else
-    loc.fail("parallel.cp_comm", "'" + cp_comm + "' is not one of p2p, all_gather");
+    loc.fail("parallel.cp_comm", "'" + cp_comm + "' is not one of p2p, all_gather, a2a");
   if (par.cp > 1 && r.launch.backend == "cuda")
     loc.fail("parallel.cp",
              "context parallelism runs on the CPU backend only: the CUDA backend has no block "

@@ -30,6 +30,9 @@ class ChatTemplate {
   static ChatTemplate from_config(const nlohmann::json& tokenizer_config);
 
   ChatTemplateKind kind() const { return kind_; }
+  // The begin/end-of-sequence texts the template writes (tool formats write them too).
+  const std::string& bos() const { return bos_; }
+  const std::string& eos() const { return eos_; }
   std::string name() const;
   // UserError where the template would raise: the [INST] templates take user/assistant turns
   // alternating from a user (Llama 2 also one leading system message).

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <unordered_map>
 
+#include "quant/kv_cache_dtype.h"
 #include "serve/logit_processors.h"
 #include "serve/speculative/rejection.h"
 #include "util/error.h"
@@ -15,13 +17,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-int64_t kv_bytes_per_block(const ModelConfig& cfg, int block_size) {
-  return int64_t(2) * cfg.layers * block_size * cfg.kv_heads * cfg.head_dim() * 4;
+int64_t kv_bytes_per_block(const ModelConfig& cfg, int block_size, quant::QType kv_dtype) {
+  return quant::kv_bytes_per_token(cfg, kv_dtype) * block_size;
 }
 }  // namespace
 
-int kv_blocks_for_bytes(const ModelConfig& cfg, int block_size, int64_t bytes) {
-  return static_cast<int>(std::min<int64_t>(bytes / kv_bytes_per_block(cfg, block_size), 1 << 30));
+int kv_blocks_for_bytes(const ModelConfig& cfg, int block_size, int64_t bytes,
+                        quant::QType kv_dtype) {
+  return static_cast<int>(
+      std::min<int64_t>(bytes / kv_bytes_per_block(cfg, block_size, kv_dtype), 1 << 30));
 }
 
 Engine::Engine(Transformer& model, const Tokenizer& tok, const EngineConfig& cfg)
@@ -45,9 +49,11 @@ Engine::Engine(Transformer& model, const Tokenizer& tok, const EngineConfig& cfg
   runner_ = std::make_unique<ModelRunner>(
       model_,
       ModelRunnerLimits{cfg_.max_batched_tokens, cfg_.max_num_seqs, cfg_.max_model_len,
-                        cfg_.block_size, cfg_.num_blocks, logit_rows},
+                        cfg_.block_size, cfg_.num_blocks, logit_rows, cfg_.kv_dtype},
       tok_.vocab_size());
   if (sc.enabled()) metrics_.num_spec_tokens = sc.num_tokens;
+  if (!sc.fixed_step_seconds.empty())
+    spec_cost_.fix(sc.fixed_step_seconds, sc.fixed_row_seconds, sc.fixed_draft_seconds);
   if (sc.enabled() && sc.method == SpecMethod::draft) {
     LLMRUN_CHECK(sc.draft_model != nullptr, "speculative draft: no draft model");
     if (sc.draft_model->config().vocab != model_.config().vocab)
@@ -58,6 +64,8 @@ Engine::Engine(Transformer& model, const Tokenizer& tok, const EngineConfig& cfg
         *sc.draft_model, DraftLimits{cfg_.max_num_seqs, cfg_.max_batched_tokens, cfg_.max_model_len,
                                      cfg_.block_size, tok_.vocab_size()});
   }
+  if (cfg_.max_lora_width > 0)
+    lora_ = std::make_unique<LoraBatchRunner>(model_, cfg_.max_batched_tokens, cfg_.max_lora_width);
   stats_.kv_blocks = cfg_.num_blocks;
   thread_ = std::thread([this] { loop(); });
 }
@@ -73,6 +81,14 @@ Engine::~Engine() {
 
 uint64_t Engine::submit(std::vector<int32_t> prompt, const GenerationParams& params,
                         EventSink sink) {
+  std::vector<Submission> one;
+  one.push_back({std::move(prompt), params, std::move(sink)});
+  return submit(std::move(one)).front();
+}
+
+std::unique_ptr<Sequence> Engine::make_sequence(Submission&& sub) const {
+  std::vector<int32_t>& prompt = sub.prompt;
+  const GenerationParams& params = sub.params;
   LLMRUN_CHECK(!prompt.empty() && int(prompt.size()) + params.max_tokens <= cfg_.max_model_len,
                "Engine::submit: prompt of " + std::to_string(prompt.size()) + " tokens + " +
                    std::to_string(params.max_tokens) + " exceeds max_model_len");
@@ -82,23 +98,35 @@ uint64_t Engine::submit(std::vector<int32_t> prompt, const GenerationParams& par
   s->prompt_len = static_cast<int>(prompt.size());
   s->tokens = std::move(prompt);
   s->params = params;
+  if (s->params.lora) {
+    LLMRUN_CHECK(lora_ != nullptr, "Engine::submit: a LoRA adapter on an engine without LoRA");
+    s->prefix_seed = s->params.lora->prefix_seed();
+  }
   if (!s->params.seeded)
     s->params.sampling.seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
   s->sampler = std::make_unique<TokenSampler>(s->params.sampling);
   if (s->params.constraint)
     s->matcher = std::make_unique<structured::ConstraintMatcher>(s->params.constraint);
   s->text = std::make_unique<TextStream>(tok_, s->params.stop);
-  s->sink = std::move(sink);
+  s->sink = std::move(sub.sink);
   s->arrival = Clock::now();
-  uint64_t id;
+  return s;
+}
+
+std::vector<uint64_t> Engine::submit(std::vector<Submission> batch) {
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (Submission& sub : batch) seqs.push_back(make_sequence(std::move(sub)));
+  std::vector<uint64_t> ids;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    id = s->id = next_id_++;
-    inbox_.push_back(std::move(s));
-    ++unfinished_;
+    for (auto& s : seqs) {
+      ids.push_back(s->id = next_id_++);
+      inbox_.push_back(std::move(s));
+      ++unfinished_;
+    }
   }
   wake_.notify_all();
-  return id;
+  return ids;
 }
 
 void Engine::abort(uint64_t id) {
@@ -200,19 +228,20 @@ void Engine::propose() {
   if (sc.disable_by_batch_size > 0 && scheduler_.num_running() >= sc.disable_by_batch_size) return;
   std::vector<Sequence*> drafting;
   std::vector<int> want;
+  // Only a running sequence in its decode phase (everything but its last token computed).
+  auto decoding = [](const Sequence& s) {
+    return !s.kv.blocks.empty() && s.computed + 1 == static_cast<int>(s.tokens.size());
+  };
+  int batch = 0;  // the step's decoding sequences
+  for (auto& [id, sp] : seqs_) batch += decoding(*sp) ? 1 : 0;
   for (auto& [id, sp] : seqs_) {
     Sequence& s = *sp;
-    // Only a running sequence in its decode phase (everything but its last token computed).
-    if (s.kv.blocks.empty() || s.computed + 1 != static_cast<int>(s.tokens.size())) continue;
+    if (!decoding(s)) continue;
     if (s.matcher) continue;  // structured output: proposals are not checked by the grammar
-    if (s.spec.backoff > 0) {
-      --s.spec.backoff;
-      continue;
-    }
     // k proposals yield up to k + 1 tokens: stay within max_tokens and max_model_len.
     const int limit = std::min(s.prompt_len + s.params.max_tokens, cfg_.max_model_len);
-    const int k = std::min(proposal_length(s.spec, sc.num_tokens),
-                           limit - static_cast<int>(s.tokens.size()) - 1);
+    const int cap = std::min(sc.num_tokens, limit - static_cast<int>(s.tokens.size()) - 1);
+    const int k = plan_proposal(s.spec, sc, s.tokens, cap, batch, spec_cost_, metrics_.spec);
     if (k <= 0) continue;
     if (sc.method == SpecMethod::ngram) {
       s.spec.draft = propose_ngram(s.tokens, sc.ngram, k);
@@ -221,10 +250,39 @@ void Engine::propose() {
       want.push_back(k);
     }
   }
-  if (drafter_ && !drafting.empty()) drafter_->propose(drafting, want);
+  if (drafter_ && !drafting.empty()) {
+    const auto t0 = Clock::now();
+    drafter_->propose(drafting, want);
+    int drafted = 0;
+    for (const Sequence* s : drafting) drafted += static_cast<int>(s->spec.draft.size());
+    spec_cost_.record_draft(drafted, seconds(Clock::now() - t0));
+  }
 }
 
-void Engine::step(const std::vector<ScheduledChunk>& chunks) {
+void Engine::step(const std::vector<ScheduledChunk>& scheduled) {
+  // Multi-LoRA: a sequence's rows go anywhere in the step (rows are independent), so the
+  // sequences of one adapter are placed together: one delta GEMM pair per adapter, not per run.
+  std::vector<ScheduledChunk> sorted;
+  if (lora_) {
+    sorted = scheduled;
+    std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+      return std::less<const ServedLora*>()(a.seq->params.lora.get(), b.seq->params.lora.get());
+    });
+  }
+  const std::vector<ScheduledChunk>& chunks = lora_ ? sorted : scheduled;
+  const auto t0 = Clock::now();
+  bool decode_only = true;  // every chunk one sequence's last token (plus its proposals)
+  for (const auto& c : chunks) decode_only = decode_only && c.samples && c.n == c.draft + 1;
+  step_rows(chunks);
+  // The speculation back-off's cost model (spec_policy.h) learns from decode steps.
+  if (decode_only && cfg_.speculative.enabled()) {
+    int rows = 0;
+    for (const auto& c : chunks) rows += c.n;
+    spec_cost_.record_step(static_cast<int>(chunks.size()), rows, seconds(Clock::now() - t0));
+  }
+}
+
+void Engine::step_rows(const std::vector<ScheduledChunk>& chunks) {
   const int V = model_.config().vocab;
   const int S = static_cast<int>(chunks.size()), bs = cfg_.block_size;
   BatchInput in;
@@ -254,6 +312,11 @@ void Engine::step(const std::vector<ScheduledChunk>& chunks) {
       for (int j = c.draft; j >= 0; --j) in.logit_rows.push_back(in.query_starts[s + 1] - 1 - j);
       samplers.push_back(c.seq);
     }
+  }
+  if (lora_) {
+    std::vector<const ServedLora*> seq_lora;
+    for (const auto& c : chunks) seq_lora.push_back(c.seq->params.lora.get());
+    lora_->set_step(seq_lora, in.query_starts);
   }
   runner_->execute(in);
   ++steps_;
@@ -292,6 +355,7 @@ void Engine::verify(Sequence& s, int first_row, int d, const std::vector<int32_t
   std::vector<float> row, masked, work;
   std::vector<double> p;
   int accepted = 0;
+  bool rejected = false;
   // The step's tokens go to the client as one event: one wake-up of its writer per step.
   SequenceEvent pending;
   for (int i = 0; i <= d; ++i) {
@@ -321,12 +385,13 @@ void Engine::verify(Sequence& s, int first_row, int d, const std::vector<int32_t
       }
     }
     if (ok) ++accepted;
+    rejected = i < d && !ok;
     report_token(s, token, raw, &pending);
     if (finished(s) || !ok) break;
   }
   if (!finished(s)) s.sink(std::move(pending));
   metrics_.spec.record(d, accepted);
-  record_acceptance(st, cfg_.speculative, d, accepted);
+  record_verification(st, d, accepted, rejected);
   st.draft.clear();
   st.draft_probs.clear();
   if (finished(s)) return;

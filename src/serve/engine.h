@@ -18,6 +18,7 @@
 #include "data/tokenizer.h"
 #include "model/transformer.h"
 #include "serve/kv_block_manager.h"
+#include "serve/lora_runner.h"
 #include "serve/metrics.h"
 #include "serve/model_runner.h"
 #include "serve/scheduler.h"
@@ -38,10 +39,16 @@ struct EngineConfig {
   std::vector<int32_t> stop_token_ids;
   // Speculative decoding (serve/speculative/speculative.h); off by default.
   SpeculativeConfig speculative;
+  // The KV pool's storage type (--kv-dtype; see ModelRunnerLimits).
+  quant::QType kv_dtype = quant::QType::f32;
+  // Multi-LoRA serving (serve/lora_runner.h): > 0 applies each sequence's adapter
+  // (GenerationParams::lora), whose stacked A is at most this wide; 0: adapters are refused.
+  int64_t max_lora_width = 0;
 };
 
-// KV pool blocks that fit `bytes` for this model (k and v, every layer, fp32).
-int kv_blocks_for_bytes(const ModelConfig& cfg, int block_size, int64_t bytes);
+// KV pool blocks that fit `bytes` for this model (k and v, every layer, in kv_dtype).
+int kv_blocks_for_bytes(const ModelConfig& cfg, int block_size, int64_t bytes,
+                        quant::QType kv_dtype = quant::QType::f32);
 
 struct EngineStats {
   int running = 0, waiting = 0;
@@ -60,6 +67,14 @@ class Engine {
   // Thread-safe. The prompt must be non-empty, in the vocabulary, and prompt + max_tokens
   // within max_model_len (the HTTP layer checks and answers 400 first). Returns the id.
   uint64_t submit(std::vector<int32_t> prompt, const GenerationParams& params, EventSink sink);
+  struct Submission {
+    std::vector<int32_t> prompt;
+    GenerationParams params;
+    EventSink sink;
+  };
+  // All or none, and in one step: a request's choices and prompts are scheduled together
+  // (as vLLM does), however the engine thread and the caller interleave. Returns the ids.
+  std::vector<uint64_t> submit(std::vector<Submission> batch);
   // Thread-safe; a finished or unknown id is ignored. The sink gets a final "abort" event.
   void abort(uint64_t id);
   EngineStats stats() const;
@@ -68,8 +83,10 @@ class Engine {
 
  private:
   void loop();
+  std::unique_ptr<Sequence> make_sequence(Submission&& sub) const;  // checks the request
   void take_inbox();
-  void step(const std::vector<ScheduledChunk>& chunks);
+  void step(const std::vector<ScheduledChunk>& chunks);  // times step_rows for spec_cost_
+  void step_rows(const std::vector<ScheduledChunk>& chunks);
   // Speculative decoding: fills spec.draft of the decoding sequences before scheduling, and
   // after the step keeps the accepted prefix of a sequence's proposal plus one token.
   void propose();
@@ -96,6 +113,8 @@ class Engine {
   Scheduler scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<DraftProposer> drafter_;              // --speculative draft
+  StepCostModel spec_cost_;                             // the speculation back-off's step costs
+  std::unique_ptr<LoraBatchRunner> lora_;               // max_lora_width > 0
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // engine thread only
   ServingMetrics metrics_;
   std::vector<uint64_t> finished_;  // erased from seqs_ once no step holds pointers to them

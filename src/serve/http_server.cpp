@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "serve/lora_api.h"
 #include "serve/openai_api.h"
 #include "web/web_assets.h"
 
@@ -89,6 +90,7 @@ struct HttpServer::Impl {
         opts(o),
         ctx{tok, tmpl, o.model_name, e.config().max_model_len, t.vocab_size()} {
     ctx.constraints = &constraints;
+    ctx.loras = o.loras;
   }
 
   Engine& engine;
@@ -303,19 +305,21 @@ struct HttpServer::Impl {
       ~Registered() { c.channel.reset(); }
     } registered(conn, ch);
     ResponseBuilder rb(job, ctx);
+    std::vector<Engine::Submission> batch;
     for (size_t p = 0; p < job.prompts.size(); ++p)
       for (int i = 0; i < job.n; ++i) {
         GenerationParams gp = job.params;
         gp.sampling.seed += static_cast<uint64_t>(i);
         const int index = static_cast<int>(p) * job.n + i;
-        ch->ids.push_back(engine.submit(job.prompts[p], gp, [ch, index](SequenceEvent&& ev) {
-          {
-            std::lock_guard<std::mutex> lock(ch->mu);
-            ch->events.emplace_back(index, std::move(ev));
-          }
-          net::post(ch->timer.get_executor(), [ch] { ch->timer.cancel(); });
-        }));
+        batch.push_back({job.prompts[p], gp, [ch, index](SequenceEvent&& ev) {
+                           {
+                             std::lock_guard<std::mutex> lock(ch->mu);
+                             ch->events.emplace_back(index, std::move(ev));
+                           }
+                           net::post(ch->timer.get_executor(), [ch] { ch->timer.cancel(); });
+                         }});
       }
+    ch->ids = engine.submit(std::move(batch));
     net::co_spawn(ex, watch_disconnect(stream.socket(), ch, engine, client_aborts), net::detached);
 
     auto abort_all = [&] {
@@ -418,12 +422,15 @@ struct HttpServer::Impl {
     if (draining) throw ApiError(503, "service_unavailable", "the server is shutting down");
     if (target == "/v1/models" && get) {
       check_auth(req);
-      const json models = {{"object", "list"},
-                           {"data", json::array({{{"id", opts.model_name},
-                                                  {"object", "model"},
-                                                  {"created", 0},
-                                                  {"owned_by", "llmrun"},
-                                                  {"max_model_len", ctx.max_model_len}}})}};
+      json models = {{"object", "list"},
+                     {"data", json::array({{{"id", opts.model_name},
+                                            {"object", "model"},
+                                            {"created", 0},
+                                            {"owned_by", "llmrun"},
+                                            {"max_model_len", ctx.max_model_len}}})}};
+      if (opts.loras)
+        for (json& card : lora_model_cards(*opts.loras, ctx.max_model_len))
+          models["data"].push_back(std::move(card));
       co_return co_await ok(dump(models), "application/json");
     }
     if ((target == "/v1/completions" || target == "/v1/chat/completions") && post) {
@@ -452,12 +459,17 @@ struct HttpServer::Impl {
       }
       co_return co_await ok(dump(out), "application/json");
     }
+    if (is_lora_admin_route(target) && post) {
+      check_auth(req);
+      co_return co_await ok(lora_admin(target, req.body(), opts.loras), "text/plain");
+    }
     // The chat playground (web/playground), static and public: its API calls carry the key.
     if (const WebAsset* page = get ? find_web_asset("playground", target) : nullptr)
       co_return co_await ok(std::string(page->body), page->content_type.data());
     const bool get_route = target == "/health" || target == "/metrics" || target == "/v1/models";
     const bool post_route = target == "/v1/completions" || target == "/v1/chat/completions" ||
-                            target == "/tokenize" || target == "/detokenize";
+                            target == "/tokenize" || target == "/detokenize" ||
+                            is_lora_admin_route(target);
     if (get_route || post_route) {
       ApiError e(405, "invalid_request_error",
                  "method " + std::string(req.method_string()) + " not allowed on " + target);

@@ -13,6 +13,7 @@
 #include "data/tokenizer.h"
 #include "serve/chat_template.h"
 #include "serve/engine.h"
+#include "serve/lora_registry.h"
 
 namespace llmrun {
 
@@ -27,6 +28,7 @@ struct ServerOptions {
   int request_timeout_s = 30;  // a request's headers and body must arrive within this
   int write_timeout_s = 30;    // a response write that makes no progress this long drops the client
   int shutdown_timeout_s = 30;  // after SIGTERM: in-flight requests get this long, then are dropped
+  LoraRegistry* loras = nullptr;  // multi-LoRA serving (serve/lora_api.h); null: none
 };
 
 class HttpServer {

@@ -52,10 +52,10 @@ int32_t KvBlockManager::take_block() {
 }
 
 int KvBlockManager::acquire_prefix(SeqBlocks& seq, const std::vector<int32_t>& tokens,
-                                   int max_tokens) {
+                                   int max_tokens, uint64_t seed) {
   LLMRUN_CHECK(seq.blocks.empty(), "acquire_prefix: sequence already has blocks");
   seq.published = 0;
-  seq.chain_hash = kPrefixChainSeed;
+  seq.chain_hash = seed;
   if (!prefix_caching_) return 0;
   const int limit = std::min<int>(max_tokens, static_cast<int>(tokens.size())) / block_size_;
   prefix_queries_ += static_cast<int64_t>(tokens.size());

@@ -34,8 +34,10 @@ class KvBlockManager {
 
   // For a sequence with no blocks yet: takes a reference on the cached blocks equal to the
   // longest prefix of `tokens` made of whole blocks, at most max_tokens tokens long, and puts
-  // them in its table. Returns the tokens covered (already computed).
-  int acquire_prefix(SeqBlocks& seq, const std::vector<int32_t>& tokens, int max_tokens);
+  // them in its table. Returns the tokens covered (already computed). `seed` starts the hash
+  // chain: sequences with different seeds (LoRA adapters) never share blocks.
+  int acquire_prefix(SeqBlocks& seq, const std::vector<int32_t>& tokens, int max_tokens,
+                     uint64_t seed = kPrefixChainSeed);
   // Grows seq's table to cover `tokens` token slots; returns false and changes nothing when
   // the pool is short.
   bool ensure(SeqBlocks& seq, int tokens);

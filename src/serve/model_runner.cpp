@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "quant/kv_cache_dtype.h"
 #include "util/error.h"
 
 namespace llmrun {
@@ -20,7 +21,14 @@ ModelRunner::ModelRunner(Transformer& model, const ModelRunnerLimits& limits, in
   if (lim_.max_logit_rows <= 0) lim_.max_logit_rows = lim_.max_num_seqs;
   const ModelConfig& mc = model_.config();
   const int64_t kv_cols = int64_t(mc.kv_heads) * mc.head_dim();
-  const size_t pool_bytes = size_t(lim_.num_blocks) * lim_.block_size * kv_cols * 4;
+  if (lim_.kv_dtype != quant::QType::f32) {
+    quant::check_kv_dtype(lim_.kv_dtype, mc.head_dim());
+    if (be_.name() != "cpu")
+      throw UserError(std::string("--kv-dtype ") + quant::kv_dtype_name(lim_.kv_dtype) +
+                      " runs on the CPU backend only (the " + be_.name() + " backend keeps f32)");
+  }
+  const size_t pool_bytes =
+      size_t(lim_.num_blocks) * lim_.block_size * quant::row_bytes(lim_.kv_dtype, kv_cols);
   for (int l = 0; l < mc.layers; ++l) {
     k_pool_.push_back(be_.allocate(pool_bytes));
     v_pool_.push_back(be_.allocate(pool_bytes));
@@ -82,6 +90,18 @@ void ModelRunner::execute(const BatchInput& in) {
   const int64_t pool_rows = int64_t(lim_.num_blocks) * bs;
   Tensor q = q_buf_.as(DType::f32, {T, q_cols});
   auto attention = [&](int layer, const Tensor& qkv, Tensor attn) {
+    if (lim_.kv_dtype != quant::QType::f32) {
+      const quant::KvPoolView kp{
+          lim_.kv_dtype, static_cast<uint8_t*>(k_pool_[size_t(layer)].data()), pool_rows, kv_cols};
+      const quant::KvPoolView vp{
+          lim_.kv_dtype, static_cast<uint8_t*>(v_pool_[size_t(layer)].data()), pool_rows, kv_cols};
+      quant::kv_store_rows(kp, qkv, slots, q_cols);
+      quant::kv_store_rows(vp, qkv, slots, q_cols + kv_cols);
+      be_.copy_cols(q, qkv, 0);
+      quant::kv_paged_attention(attn, q, kp, vp, tables, starts, lens, bs, mc.heads, mc.kv_heads,
+                                hd);
+      return;
+    }
     Tensor kp = k_pool_[size_t(layer)].as(DType::f32, {pool_rows, kv_cols});
     Tensor vp = v_pool_[size_t(layer)].as(DType::f32, {pool_rows, kv_cols});
     be_.scatter_rows(kp, qkv, slots, q_cols);

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "model/transformer.h"
+#include "quant/block_formats.h"
 
 namespace llmrun {
 
@@ -22,6 +23,9 @@ struct ModelRunnerLimits {
   // Logits rows per step (0: max_num_seqs, one per sequence); speculative decoding verifies
   // several rows of a sequence at once.
   int max_logit_rows = 0;
+  // The pool's storage type (--kv-dtype): f32 runs the backend's kernels; f16, bf16 and q8_0
+  // run quant/kv_cache_dtype.h's on host memory (the CPU backend).
+  quant::QType kv_dtype = quant::QType::f32;
 };
 
 // One step's batch, flattened: sequence s owns token rows query_starts[s] .. query_starts[s+1]

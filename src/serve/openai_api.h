@@ -9,9 +9,11 @@
 
 #include "data/tokenizer.h"
 #include "serve/chat_template.h"
+#include "serve/lora_registry.h"
 #include "serve/request.h"
 #include "serve/structured/token_mask.h"
 #include "serve/tool_calls.h"
+#include "serve/tool_calls_stream.h"
 
 namespace llmrun {
 
@@ -49,6 +51,8 @@ struct ApiContext {
   int vocab;
   // Compiled grammars for structured output; null: response_format and guided_* are refused.
   structured::ConstraintCache* constraints = nullptr;
+  // Multi-LoRA serving: the adapters a request's 'model' may name; null: the base only.
+  LoraRegistry* loras = nullptr;
 };
 
 struct CompletionJob {
@@ -59,6 +63,7 @@ struct CompletionJob {
   bool logprobs = false;
   int top_logprobs = 0;
   ToolRequest tools;  // chat: the request's tools and tool_choice
+  std::string model;  // the requested model: the base's name or a LoRA adapter's
   int sequences() const { return static_cast<int>(prompts.size()) * n; }
 };
 
@@ -102,11 +107,8 @@ class ResponseBuilder {
     std::string text, finish_reason;
     std::vector<TokenLogprob> logprobs;
     bool role_sent = false;
-    size_t emitted = 0;     // with tools: bytes of text already streamed as content
-    bool in_calls = false;  // with tools: the rest of the text is tool calls
+    ToolCallStream calls;  // with tools: content and call deltas parsed as the text grows
   };
-  // With tools: the content to stream now for choice `c`, and at the end the tool calls.
-  std::string stream_content(Choice& c, bool finished, std::vector<ToolCall>& calls) const;
   std::vector<Choice> choices_;
   int prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
   std::vector<bool> prompt_counted_;

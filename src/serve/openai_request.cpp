@@ -199,8 +199,7 @@ std::string render_chat(const json& messages, const ChatTemplate& tmpl, const To
     }
     msgs.push_back(std::move(cm));
   }
-  return tmpl.render(
-      with_tools(messages, std::move(msgs), tools ? *tools : ToolRequest{}, tmpl.kind()));
+  return render_with_tools(messages, std::move(msgs), tools ? *tools : ToolRequest{}, tmpl);
 }
 
 CompletionJob parse_completion_request(const json& body, bool chat, const ApiContext& ctx) {
@@ -210,10 +209,16 @@ CompletionJob parse_completion_request(const json& body, bool chat, const ApiCon
   if (body.contains("model") && !body["model"].is_null()) {
     const json& model = body["model"];
     if (!model.is_string()) throw invalid("'model' must be a string, got " + echo(model), "model");
-    if (model.get<std::string>() != ctx.model_name)
-      throw invalid("the model " + echo(model) + " does not exist; this server serves '" +
-                        ctx.model_name + "'",
-                    "model");
+    job.model = model.get<std::string>();
+    if (job.model != ctx.model_name && ctx.loras) job.params.lora = ctx.loras->find(job.model);
+    if (job.model != ctx.model_name && !job.params.lora) {
+      std::string served = "'" + ctx.model_name + "'";
+      if (ctx.loras)
+        for (const auto& l : ctx.loras->list()) served += ", LoRA adapter '" + l->name() + "'";
+      throw ApiError(404, "not_found_error",
+                     "the model " + echo(model) + " does not exist; this server serves " + served,
+                     "model");
+    }
   }
   if (chat) {
     if (!body.contains("messages")) throw invalid("'messages' is required", "messages");

@@ -31,10 +31,15 @@ ResponseBuilder::ResponseBuilder(const CompletionJob& job, const ApiContext& ctx
                    std::chrono::system_clock::now().time_since_epoch())
                    .count()),
       choices_(static_cast<size_t>(job.sequences())),
-      prompt_counted_(job.prompts.size(), false) {}
+      prompt_counted_(job.prompts.size(), false) {
+  for (Choice& c : choices_) c.calls = ToolCallStream(ctx.chat_template.kind());
+}
 
 json ResponseBuilder::base(const char* object) const {
-  return {{"id", id_}, {"object", object}, {"created", created_}, {"model", ctx_.model_name}};
+  return {{"id", id_},
+          {"object", object},
+          {"created", created_},
+          {"model", job_.params.lora ? job_.model : ctx_.model_name}};
 }
 
 namespace {
@@ -49,31 +54,16 @@ json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
   }
   return out;
 }
-}  // namespace
-
-std::string ResponseBuilder::stream_content(Choice& c, bool finished,
-                                            std::vector<ToolCall>& calls) const {
-  const ChatTemplateKind kind = ctx_.chat_template.kind();
-  std::string out;
-  if (!c.in_calls) {
-    size_t partial = 0, start = std::string::npos;
-    // Llama 3 calls are the whole reply: once text went out as content, none follows.
-    if (!(kind == ChatTemplateKind::llama3 && c.emitted > 0))
-      start = tool_call_start(c.text.substr(c.emitted), kind, partial);
-    const size_t end =
-        start != std::string::npos ? c.emitted + start : c.text.size() - (finished ? 0 : partial);
-    out = c.text.substr(c.emitted, end - c.emitted);
-    c.emitted = end;
-    c.in_calls = start != std::string::npos;
-  }
-  if (finished && c.in_calls) {
-    std::string rest;
-    calls = extract_tool_calls(c.text.substr(c.emitted), kind, rest);
-    out += rest;
-    c.emitted = c.text.size();
-  }
-  return out;
+// One streamed call delta as OpenAI sends it: the first with index, id, type, name and empty
+// arguments; later ones with index and an arguments fragment.
+json tool_call_delta_json(const ToolCallDelta& d) {
+  if (d.id.empty()) return {{"index", d.index}, {"function", {{"arguments", d.arguments}}}};
+  return {{"index", d.index},
+          {"id", d.id},
+          {"type", "function"},
+          {"function", {{"name", d.name}, {"arguments", d.arguments}}}};
 }
+}  // namespace
 
 json ResponseBuilder::usage() const {
   return {{"prompt_tokens", prompt_tokens_},
@@ -151,34 +141,29 @@ std::vector<json> ResponseBuilder::stream_chunks(int index, const SequenceEvent&
                                        {"finish_reason", nullptr}}});
       out.push_back(std::move(first));
     }
-    std::vector<ToolCall> calls;
-    const std::string text = job_.tools.active() ? stream_content(c, ev.finished, calls) : ev.text;
-    if (text.empty() && !ev.finished && lps.is_null()) return out;
-    json delta = json::object();
-    if (!text.empty()) delta["content"] = text;
-    if (!calls.empty()) {  // the calls in one delta, then the finish with its own chunk
-      json call_chunk = base("chat.completion.chunk");
-      call_chunk["choices"] =
-          json::array({{{"index", index},
-                        {"delta", {{"tool_calls", tool_calls_json(calls, true)}}},
-                        {"logprobs", nullptr},
-                        {"finish_reason", nullptr}}});
-      if (!text.empty()) {
-        json content_chunk = base("chat.completion.chunk");
-        content_chunk["choices"] = json::array(
-            {{{"index", index}, {"delta", delta}, {"logprobs", lps}, {"finish_reason", nullptr}}});
-        out.push_back(std::move(content_chunk));
-        delta = json::object();
-      }
-      out.push_back(std::move(call_chunk));
+    std::vector<ToolCallDelta> deltas;
+    const std::string text =
+        job_.tools.active() ? c.calls.feed(c.text, ev.finished, deltas) : ev.text;
+    const bool called = c.calls.calls() > 0;
+    if (text.empty() && deltas.empty() && !ev.finished && lps.is_null()) return out;
+    auto chunk_with = [&](json delta, const json& logprobs, const json& finish) {
+      json chunk = base("chat.completion.chunk");
+      chunk["choices"] = json::array({{{"index", index},
+                                       {"delta", std::move(delta)},
+                                       {"logprobs", logprobs},
+                                       {"finish_reason", finish}}});
+      out.push_back(std::move(chunk));
+    };
+    const json finish = ev.finished && called ? json("tool_calls") : reason;
+    const json content = text.empty() ? json::object() : json{{"content", text}};
+    if (deltas.empty()) {
+      chunk_with(content, lps, finish);
+    } else {  // content first, then each call delta in its own chunk, then the finish
+      if (!text.empty()) chunk_with(content, lps, nullptr);
+      for (const ToolCallDelta& d : deltas)
+        chunk_with({{"tool_calls", json::array({tool_call_delta_json(d)})}}, nullptr, nullptr);
+      if (ev.finished) chunk_with(json::object(), text.empty() ? lps : json(nullptr), finish);
     }
-    json chunk = base("chat.completion.chunk");
-    chunk["choices"] =
-        json::array({{{"index", index},
-                      {"delta", delta},
-                      {"logprobs", calls.empty() ? lps : json(nullptr)},
-                      {"finish_reason", calls.empty() ? reason : json("tool_calls")}}});
-    out.push_back(std::move(chunk));
   } else {
     if (ev.text.empty() && !ev.finished && lps.is_null()) return out;
     json chunk = base("text_completion");

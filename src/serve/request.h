@@ -15,6 +15,7 @@ namespace llmrun {
 namespace structured {
 class CompiledConstraint;
 }
+class ServedLora;
 
 struct GenerationParams {
   SamplingParams sampling;  // temperature 0 = greedy
@@ -29,6 +30,8 @@ struct GenerationParams {
   int logprobs = -1;  // -1: none; else also this many top alternatives
   // Structured output (serve/structured): tokens outside this grammar are never sampled.
   std::shared_ptr<structured::CompiledConstraint> constraint;
+  // Multi-LoRA serving (serve/lora_adapter.h): the adapter applied to this sequence; null: base.
+  std::shared_ptr<const ServedLora> lora;
 };
 
 struct TopLogprob {

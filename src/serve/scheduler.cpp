@@ -58,7 +58,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     Sequence* s = waiting_.front();
     const int len = static_cast<int>(s->tokens.size());
     // At least the last token is always computed: its logits pick the next one.
-    s->computed = kv_.acquire_prefix(s->kv, s->tokens, len - 1);
+    s->computed = kv_.acquire_prefix(s->kv, s->tokens, len - 1, s->prefix_seed);
     const int n = std::min(len - s->computed, budget);
     if (!kv_.ensure(s->kv, s->computed + n)) {
       kv_.release(s->kv);

@@ -31,6 +31,7 @@ struct Sequence {
   std::chrono::steady_clock::time_point arrival, last_token;
   bool got_first_token = false;
   SpecState spec;  // speculative decoding: this step's proposal, back-off, draft KV
+  uint64_t prefix_seed = kPrefixChainSeed;  // its adapter's prefix-cache chain (serve/lora_*)
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
 };

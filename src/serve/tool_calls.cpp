@@ -16,14 +16,7 @@ namespace {
 
 constexpr const char* kCallOpen = "<tool_call>";
 constexpr const char* kCallClose = "</tool_call>";
-
-std::string call_id() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char* alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  std::string id = "call_";
-  for (int i = 0; i < 24; ++i) id += alnum[rng() % 62];
-  return id;
-}
+constexpr const char* kMistralCalls = "[TOOL_CALLS]";
 
 std::string trim(const std::string& s) {
   const char* ws = " \t\n\r";
@@ -51,6 +44,22 @@ std::string tools_prompt(const ToolRequest& t, ChatTemplateKind kind) {
 }
 
 }  // namespace
+
+std::string new_tool_call_id(ChatTemplateKind kind) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  // Mistral's template refuses any id that is not 9 alphanumerics.
+  std::string id = kind == ChatTemplateKind::mistral ? "" : "call_";
+  for (int i = 0, n = kind == ChatTemplateKind::mistral ? 9 : 24; i < n; ++i)
+    id += alnum[rng() % 62];
+  return id;
+}
+
+const char* tool_calls_marker(ChatTemplateKind kind) {
+  return kind == ChatTemplateKind::mistral  ? kMistralCalls
+         : kind == ChatTemplateKind::chatml ? kCallOpen
+                                            : "";
+}
 
 ToolRequest parse_tools(const json& body) {
   ToolRequest t;
@@ -106,19 +115,36 @@ ToolRequest parse_tools(const json& body) {
 }
 
 bool template_supports_tools(ChatTemplateKind kind) {
-  return kind == ChatTemplateKind::chatml || kind == ChatTemplateKind::llama3;
+  return kind == ChatTemplateKind::chatml || kind == ChatTemplateKind::llama3 ||
+         kind == ChatTemplateKind::mistral;
+}
+
+bool uses_tools(const json& messages, const ToolRequest& tools) {
+  bool uses = tools.active();
+  if (messages.is_array())
+    for (const auto& m : messages)
+      uses = uses || (m.is_object() && (m.contains("tool_calls") || m.value("role", "") == "tool"));
+  return uses;
+}
+
+std::pair<std::string, std::string> call_name_arguments(const json& call, const std::string& at) {
+  if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
+      !call["function"].contains("name") || !call["function"]["name"].is_string())
+    throw invalid("a tool call in '" + at + "' needs function.name", "messages");
+  const json& f = call["function"];
+  const std::string args = f.contains("arguments") && f["arguments"].is_string()
+                               ? f["arguments"].get<std::string>()
+                               : f.value("arguments", json::object()).dump();
+  return {f["name"].get<std::string>(), args};
 }
 
 std::vector<ChatMessage> with_tools(const json& messages, std::vector<ChatMessage> msgs,
                                     const ToolRequest& tools, ChatTemplateKind kind) {
-  bool uses_tools = tools.active();
-  for (const auto& m : messages)
-    uses_tools = uses_tools || m.contains("tool_calls") || m.value("role", "") == "tool";
-  if (!uses_tools) return msgs;
-  if (!template_supports_tools(kind))
+  if (!uses_tools(messages, tools)) return msgs;
+  if (!template_supports_tools(kind) || kind == ChatTemplateKind::mistral)
     throw invalid(
         "this model's chat template has no tool-call format (supported: ChatML "
-        "Hermes-style <tool_call>, Llama 3)",
+        "Hermes-style <tool_call>, Llama 3, Mistral [TOOL_CALLS])",
         "tools");
   const bool llama = kind == ChatTemplateKind::llama3;
   std::vector<ChatMessage> out;
@@ -130,15 +156,8 @@ std::vector<ChatMessage> with_tools(const json& messages, std::vector<ChatMessag
         throw invalid("'messages[" + std::to_string(i) + "].tool_calls' must be an array",
                       "messages");
       for (const auto& call : m["tool_calls"]) {
-        if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
-            !call["function"].contains("name") || !call["function"]["name"].is_string())
-          throw invalid("a tool call in 'messages[" + std::to_string(i) + "]' needs function.name",
-                        "messages");
-        const json& f = call["function"];
-        const std::string args = f.contains("arguments") && f["arguments"].is_string()
-                                     ? f["arguments"].get<std::string>()
-                                     : f.value("arguments", json::object()).dump();
-        const std::string name = json(f["name"]).dump();
+        const auto [fname, args] = call_name_arguments(call, "messages[" + std::to_string(i) + "]");
+        const std::string name = json(fname).dump();
         if (llama) {
           cm.content += "{\"name\": " + name + ", \"parameters\": " + args + "}";
         } else {
@@ -172,8 +191,16 @@ std::vector<ChatMessage> with_tools(const json& messages, std::vector<ChatMessag
   return out;
 }
 
+std::string render_with_tools(const json& messages, std::vector<ChatMessage> msgs,
+                              const ToolRequest& tools, const ChatTemplate& tmpl) {
+  if (tmpl.kind() == ChatTemplateKind::mistral && uses_tools(messages, tools))
+    return render_mistral_tools(messages, msgs, tools, tmpl.bos(), tmpl.eos());
+  return tmpl.render(with_tools(messages, std::move(msgs), tools, tmpl.kind()));
+}
+
 std::string tool_call_grammar(const ToolRequest& tools, ChatTemplateKind kind) {
   const bool llama = kind == ChatTemplateKind::llama3;
+  const bool mistral = kind == ChatTemplateKind::mistral;
   std::string rules, alts;
   int k = 0;
   for (const auto& spec : tools.tools) {
@@ -191,28 +218,33 @@ std::string tool_call_grammar(const ToolRequest& tools, ChatTemplateKind kind) {
             top + " )";
     ++k;
   }
-  const std::string open = llama ? "{\"name\": " : std::string(kCallOpen) + "\n{\"name\": ";
-  const std::string close = llama ? "}" : std::string("}\n") + kCallClose;
+  const std::string open = llama     ? "{\"name\": "
+                           : mistral ? std::string(kMistralCalls) + " [{\"name\": "
+                                     : std::string(kCallOpen) + "\n{\"name\": ";
+  const std::string close = llama ? "}" : mistral ? "}]" : std::string("}\n") + kCallClose;
   return "root ::= " + structured::gbnf_literal(open) + " ( " + alts + " ) " +
          structured::gbnf_literal(close) + "\n" + structured::json_base_rules() + rules;
 }
 
 namespace {
 // A call object {"name": ..., "arguments"|"parameters": {...}} -> ToolCall; false otherwise.
-bool to_call(const std::string& text, ToolCall& call) {
+bool to_call(const json& v, ToolCall& call, ChatTemplateKind kind) {
+  if (!v.is_object() || !v.contains("name") || !v["name"].is_string()) return false;
+  const json args = v.contains("arguments")    ? v["arguments"]
+                    : v.contains("parameters") ? v["parameters"]
+                                               : json::object();
+  if (!args.is_object()) return false;
+  call = {new_tool_call_id(kind), v["name"].get<std::string>(), args.dump()};
+  return true;
+}
+bool to_call(const std::string& text, ToolCall& call, ChatTemplateKind kind) {
   json v;
   try {
     v = json::parse(text);
   } catch (const json::exception&) {
     return false;
   }
-  if (!v.is_object() || !v.contains("name") || !v["name"].is_string()) return false;
-  const json args = v.contains("arguments")    ? v["arguments"]
-                    : v.contains("parameters") ? v["parameters"]
-                                               : json::object();
-  if (!args.is_object()) return false;
-  call = {call_id(), v["name"].get<std::string>(), args.dump()};
-  return true;
+  return to_call(v, call, kind);
 }
 }  // namespace
 
@@ -221,12 +253,32 @@ std::vector<ToolCall> extract_tool_calls(const std::string& text, ChatTemplateKi
   std::vector<ToolCall> calls;
   if (kind == ChatTemplateKind::llama3) {
     ToolCall c;
-    if (to_call(trim(text), c)) {
+    if (to_call(trim(text), c, kind)) {
       content.clear();
       calls.push_back(std::move(c));
     } else {
       content = text;
     }
+    return calls;
+  }
+  if (kind == ChatTemplateKind::mistral) {  // [TOOL_CALLS] [{...}, ...]: all calls or none
+    const size_t at = text.find(kMistralCalls);
+    content = text;
+    if (at == std::string::npos) return calls;
+    json list;
+    try {
+      list = json::parse(trim(text.substr(at + std::string(kMistralCalls).size())));
+    } catch (const json::exception&) {
+      return calls;
+    }
+    if (list.is_object()) list = json::array({list});
+    if (!list.is_array()) return calls;
+    for (const auto& v : list) {
+      ToolCall c;
+      if (!to_call(v, c, kind)) return {};
+      calls.push_back(std::move(c));
+    }
+    content = calls.empty() ? text : trim(text.substr(0, at));
     return calls;
   }
   content.clear();
@@ -237,7 +289,8 @@ std::vector<ToolCall> extract_tool_calls(const std::string& text, ChatTemplateKi
     const size_t body = open + std::string(kCallOpen).size();
     const size_t close = text.find(kCallClose, body);
     ToolCall c;
-    if (close == std::string::npos || !to_call(trim(text.substr(body, close - body)), c)) break;
+    if (close == std::string::npos || !to_call(trim(text.substr(body, close - body)), c, kind))
+      break;
     content += text.substr(at, open - at);
     calls.push_back(std::move(c));
     at = close + std::string(kCallClose).size();
@@ -257,7 +310,8 @@ size_t tool_call_start(const std::string& text, ChatTemplateKind kind, size_t& p
     }
     return text[b] == '{' ? 0 : std::string::npos;
   }
-  const std::string marker = kCallOpen;
+  const std::string marker = tool_calls_marker(kind);
+  if (marker.empty()) return std::string::npos;
   const size_t at = text.find(marker);
   if (at != std::string::npos) return at;
   for (size_t n = std::min(marker.size() - 1, text.size()); n > 0; --n)

@@ -2,11 +2,13 @@
 // OpenAI tool calling over the chat templates: `tools` / `tool_choice` parsed from a request,
 // the tool definitions, earlier calls and `role: tool` results written into the prompt in
 // the model family's format (Hermes-style <tool_call> JSON for ChatML models such as Qwen 2
-// and 2.5; Llama 3.1's JSON call with "parameters" for Llama 3), the grammar that forces a
+// and 2.5; Llama 3.1's JSON call with "parameters" for Llama 3; Mistral's [AVAILABLE_TOOLS],
+// [TOOL_CALLS] and [TOOL_RESULTS] blocks for Mistral [INST] models), the grammar that forces a
 // valid call (tool_choice required or a named function), and calls parsed back out of the
 // generated text.
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "serve/chat_template.h"
@@ -35,15 +37,41 @@ ToolRequest parse_tools(const nlohmann::json& body);
 // Whether the template family has a tool-call format.
 bool template_supports_tools(ChatTemplateKind kind);
 
+// Whether the request or its messages involve tools (definitions, calls or results).
+bool uses_tools(const nlohmann::json& messages, const ToolRequest& tools);
+
+// The prompt for the request's messages (`msgs`: their validated role/content) with tools:
+// Mistral's own tool template (tool_calls_mistral.cpp), else `tmpl` over with_tools().
+std::string render_with_tools(const nlohmann::json& messages, std::vector<ChatMessage> msgs,
+                              const ToolRequest& tools, const ChatTemplate& tmpl);
+
+// Mistral v0.3's chat template with tools, written out: [AVAILABLE_TOOLS] before the last user
+// turn, [TOOL_CALLS] [...] for assistant calls, [TOOL_RESULTS] for `role: tool` messages.
+std::string render_mistral_tools(const nlohmann::json& messages,
+                                 const std::vector<ChatMessage>& msgs, const ToolRequest& tools,
+                                 const std::string& bos, const std::string& eos);
+
+// A call's function name and arguments text from a message's tool_calls entry (400 if
+// malformed); `at` names the message in errors.
+std::pair<std::string, std::string> call_name_arguments(const nlohmann::json& call,
+                                                        const std::string& at);
+
 // Chat messages (the request's, validated) with tool definitions, assistant tool_calls and
-// tool results rewritten into plain role/content turns for `kind`. 400 when the messages or
-// tools need a format the template lacks.
+// tool results rewritten into plain role/content turns for `kind` (ChatML or Llama 3). 400 when the
+// messages or tools need a format the template lacks.
 std::vector<ChatMessage> with_tools(const nlohmann::json& messages, std::vector<ChatMessage> msgs,
                                     const ToolRequest& tools, ChatTemplateKind kind);
 
 // GBNF forcing one valid call (a required or named tool_choice); UserError for a parameter
 // schema outside what serve/structured supports.
 std::string tool_call_grammar(const ToolRequest& tools, ChatTemplateKind kind);
+
+// A fresh call id: "call_" and 24 alphanumerics; 9 alphanumerics for Mistral, whose template
+// accepts no other.
+std::string new_tool_call_id(ChatTemplateKind kind);
+// The text that opens the calls in a reply ("<tool_call>", "[TOOL_CALLS]"); "" for Llama 3,
+// whose call is the whole reply.
+const char* tool_calls_marker(ChatTemplateKind kind);
 
 struct ToolCall {
   std::string id, name, arguments;  // arguments: JSON text

@@ -145,7 +145,7 @@ std::vector<CheckpointShard::Range> RunCheckpoints::written_ranges() const {
     for (int p = 0; p < int(layout[size_t(b)].params.size()); ++p) {
       const ParamSpec& spec = layout[size_t(b)].params[size_t(p)];
       if (spec.tied_copy || tp_rank % spec.shard.replicas != 0) continue;
-      const auto [first, last] = part_of(spec, opt_.partition(b));
+      const auto [first, last] = part_of(spec, opt_.partition_at(b, spec.offset));
       if (first < last) ranges.push_back({b, p, first, last});
     }
   }
@@ -164,6 +164,7 @@ CheckpointState RunCheckpoints::state_at(int64_t step) const {
                {"dp", r_.parallel.dp},
                {"zero", r_.parallel.zero}};
   if (r_.parallel.cp > 1) st.layout["cp"] = r_.parallel.cp;  // ZeRO partitions span dp x cp
+  if (r_.parallel.ep > 1) st.layout["ep"] = r_.parallel.ep;  // experts split over ep ranks
   return st;
 }
 

@@ -53,6 +53,7 @@ StepStats TrainStep::run(const BatchSource& next_batch) {
   // context parallelism T is this rank's share of a sequence and dp_ spans dp x cp.)
   const double tokens = double(B) * T * shape_.accum * dp_.size();
   StepStats s;
+  const double reduce0 = opt_.grad_reduce_seconds(), hidden0 = opt_.grad_reduce_hidden_seconds();
   opt_.begin_step(shape_.accum);
   double loss_sum = 0;
   const size_t n = size_t(B) * T;
@@ -105,6 +106,8 @@ StepStats TrainStep::run(const BatchSource& next_batch) {
   s.lr = lr_.at(s.step);
   opt_.step(float(s.lr));
   optimizer.stop(s.optimizer_s, s.comm_wait_s);
+  s.grad_reduce_s = opt_.grad_reduce_seconds() - reduce0;
+  s.grad_reduce_hidden_s = opt_.grad_reduce_hidden_seconds() - hidden0;
   return s;
 }
 

@@ -25,6 +25,9 @@ struct StepStats {
   // What is left of the step (batch assembly) is in none of them.
   double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0;
   double pipeline_idle_s = 0;  // pipeline bubbles; 0 while there is no pipeline parallelism
+  // Data-parallel gradient reductions of this step: time in flight, and the part of it hidden
+  // behind compute (not spent in comm_wait_s); see ZeroOptimizer::grad_reduce_seconds.
+  double grad_reduce_s = 0, grad_reduce_hidden_s = 0;
 };
 
 struct StepShape {

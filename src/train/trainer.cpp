@@ -13,9 +13,12 @@ void run_training(const Recipe& r, const LaunchEnvironment& env, const TrainingO
     const ContextParallel& cp = *run.context_parallel;
     spdlog::info(
         "context parallel, rank 0: {:.3f} s in attention ring steps, {:.3f} s of it waiting on "
-        "transfers; key/value hops took {:.3f} s, {:.1f}% of that hidden behind the blocks",
+        "transfers; key/value hops took {:.3f} s, {:.1f}% of that hidden behind the blocks; "
+        "dK/dV hops took {:.3f} s, {:.1f}% of that hidden",
         cp.ring_seconds(), cp.exposed_wait_seconds(), cp.hop_seconds(),
-        cp.hop_seconds() > 0 ? 100.0 * cp.hidden_seconds() / cp.hop_seconds() : 0.0);
+        cp.hop_seconds() > 0 ? 100.0 * cp.hidden_seconds() / cp.hop_seconds() : 0.0,
+        cp.grad_hop_seconds(),
+        cp.grad_hop_seconds() > 0 ? 100.0 * cp.grad_hidden_seconds() / cp.grad_hop_seconds() : 0.0);
   }
   if (observer.on_finish)
     observer.on_finish({run.topo.world(), run.peak.flops, run.backend->threads()});

@@ -25,9 +25,9 @@ TrainingRun::TrainingRun(const Recipe& r, const LaunchEnvironment& env) : recipe
 void TrainingRun::build_world(const LaunchEnvironment& env) {
   if (env.under_launcher) {
     mpi.emplace(nullptr, nullptr, recipe.launch.timeout_s);
-    topo = Topology::build(
-        make_mpi_world(recipe.launch.timeout_s),
-        {recipe.parallel.tp, recipe.parallel.pp, recipe.parallel.dp, recipe.parallel.cp});
+    topo = Topology::build(make_mpi_world(recipe.launch.timeout_s),
+                           {recipe.parallel.tp, recipe.parallel.pp, recipe.parallel.dp,
+                            recipe.parallel.cp, recipe.parallel.ep});
   }
   if (!topo.is_logger()) spdlog::set_level(spdlog::level::warn);
   backend = make_backend(parse_backend_kind(recipe.launch.backend),
@@ -75,9 +75,12 @@ void TrainingRun::build_model() {
   set_allocation_phase("the model's parameters and gradients (" +
                        std::to_string(r.model.param_count()) + " parameters)");
   tp_timed = std::make_unique<TimedCommunicator>(topo.tp());
-  const ModelParallel parallel{
+  ep_timed = std::make_unique<TimedCommunicator>(topo.ep());  // MoE token all-to-alls
+  ModelParallel parallel{
       model_shard(r.parallel, r.model.layers, topo.tp().rank(), topo.pp().rank()), tp_timed.get(),
-      &topo.pp()};
+      &topo.pp(), ep_timed.get()};
+  parallel.shard.ep = topo.ep().size();
+  parallel.shard.ep_rank = topo.ep().rank();
   const StoreOptions stores =
       ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp * r.parallel.cp);
   // LoRA: the base is frozen and whole on every data-parallel rank, with no gradients.
@@ -126,6 +129,7 @@ void TrainingRun::build_optimizer() {
       ShardOffload{m.offload_optimizer, m.nvme_path, m.offload_buffer_mb << 20},
       ShardOffload{m.offload_params, m.nvme_path, m.offload_buffer_mb << 20});
   opt->set_norm_groups({&topo.tp(), &topo.pp()});
+  if (r.parallel.ep > 1) opt->set_expert_groups(topo.edp(), topo.ep());
   checkpoints =
       std::make_unique<RunCheckpoints>(r, trained, r.model, *opt, *data, *tokenizer, topo);
   // precision.fp8: the linears' GEMMs run in (emulated) FP8; scales travel with checkpoints.

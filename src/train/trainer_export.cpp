@@ -47,7 +47,8 @@ void export_trained_model(TrainingRun& run) {
   // The model goes to its own subdirectory: checkpoint.dir also holds what else a run keeps
   // (metrics, and training checkpoints step-N/).
   const std::string model_dir = (std::filesystem::path(r.checkpoint.dir) / "model").string();
-  if (r.parallel.tp * r.parallel.pp == 1 && run.opt->stage() < 3) {
+  // (Under expert parallelism each rank holds only its experts: the checkpoint path too.)
+  if (r.parallel.tp * r.parallel.pp * r.parallel.ep == 1 && run.opt->stage() < 3) {
     if (run.topo.is_logger()) save_model_dir(model_dir, *run.model, *run.tokenizer);
   } else {
     // No rank holds the whole model: rank 0 converts the checkpoint that holds this state,

@@ -111,8 +111,10 @@ bool run_training_loop(TrainingRun& run, const TrainingObserver& observer) {
   ProgressPrinter progress;
   StopSignals stop;
   const auto t_start = Clock::now();
+  double stepped_s = 0;  // time in steps: the expert all-to-all share below
   for (int64_t s = run.first_step; s <= r.train.steps; ++s) {
     StepReport rep = run_one_step(run, s, t_start);
+    stepped_s += rep.step_seconds;
     const bool logged = s % r.logging.every == 0 || s == r.train.steps || s == 1;
     if (logged) gather_logged(run, s, rep);
     if (run.topo.is_logger()) {
@@ -136,6 +138,9 @@ bool run_training_loop(TrainingRun& run, const TrainingObserver& observer) {
   }
   progress.finish();
   run.checkpoints->finish_pending();
+  if (run.ep_timed && run.topo.ep().size() > 1 && stepped_s > 0)
+    spdlog::info("expert all-to-all: {:.3f} s of {:.3f} s in steps ({:.1f}%) on rank 0",
+                 run.ep_timed->seconds(), stepped_s, 100.0 * run.ep_timed->seconds() / stepped_s);
   return true;
 }
 

@@ -49,6 +49,7 @@ struct TrainingRun {
   std::unique_ptr<RankBatches> batches;
   std::unique_ptr<Validator> validator;  // null without data.valid
   std::unique_ptr<TimedCommunicator> tp_timed;
+  std::unique_ptr<TimedCommunicator> ep_timed;        // the expert-parallel group (MoE all-to-alls)
   std::unique_ptr<ContextParallel> context_parallel;  // null at cp = 1
   std::unique_ptr<Transformer> model;
   std::unique_ptr<LoraAdapters> lora;  // finetune: lora; what the optimizer trains then

@@ -66,10 +66,33 @@ Tensor ZeroOptimizer::shard_of(const Tensor& full_bucket, int b) const {
   return full_bucket.flat(shard_numel_[b] * dp_.rank(), shard_numel_[b]);
 }
 
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
 void ZeroOptimizer::wait(CommRequest& req) {
   const auto t0 = std::chrono::steady_clock::now();
   req.wait();
   comm_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void ZeroOptimizer::wait_reduce(PendingReduce& p) {
+  const double before = comm_wait_s_;
+  wait(*p.req);
+  p.waited += comm_wait_s_ - before;
+}
+
+void ZeroOptimizer::post_reduce(int b, std::unique_ptr<CommRequest> req, Tensor slot,
+                                Tensor received) {
+  reduces_.push_back({b, std::move(req), slot, received, now_seconds(), 0.0});
+}
+
+void ZeroOptimizer::count_reduce(double posted_at, double waited) {
+  const double flight = std::max(0.0, now_seconds() - posted_at);
+  reduce_s_ += flight;
+  reduce_hidden_s_ += std::max(0.0, flight - waited);
 }
 
 Tensor ZeroOptimizer::take_slot() {
@@ -153,7 +176,7 @@ void ZeroOptimizer::acquire(int b, Phase phase) {
       for (const auto& p : reduces_) busy |= p.bucket == b;
       if (!busy) break;
       drain_reduces(false);
-      if (!reduces_.empty()) wait(*reduces_.front().req);
+      if (!reduces_.empty()) wait_reduce(reduces_.front());
     }
     Tensor slot = take_slot().flat(0, model_.params().padded_numel(b));
     be_.fill(slot, 0.0f);
@@ -174,14 +197,27 @@ void ZeroOptimizer::release(int b, Phase phase) {
     } else if (stage_ >= 2) {
       Tensor full = grads.bucket(b);
       Tensor recv = recv_storage_[b].as(DType::f32, {shard_numel_[b]});
-      reduces_.push_back({b, dp_.ireduce_scatter(full, recv), full, recv});
+      post_reduce(b, dp_.ireduce_scatter(full, recv), full, recv);
       grads.detach(b);
+    } else if (last_micro && edp_ && expert_range_[size_t(b)].second > 0) {
+      // Dense tensors before and after the experts over dp, the experts over edp.
+      Tensor full = grads.bucket(b);
+      const auto [lo, hi] = expert_range_[size_t(b)];
+      if (dp_.size() > 1) {
+        if (lo > 0)
+          reduces_.push_back({b, dp_.iall_reduce(full.flat(0, lo), ReduceOp::sum), {}, {}});
+        if (hi < full.numel())
+          reduces_.push_back(
+              {b, dp_.iall_reduce(full.flat(hi, full.numel() - hi), ReduceOp::sum), {}, {}});
+      }
+      if (edp_->size() > 1)
+        reduces_.push_back({b, edp_->iall_reduce(full.flat(lo, hi - lo), ReduceOp::sum), {}, {}});
     } else if (last_micro && dp_.size() > 1) {
       Tensor full = grads.bucket(b);
       // ZeRO-1 reduce-scatters in place: the owned shard's sum lands at the bucket's start.
       auto req = stage_ == 0 ? dp_.iall_reduce(full, ReduceOp::sum)
                              : dp_.ireduce_scatter(full, full.flat(0, shard_numel_[b]));
-      reduces_.push_back({b, std::move(req), Tensor(), Tensor()});
+      post_reduce(b, std::move(req), Tensor(), Tensor());
     }
   }
   if (stage_ == 3 && --param_refs_[b] == 0) {
@@ -195,9 +231,10 @@ void ZeroOptimizer::drain_reduces(bool all) {
   while (!reduces_.empty()) {
     PendingReduce& p = reduces_.front();
     if (all)
-      wait(*p.req);
+      wait_reduce(p);
     else if (!p.req->test())
       return;
+    count_reduce(p.posted_at, p.waited);
     if (!p.received.empty()) {
       Tensor acc = grad_shard_[p.bucket].as(DType::f32, {shard_numel_[p.bucket]});
       be_.add(acc, acc, p.received);
@@ -235,13 +272,16 @@ double ZeroOptimizer::finish_gradients() {
     model_.sync_tied_grads(b);
     if (dp_.size() > 1) {
       Tensor full = model_.grads().bucket(b);
+      const double posted = now_seconds(), before = comm_wait_s_;
       wait(stage_ == 0 ? *dp_.iall_reduce(full, ReduceOp::sum)
                        : *dp_.ireduce_scatter(full, full.flat(0, shard_numel_[b])));
+      count_reduce(posted, comm_wait_s_ - before);  // waited in full: nothing hidden
     }
   }
   // Every owned piece of a tensor gets its own f32 slot (sum_squares_into), so the host adds
   // the pieces in double as before, after a single copy back.
   std::vector<std::pair<Tensor, int>> pieces;  // gradient piece, replicas of its tensor
+  std::vector<bool> expert_piece;              // a routed expert's: summed over the ep group
   for (int b = 0; b < model_.params().num_buckets(); ++b) {
     const Tensor g = owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b);
     const int64_t lo = stage_ == 0 ? 0 : shard_numel_[b] * dp_.rank(), hi = lo + g.numel();
@@ -250,6 +290,7 @@ double ZeroOptimizer::finish_gradients() {
                     end = std::min(hi, spec.offset + spec.numel());
       if (begin >= end || spec.tied_copy) continue;
       pieces.emplace_back(g.flat(begin - lo, end - begin), spec.shard.replicas);
+      expert_piece.push_back(spec.expert && ep_ != nullptr);
     }
   }
   const auto count = int64_t(pieces.size());
@@ -258,7 +299,7 @@ double ZeroOptimizer::finish_gradients() {
     norm_parts_ = be_.allocate(size_t(count) * 4);
     norm_parts_host_ = be_.allocate_host_pinned(size_t(count) * 4);
   }
-  double sq = 0;
+  double sq = 0, expert_sq = 0;
   if (count > 0) {
     const Tensor parts = norm_parts_.as(DType::f32, {count});
     be_.fill(parts, 0.0f);
@@ -268,9 +309,12 @@ double ZeroOptimizer::finish_gradients() {
     be_.copy(host, parts);
     be_.synchronize();  // a copy into pinned memory may still be in flight
     // A tensor that several model-parallel ranks hold counts once in the global norm.
-    for (int64_t i = 0; i < count; ++i) sq += double(host.f32()[i]) / pieces[size_t(i)].second;
+    for (int64_t i = 0; i < count; ++i)
+      (expert_piece[size_t(i)] ? expert_sq : sq) +=
+          double(host.f32()[i]) / pieces[size_t(i)].second;
   }
   const auto t0 = std::chrono::steady_clock::now();
+  if (ep_ != nullptr) sq += ep_->all_reduce_scalar(expert_sq, ReduceOp::sum);
   if (stage_ > 0) sq = dp_.all_reduce_scalar(sq, ReduceOp::sum);
   for (Communicator* group : norm_groups_) sq = group->all_reduce_scalar(sq, ReduceOp::sum);
   comm_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -331,6 +375,32 @@ std::pair<int64_t, int64_t> ZeroOptimizer::held(State s, int b) const {
   const bool sharded = s == State::params ? stage_ == 3 : stage_ > 0;
   if (!sharded) return {0, model_.params().padded_numel(b)};
   return {shard_numel_[b] * dp_.rank(), shard_numel_[b] * (dp_.rank() + 1)};
+}
+
+void ZeroOptimizer::set_expert_groups(Communicator& edp, Communicator& ep) {
+  LLMRUN_CHECK(stage_ == 0, "expert parallelism needs ZeRO-0");
+  edp_ = &edp;
+  ep_ = &ep;
+  expert_range_.assign(model_.layout().size(), {0, 0});
+  for (size_t b = 0; b < model_.layout().size(); ++b) {
+    int64_t lo = -1, hi = 0;
+    for (const ParamSpec& spec : model_.layout()[b].params) {
+      if (!spec.expert) continue;
+      LLMRUN_CHECK(lo < 0 || spec.offset == hi, "a bucket's expert tensors must be adjacent");
+      if (lo < 0) lo = spec.offset;
+      hi = spec.offset + spec.numel();
+    }
+    if (lo >= 0) expert_range_[b] = {lo, hi};
+  }
+}
+
+std::pair<int64_t, int64_t> ZeroOptimizer::partition_at(int b, int64_t offset) const {
+  if (edp_ == nullptr) return partition(b);
+  const auto [lo, hi] = expert_range_[size_t(b)];
+  if (offset < lo || offset >= hi) return partition(b);
+  // The experts' elements split over the ranks that hold the same experts.
+  const int64_t n = hi - lo, r = edp_->rank(), parts = edp_->size();
+  return {lo + n * r / parts, lo + n * (r + 1) / parts};
 }
 
 std::pair<int64_t, int64_t> ZeroOptimizer::partition(int b) const {

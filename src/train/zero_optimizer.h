@@ -49,6 +49,10 @@ class ZeroOptimizer final : public BucketHooks {
   // Model-parallel groups (tensor, pipeline) whose ranks hold other parts of the model: the
   // gradient norm sums over them too.
   void set_norm_groups(std::vector<Communicator*> groups) { norm_groups_ = std::move(groups); }
+  // Expert parallelism (ZeRO-0 only): routed experts' tensors (ParamSpec::expert) reduce over
+  // `edp` (the ranks holding the same experts) instead of dp, and their squares in the gradient
+  // norm add up over `ep` (the ranks holding the other experts).
+  void set_expert_groups(Communicator& edp, Communicator& ep);
   // Waits for all reductions; returns the global gradient norm (before clipping).
   double finish_gradients();
   void scale_gradients(float factor);
@@ -62,6 +66,9 @@ class ZeroOptimizer final : public BucketHooks {
   // This rank's share of bucket b when writing a checkpoint: its 1/dp partition (ranks that
   // hold the same values still split the writing).
   std::pair<int64_t, int64_t> partition(int b) const;
+  // The partition that covers the tensor starting at bucket element `offset`: partition(b), or
+  // for a routed expert's tensor under expert parallelism the share over its edp group.
+  std::pair<int64_t, int64_t> partition_at(int b, int64_t offset) const;
   // Host memory holding held(s, b), when it lives there (no copy needed); else an empty Tensor.
   Tensor host_view(State s, int b) const;
   // Copies between `t` and bucket elements [first, first + t.numel()), inside held(s, b).
@@ -73,6 +80,13 @@ class ZeroOptimizer final : public BucketHooks {
   int stage() const { return stage_; }
   int64_t steps_taken() const { return steps_; }
   double comm_wait_seconds() const { return comm_wait_s_; }
+  // Gradient reductions since construction: their time in flight (posting to the completion
+  // seen by a poll between layers or by a wait) and the part of it this rank did not spend
+  // blocked waiting for them, i.e. the communication hidden behind the backward. Polls run
+  // between layers, so a reduction that finished mid-layer counts as in flight until the
+  // layer ends: the hidden share is exact when nothing is hidden and an upper bound otherwise.
+  double grad_reduce_seconds() const { return reduce_s_; }
+  double grad_reduce_hidden_seconds() const { return reduce_hidden_s_; }
 
   void acquire(int bucket, Phase phase) override;
   void release(int bucket, Phase phase) override;
@@ -81,8 +95,10 @@ class ZeroOptimizer final : public BucketHooks {
   struct PendingReduce {
     int bucket;
     std::unique_ptr<CommRequest> req;
-    Tensor slot;      // full gradient buffer to free after completion (ZeRO-2/3), else empty
-    Tensor received;  // shard that must be added into the accumulator (ZeRO-2/3), else empty
+    Tensor slot;           // full gradient buffer to free after completion (ZeRO-2/3), else empty
+    Tensor received;       // shard that must be added into the accumulator (ZeRO-2/3), else empty
+    double posted_at = 0;  // steady-clock seconds
+    double waited = 0;     // seconds this rank blocked in wait() on it
   };
 
   Tensor shard_of(const Tensor& full_bucket, int b) const;
@@ -92,6 +108,9 @@ class ZeroOptimizer final : public BucketHooks {
   void read_param_shard(int b);
   void drain_reduces(bool all);
   void wait(CommRequest& req);
+  void wait_reduce(PendingReduce& p);
+  void post_reduce(int b, std::unique_ptr<CommRequest> req, Tensor slot, Tensor received);
+  void count_reduce(double posted_at, double waited);  // adds a finished reduction's times
   // AdamW on elements [begin, begin + params.numel()) of bucket b's shard.
   void adamw_shard(int b, Tensor params, int64_t begin, const Tensor& grads, float lr);
 
@@ -104,11 +123,14 @@ class ZeroOptimizer final : public BucketHooks {
   int micro_batches_ = 1;
   std::vector<int> released_;  // backward releases of each bucket in this step
   std::vector<Communicator*> norm_groups_;
+  Communicator *edp_ = nullptr, *ep_ = nullptr;            // expert parallelism (set_expert_groups)
+  std::vector<std::pair<int64_t, int64_t>> expert_range_;  // per bucket: its experts' elements
   // The grad norm's per-tensor sums of squares, one slot each, land here on the device and
   // come back to the host in one copy per step (no sync per tensor).
   Buffer norm_parts_, norm_parts_host_;
   int64_t norm_slots_ = 0;
   double comm_wait_s_ = 0;
+  double reduce_s_ = 0, reduce_hidden_s_ = 0;
 
   std::vector<int64_t> shard_numel_;
   std::unique_ptr<ShardStore>

@@ -17,8 +17,10 @@ sed -e 's/arch: gpt2/arch: llama, kv_heads: 2/' gpt2.yaml > llama.yaml
 "$LLMRUN" bench train gpt2.yaml --steps 4 --warmup 1 --json one.json > one.txt 2> one.log ||
   { cat one.log; fail "bench train (1 rank)"; }
 grep -q "tokens/s (median)" one.txt && grep -q "pipeline_idle" one.txt || { cat one.txt; fail "no table printed"; }
+grep -q "communication hidden .*no data-parallel gradient reduction" one.txt || { cat one.txt; fail "one rank: no overlap line"; }
 "$LLMRUN" bench train llama.yaml --nproc 2 --set parallel.zero=1 --steps 3 --warmup 1 --json two.json > two.txt 2> two.log ||
   { cat two.log; fail "bench train --nproc 2"; }
+grep -Eq "communication hidden +[0-9.]+%" two.txt || { cat two.txt; fail "two ranks: no hidden-communication figure"; }
 [ -e ckpt ] && fail "bench train created the checkpoint dir"
 [ -e ckpt-metrics.jsonl ] && fail "bench train wrote the metrics file"
 
@@ -51,6 +53,19 @@ for path, ranks, arch in ((sys.argv[1], 1, "gpt2"), (sys.argv[2], 2, "llama")):
         want = 72 * l * h * h + 12 * l * h * s + 6 * V * h
         assert abs(r["flops"]["model_per_token"] - want) < 1e-9 * want, (r["flops"], want)
     assert r["flops"]["recompute"] == "none" and r["flops"]["hardware_per_token"] == r["flops"]["model_per_token"]
+    # Hidden communication: nothing to hide on one rank; at dp 2 the gradient reductions are in
+    # flight a positive time, hidden <= in flight, and what is not hidden was waited for, so it
+    # cannot exceed the ranks' communication waits.
+    o = r["overlap"]
+    if ranks == 1:
+        assert o["comm_s"] == 0 and o["hidden_s"] == 0 and o["hidden_share"] == 0, o
+    else:
+        assert o["comm_s"] > 0 and 0 <= o["hidden_s"] <= o["comm_s"], o
+        assert abs(o["exposed_s"] + o["hidden_s"] - o["comm_s"]) < 1e-12 + 1e-9 * o["comm_s"], o
+        assert 0 <= o["hidden_share"] <= 1, o
+        waits = sum(k["comm_wait_s"] for k in r["per_rank"])
+        assert o["exposed_s"] <= waits * (1 + 1e-9) + 1e-12, (o, waits)
+        assert abs(sum(k["grad_reduce_s"] for k in r["per_rank"]) - o["comm_s"]) < 1e-9
 two = json.load(open(sys.argv[2]))
 # ZeRO-1 at dp 2: each rank holds half of AdamW's moments, all of the parameters.
 p0, p1 = two["per_rank"]

@@ -5,52 +5,10 @@
 # representative subset that keeps CI short. Also: checkpoints saved under one layout resume
 # under others with the same next losses.
 source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/layout_common.bash"
 cd "$WORK"
-for i in $(seq 200); do printf 'model parallel sample %d: the quick brown fox jumps over the lazy dog. ' $i; done > text.txt
-
-compare() {  # BASE RUN [first step]: losses per step and final weights
-  /usr/bin/python3 - "$1" "$2" "${3:-1}" "$SRC/tests/oracle" <<'PY' || fail "$2 differs from $1"
-import json, sys
-import numpy as np
-base, run, first, oracle = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-sys.path.insert(0, oracle)
-import safetensors_np
-a = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(base + ".jsonl")}
-b = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(run + ".jsonl")}
-steps = [s for s in sorted(a) if s >= first]
-assert len(a) == 10 and all(s in b for s in steps), (sorted(a), sorted(b))
-worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps)
-assert worst < 1e-5, f"loss differs by {worst:.2e}"
-wa, _ = safetensors_np.load(base + "/model/model.safetensors")
-wb, _ = safetensors_np.load(run + "/model/model.safetensors")
-assert wa.keys() == wb.keys(), set(wa) ^ set(wb)
-def off(k):  # relative, or 1e-6 absolute where AdamW normalises rounding noise of a zero gradient
-    rel = float(np.linalg.norm(wa[k] - wb[k]) / max(np.linalg.norm(wa[k]), 1e-30))
-    return 0.0 if float(np.abs(wa[k] - wb[k]).max()) < 1e-6 else rel
-wworst = max(off(k) for k in wa)
-assert wworst < 1e-4, f"weights differ by {wworst:.2e}"
-print(f"{run}: losses within {worst:.1e}, weights within {wworst:.1e}")
-PY
-}
-
-run() {  # NAME RECIPE NPROC SETTINGS...
-  local name=$1 recipe=$2 nproc=$3; shift 3
-  local sets=()
-  for s in "$@"; do sets+=(--set "$s"); done
-  "$LLMRUN" train $recipe --nproc $nproc --set logging.metrics=$name.jsonl --set checkpoint.dir=$name "${sets[@]}" \
-    >$name.log 2>&1 || { cat $name.log; fail "$name"; }
-}
-
-for arch in gpt2 llama; do
-  kv=""; [ $arch = llama ] && kv=", kv_heads: 2"
-  cat > $arch.yaml <<YAML
-model: {arch: $arch, layers: 4, d_model: 32, heads: 4$kv, seq_len: 32, ffn: 64}
-data: {train: [{path: text.txt}]}
-train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1.0e-3, warmup: 0, seed: 5}
-logging: {every: 1}
-YAML
-  run $arch-base $arch.yaml 1
-done
+layout_text "model parallel"
+layout_recipes 4 8
 
 # name nproc settings (tp x pp x dp = nproc)
 LAYOUTS=(
@@ -78,14 +36,7 @@ if [ "${LLMRUN_TEST_FULL:-0}" = 1 ]; then
     "tp4-pp2-sp 8 parallel.tp=4 parallel.pp=2 parallel.sequence_parallel=true memory.recompute=full"
   )
 fi
-for arch in gpt2 llama; do
-  for layout in "${LAYOUTS[@]}"; do
-    set -- $layout
-    name=$arch-$1 nproc=$2; shift 2
-    run $name $arch.yaml $nproc "$@"
-    compare $arch-base $name
-  done
-done
+run_layouts "${LAYOUTS[@]}"
 
 # Llama with q/k/v biases (Qwen 2): the biases split like their weights' rows; with kv_heads 2
 # under tp 4 a key/value bias is shared by two ranks, whose gradients add up.
@@ -127,20 +78,8 @@ for arch in ["gpt2", "llama"]:
     print(arch, "activation bytes", act)
 PY
 
-# Resharding: 10 steps under one layout saving at step 5; the remaining 5 under another layout
-# from that checkpoint (optimizer state included) give the single-rank losses.
-reshard() {  # NAME FROM_NPROC FROM_SETTINGS -- TO_NPROC TO_SETTINGS
-  local name=$1; shift
-  local from=() to=() into=from
-  for s in "$@"; do
-    if [ "$s" = "--" ]; then into=to; continue; fi
-    if [ $into = from ]; then from+=("$s"); else to+=("$s"); fi
-  done
-  run $name-from llama.yaml "${from[0]}" checkpoint.every=5 "${from[@]:1}"
-  run $name llama.yaml "${to[0]}" checkpoint.resume=$WORK/$name-from/step-0000005 "${to[@]:1}"
-  grep -q "resumed from .*step-0000005" $name.log || { cat $name.log; fail "$name did not resume at step 5"; }
-  compare llama-base $name 6
-}
+# Resharding (reshard in layout_common.bash): saved at step 5 under one layout, the last 5
+# steps under another give the single-rank losses.
 reshard reshard-tp2-to-tp4 2 parallel.tp=2 -- 4 parallel.tp=4 parallel.sequence_parallel=true
 reshard reshard-tp4-to-tp1 4 parallel.tp=4 -- 1
 reshard reshard-tp2dp2z3-to-tp2 4 parallel.tp=2 parallel.zero=3 -- 2 parallel.tp=2

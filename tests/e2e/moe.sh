@@ -9,6 +9,7 @@
 #    (the router losses are per micro-batch, and every layout runs the same micro-batches),
 #    and a dp2 checkpoint of step 5 resumes under pp2 with the one-rank losses of steps 6-10.
 source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/moe_common.bash"
 source "$(dirname "$0")/serve_common.bash"
 cd "$WORK"
 PY="/usr/bin/python3 $SRC/tests/oracle/hf_interop.py"
@@ -104,27 +105,12 @@ expect_exit 2 "model.moe.router: expected softmax_topk" "$LLMRUN" train moe.yaml
 expect_exit 2 "model.moe.shared_experts: .*qkv_bias" "$LLMRUN" train moe.yaml --set model.moe.shared_experts=1
 expect_exit 2 "precision.fp8.enabled: FP8 training does not cover mixture-of-experts" \
   "$LLMRUN" train moe.yaml --set precision.fp8.enabled=true
-expect_exit 2 "parallel.tp: mixture-of-experts models train without tensor parallelism" \
-  "$LLMRUN" train moe.yaml --nproc 2 --set parallel.tp=2
+expect_exit 2 "parallel.sequence_parallel: mixture-of-experts layers run whole on every tensor-parallel rank" \
+  "$LLMRUN" train moe.yaml --nproc 2 --set parallel.tp=2 --set parallel.sequence_parallel=true
 expect_exit 2 "mixture of experts needs model.arch llama" "$LLMRUN" train moe.yaml --set model.arch=gpt2 --set model.kv_heads=4
 # Layouts: dp2 and pp2 against one rank, ten steps of a Qwen2-MoE-style model (a dense layer,
 # routed layers with a shared expert, a capacity limit that drops slots).
-cat > lay.yaml <<'YAML'
-model:
-  arch: llama
-  layers: 4
-  d_model: 32
-  heads: 4
-  kv_heads: 2
-  seq_len: 32
-  ffn: 64
-  qkv_bias: true
-  moe: {experts: 4, top_k: 2, expert_ffn: 32, shared_experts: 1, shared_ffn: 16, every: 2,
-        norm_topk_prob: false, aux_loss: 0.01, z_loss: 0.001, capacity_factor: 1.0}
-data: {train: [{path: text.txt}]}
-train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 3.0e-3, warmup: 0, seed: 5}
-logging: {every: 1}
-YAML
+write_moe_layout_recipe
 for layout in "base 1" "dp2 2 parallel.dp=2 parallel.zero=2 checkpoint.every=5" \
   "pp2 2 parallel.pp=2" "recompute 1 memory.recompute=full" \
   "resumed 2 parallel.pp=2 checkpoint.resume=$WORK/dp2/step-0000005"; do

@@ -37,13 +37,15 @@ if ls wf/step-* 2>/dev/null | grep -qv tmp; then ls -R wf; fail "write failing o
 no_ranks_left "write failing on rank 1"
 
 # An allocation failure on rank 1: its address space is too small for the model's parameters.
+# 1.4 GB: the process maps about 1.1 GB before training (cuBLASLt's image alone is 0.6 GB, and
+# MPI's shared memory must still fit), while parameters and gradients need 0.9 GB more.
 cat > big.yaml <<'YAML'
 model: {arch: llama, layers: 4, d_model: 768, heads: 12, seq_len: 32, ffn: 3072, vocab: 50000}
 data: {train: [{path: text.txt}]}
 train: {steps: 2, micro_batch: 1, global_batch: 2, warmup: 0}
 launch: {timeout_s: 60}
 YAML
-mpirun_ranks "ulimit -v 1000000" train big.yaml
+mpirun_ranks "ulimit -v 1400000" train big.yaml
 expect_job 2 "rank 1: out of memory while allocating (the model's parameters|the optimizer state|the activations)" 30 \
   "allocation failure on rank 1"
 grep -q "internal failure" err.log && fail "allocation failure reported as an internal failure"

@@ -119,7 +119,7 @@ async function main() {
   const bad = new OpenAI({ baseURL, apiKey: 'wrong', maxRetries: 0 });
   await expectError(bad.completions.create({ model, prompt: 'x' }), OpenAI.AuthenticationError, 401, 'wrong key');
   await expectError(client.completions.create({ model, prompt: 'x', temperature: 5 }), OpenAI.BadRequestError, 400, 'temperature 5');
-  await expectError(client.completions.create({ model: 'gpt-4', prompt: 'x' }), OpenAI.BadRequestError, 400, 'unknown model');
+  await expectError(client.completions.create({ model: 'gpt-4', prompt: 'x' }), OpenAI.NotFoundError, 404, 'unknown model');
   await expectError(client.completions.create({ model, prompt: 'y'.repeat(200) }), OpenAI.BadRequestError, 400, 'prompt longer than the model');
   await expectError(client.completions.create({ model, prompt: 'x', max_tokens: 500 }), OpenAI.BadRequestError, 400, 'max_tokens beyond context');
   await expectError(client.chat.completions.create({ model, messages: [] }), OpenAI.BadRequestError, 400, 'no messages');

@@ -29,9 +29,13 @@ for i in "${!PROMPTS[@]}"; do
   done
 done
 # The target drafting for itself: every proposal accepted.
-"${G[@]}" --prompt "${PROMPTS[0]}" --speculative draft --draft-model "$WORK/tiny" --timing >/dev/null 2>"$WORK/gen.err"
+"${G[@]}" --prompt "${PROMPTS[0]}" --speculative draft --draft-model "$WORK/tiny" --no-speculative-backoff --timing >/dev/null 2>"$WORK/gen.err"
 grep -qE 'speculative: [1-9][0-9]* drafts, ([0-9]+) of \1 proposed tokens accepted' "$WORK/gen.err" ||
   { cat "$WORK/gen.err"; fail "the target as its own draft should have every proposal accepted"; }
+
+# The back-off's counters: an unrelated draft's proposals fail, and it stops proposing.
+grep -qE '^speculative back-off: [0-9]+ steps without proposals, [0-9]+ back-offs$' "$WORK/gen.err" ||
+  { cat "$WORK/gen.err"; fail "generate --timing shows no back-off counters"; }
 
 # Refusals: another vocabulary, a missing --draft-model, a bad method.
 expect_exit 2 "cannot draft for this model: its vocabulary has 300 rows, the target's 256" \
@@ -43,7 +47,8 @@ expect_exit 2 "must be ngram, draft or none" "${G[@]}" --prompt "x" --speculativ
 check_served() {  # METHOD ARGS...: serves with these options and checks every text and /metrics
   local what=$1; shift
   start_server "$WORK/server.log" "$WORK/tiny" --threads 2 --block-size 4 --kv-blocks 26 \
-    --max-model-len 96 --max-batched-tokens 16 --speculative-disable-by-batch-size 0 "$@"
+    --max-model-len 96 --max-batched-tokens 16 --speculative-disable-by-batch-size 0 \
+    --no-speculative-backoff "$@"
   printf '%s\n' "${PROMPTS[@]}" > "$WORK/prompts.txt"
   printf '%s\0' "${WANT[@]}" > "$WORK/want.bin"
   /usr/bin/python3 - "$PORT" "$WORK/prompts.txt" "$WORK/want.bin" <<'PY' || { tail -n 20 "$WORK/server.log"; fail "$what: served text differs"; }
@@ -74,6 +79,7 @@ PY
     echo "$m" | grep -qE '^llmrun:spec_decode_draft_acceptance_rate 0\.[0-9]+|^llmrun:spec_decode_draft_acceptance_rate 1$' || fail "$what: acceptance rate"
   fi
   echo "$m" | grep -qE '^llmrun:spec_decode_mean_acceptance_length [1-9]' || fail "$what: mean acceptance length"
+  echo "$m" | grep -qE '^llmrun:spec_decode_num_backoffs_total [0-9]+$' || fail "$what: back-off counter"
   stop_server
 }
 check_served ngram --speculative ngram --num-speculative-tokens 3
@@ -82,7 +88,7 @@ check_served "draft (other)" --speculative draft --draft-model "$WORK/other" --n
 
 # bench serve: the acceptance figures, on the repeating workload.
 "$LLMRUN" bench serve --model-dir "$WORK/tiny" --threads 2 --num-prompts 4 --max-concurrency 1 \
-  --input-len 24 --output-len 24 --dataset repeat --speculative ngram --json "$WORK/bench.json" >"$WORK/bench.out" 2>/dev/null
+  --input-len 24 --output-len 24 --dataset repeat --speculative ngram --no-speculative-backoff --json "$WORK/bench.json" >"$WORK/bench.out" 2>/dev/null
 grep -q "Acceptance rate:" "$WORK/bench.out" || { cat "$WORK/bench.out"; fail "bench serve shows no acceptance rate"; }
 /usr/bin/python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["spec_decode"]; assert s["num_drafts"] > 0 and 0 <= s["acceptance_rate"] <= 1 and s["mean_acceptance_length"] >= 1 and len(s["per_position_acceptance_rate"]) == 4, s' "$WORK/bench.json" ||
   fail "bench serve --json spec_decode figures"

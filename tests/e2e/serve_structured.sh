@@ -2,20 +2,12 @@
 # (tests/structured/schemas.json) on a random-weight model, each output validated by ajv
 # (installed from npm into the build tree; an independent validator), streamed and not,
 # batched with unconstrained requests whose text must not change; guided_* forms and 400s.
-# Then tool calling with the official `openai` client on a ChatML and a Llama 3 model.
+# Then tool calling with the official `openai` client on a ChatML, a Llama 3 and a Mistral
+# model, streamed calls piece by piece through the client's stream helpers.
 source "$(dirname "$0")/common.bash"
 source "$(dirname "$0")/serve_common.bash"
 
-AJV_VERSION=8.17.1
-AJV_FORMATS_VERSION=3.0.1
-OPENAI_VERSION=4.104.0  # as tests/e2e/serve_openai.sh: the 4.x line runs on Debian 12's Node 18
-NPM_DIR="$BUILD_DIR/tests/npm-structured"
-installed=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$NPM_DIR/node_modules/ajv/package.json" 2>/dev/null || true)
-if [ "$installed" != "$AJV_VERSION" ] || [ ! -d "$NPM_DIR/node_modules/ajv-formats" ] || [ ! -d "$NPM_DIR/node_modules/openai" ]; then
-  command -v npm >/dev/null || fail "npm is required for this test (apt-get install npm)"
-  mkdir -p "$NPM_DIR"
-  npm install --no-audit --no-fund --prefix "$NPM_DIR" "ajv@$AJV_VERSION" "ajv-formats@$AJV_FORMATS_VERSION" "openai@$OPENAI_VERSION" >"$WORK/npm.log" 2>&1 || { cat "$WORK/npm.log"; fail "npm install ajv failed"; }
-fi
+source "$(dirname "$0")/structured_npm.bash"
 
 LLMRUN_PRINTABLE_ONLY=1 "$MAKE_MODEL" "$WORK/tiny" gpt2 2 64 4 2048 256 6 chatml
 start_server "$WORK/server.log" "$WORK/tiny" --served-model-name tiny --threads 2 --max-num-seqs 16
@@ -31,6 +23,19 @@ LLMRUN_PRINTABLE_ONLY=1 "$MAKE_MODEL" "$WORK/tiny3" gpt2 2 64 4 2048 256 6 llama
 start_server "$WORK/server3.log" "$WORK/tiny3" --served-model-name tiny --threads 2
 NODE_PATH="$NPM_DIR/node_modules" node "$SRC/tests/e2e/serve_tools_client.cjs" "$PORT" llama3 ||
   { tail -n 20 "$WORK/server3.log"; fail "tool calling (llama3) failed"; }
+kill -TERM "$SERVER_PID"
+wait "$SERVER_PID" || fail "server exited non-zero on SIGTERM"
+# Mistral: an [INST] chat template, calls as [TOOL_CALLS] [...].
+LLMRUN_PRINTABLE_ONLY=1 "$MAKE_MODEL" "$WORK/tinym" gpt2 2 64 4 2048 256 6 chatml
+/usr/bin/python3 - "$WORK/tinym/tokenizer_config.json" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg["chat_template"] = "{{ bos_token }}{% for m in messages %}[INST] {{ m.content }}[/INST]{% endfor %}[AVAILABLE_TOOLS][TOOL_CALLS]"
+json.dump(cfg, open(sys.argv[1], "w"))
+PY
+start_server "$WORK/serverm.log" "$WORK/tinym" --served-model-name tiny --threads 2
+NODE_PATH="$NPM_DIR/node_modules" node "$SRC/tests/e2e/serve_tools_client.cjs" "$PORT" mistral ||
+  { tail -n 20 "$WORK/serverm.log"; fail "tool calling (mistral) failed"; }
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID" || fail "server exited non-zero on SIGTERM"
 echo "structured outputs e2e: ok"

@@ -1,7 +1,10 @@
 // Client side of serve_structured.sh's tool-calling part: the official `openai` npm client's
 // chat.completions.create({tools}) round trip against `llmrun serve` — a forced call (named
 // and required, streamed and not) whose arguments ajv validates against the tool's schema,
-// the call and a `role: tool` result sent back, tool_choice none and auto.
+// the call and a `role: tool` result sent back, tool_choice none and auto. Streamed calls
+// come piece by piece as OpenAI sends them (the first delta names the call, later ones carry
+// argument fragments), which the client's stream helpers (beta.chat.completions.stream and
+// runTools) reassemble.
 //   node serve_tools_client.cjs PORT TEMPLATE_NAME
 require("openai/shims/web");  // Node's built-in fetch for streams (see serve_openai_client.cjs)
 const OpenAI = require("openai");
@@ -36,7 +39,8 @@ const messages = [{ role: "user", content: "What is the weather in Paris?" }];
 
 function checkCall(call, name) {
   assert.equal(call.type, "function");
-  assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+  // Mistral's template takes only 9-alphanumeric ids.
+  assert.match(call.id, template === "mistral" ? /^[A-Za-z0-9]{9}$/ : /^call_[A-Za-z0-9]{24}$/);
   if (name) assert.equal(call.function.name, name);
   const schema = schemaOf[call.function.name];
   assert.ok(schema, "unknown function " + call.function.name);
@@ -100,6 +104,53 @@ async function main() {
     assert.equal(calls.length, 1);
     checkCall(calls[0]);
   }
+
+  // The raw stream: the call's first delta carries index, id, type and name with empty
+  // arguments; the arguments then arrive in several fragments, not one lump.
+  const raw = await client.chat.completions.create({
+    model: "tiny", messages, tools, tool_choice: "required", stream: true, seed: 7, max_tokens: 200,
+  });
+  const callDeltas = [];
+  for await (const chunk of raw) for (const tc of chunk.choices[0]?.delta.tool_calls || []) callDeltas.push(tc);
+  assert.ok(callDeltas[0].id && callDeltas[0].type === "function" && callDeltas[0].function.name, JSON.stringify(callDeltas[0]));
+  assert.equal(callDeltas[0].function.arguments, "");
+  assert.ok(callDeltas.length >= 4, `arguments came in ${callDeltas.length - 1} fragment(s)`);
+  for (const d of callDeltas.slice(1)) {
+    assert.equal(d.index, 0);
+    assert.equal(d.id, undefined);
+    assert.equal(typeof d.function.arguments, "string");
+  }
+
+  // The client's stream helper: argument deltas as events, the final message assembled.
+  const helper = client.beta.chat.completions.stream({
+    model: "tiny", messages, tools, tool_choice: { type: "function", function: { name: "search" } }, seed: 8, max_tokens: 200,
+  });
+  let argEvents = 0, doneArgs = null;
+  helper.on("tool_calls.function.arguments.delta", (e) => { argEvents += 1; assert.equal(e.name, "search"); });
+  helper.on("tool_calls.function.arguments.done", (e) => { doneArgs = e.arguments; });
+  const final = await helper.finalChatCompletion();
+  const fc = final.choices[0];
+  assert.equal(fc.finish_reason, "tool_calls");
+  assert.equal(fc.message.tool_calls.length, 1);
+  checkCall(fc.message.tool_calls[0], "search");
+  assert.equal(doneArgs, fc.message.tool_calls[0].function.arguments);
+  assert.ok(argEvents >= 3, `only ${argEvents} argument delta event(s)`);
+
+  // runTools, streamed: the client parses the streamed arguments, calls the function, and
+  // sends its result back as a tool message.
+  let called = null;
+  const runner = client.beta.chat.completions.runTools({
+    model: "tiny", messages, seed: 9, max_tokens: 200, stream: true,
+    tool_choice: { type: "function", function: { name: "get_weather" } },
+    tools: [{ type: "function", function: {
+      name: "get_weather", parameters: weather, parse: JSON.parse,
+      function: (args) => { called = args; return { temperature: 21 }; },
+    } }],
+  });
+  await runner.done();
+  assert.ok(called && ajv.validate(weather, called), JSON.stringify(called));
+  const toolMsg = runner.messages.find((m) => m.role === "tool");
+  assert.equal(toolMsg.content, '{"temperature":21}');
 
   // auto on a random-weight model: a text answer, no call invented.
   const r3 = await client.chat.completions.create({ model: "tiny", messages, tools, max_tokens: 10, seed: 6 });

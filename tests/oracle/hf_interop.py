@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Hugging Face directory helpers for the interop e2e test, independent of llmrun.
 
-  make DIR KIND[:shards][:f16] ...     write config.json + random weights (gpt2 | llama | llama31 | qwen2 | phi3 | llama-tied | mixtral | qwen2_moe)
+  make DIR KIND[:shards][:f16] ...     write config.json + random weights (gpt2 | llama | llama31 | qwen2 | phi3 | llama-tied | mixtral | qwen2_moe | olmoe)
   same A B                             every tensor of model dir A equals B's (by HF name, exactly)
   loss TEXT DIR ...                    mean next-token loss of the text (byte tokens, windows of
                                        n_positions + 1 overlapping by one), one "DIR LOSS" line each
+  greedy DIR N PROMPT                  N greedy next tokens after the prompt's bytes, one line of ids
 (Several dirs per call: importing torch is the slow part of this script.)
 Tensors are read by Hugging Face names only (safetensors_np), sharded or not.
 """
@@ -50,6 +51,15 @@ CONFIGS = {
                   "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                   "shared_expert_intermediate_size": 48, "norm_topk_prob": False, "decoder_sparse_step": 2,
                   "mlp_only_layers": [], "use_sliding_window": False},
+    # OLMoE: q/k norms over the whole q and k projections, every layer routed, no shared expert,
+    # the top-k not renormalised.
+    "olmoe": {"model_type": "olmoe", "architectures": ["OlmoeForCausalLM"], "num_hidden_layers": 2,
+              "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "intermediate_size": 32, "max_position_embeddings": 64, "vocab_size": 256,
+              "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+              "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": False,
+              "router_aux_loss_coef": 0.01, "output_router_logits": False, "clip_qkv": None,
+              "attention_bias": False, "hidden_act": "silu"},
     "llama-tied": {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 8,
                    "num_key_value_heads": 8, "intermediate_size": 128, "max_position_embeddings": 64,
                    "vocab_size": 256, "rms_norm_eps": 1e-6, "tie_word_embeddings": True},
@@ -120,12 +130,26 @@ def loss(d, text):
     print(d, repr(nll / n))
 
 
+def greedy(d, n, prompt):
+    import torch
+    import torch_models as tm
+    config = json.load(open(os.path.join(d, "config.json")))
+    model = tm.build_model(config, tm.make_params(config, load_dir(d)))
+    ids = list(prompt.encode())  # byte-level tokens
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(model.forward(torch.tensor([ids])).double()[0, -1].argmax()))
+    print(" ".join(map(str, ids[len(prompt.encode()):])))
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "make":
         for i in range(0, len(args), 2):
             kind, *opts = args[i + 1].split(":")
             make(args[i], kind, int(opts[0]) if opts and opts[0] else 1, "f16" in opts)
+    elif cmd == "greedy":
+        greedy(args[0], int(args[1]), args[2])
     elif cmd == "same":
         same(args[0], args[1])
     elif cmd == "loss":

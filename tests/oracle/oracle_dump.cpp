@@ -47,6 +47,10 @@ ModelConfig tiny_config(const std::string& arch) {
       c.qkv_bias = true;
       c.moe = MoeConfig{4, 2, 24, 1, 40, false, 0.02f, 0.002f, 1.0f, 2};
     }
+    if (arch == "olmoe") {  // q/k norms, every MLP routed, the top-k not renormalised
+      c.qk_norm = true;
+      c.moe = MoeConfig{4, 2, 24, 0, 0, false, 0.01f, 0.001f, 0.0f, 1};
+    }
     if (arch == "llama-rope-llama3") {
       // Llama 3.1's scheme with a context of 256 so that the 4 frequencies fall in every
       // band: kept (wavelength < 32), blended (62.8) and divided by the factor (> 256).
@@ -90,7 +94,8 @@ int main(int argc, char** argv) {
   if (argc != 3) {
     std::fprintf(
         stderr,
-        "usage: %s gpt2|llama|llama-tied|llama-rope-llama3|qwen2|phi3|mixtral|qwen2-moe OUT_DIR\n",
+        "usage: %s gpt2|llama|llama-tied|llama-rope-llama3|qwen2|phi3|mixtral|qwen2-moe|olmoe "
+        "OUT_DIR\n",
         argv[0]);
     return 2;
   }

@@ -27,7 +27,7 @@ def arch_of(config):
     """'gpt2' or 'llama' (Qwen 2 is Llama with q/k/v biases); rejects config options this
     reference does not model."""
     t = config.get("model_type")
-    if t not in ("gpt2", "llama", "qwen2", "phi3", "mixtral", "qwen2_moe"):
+    if t not in ("gpt2", "llama", "qwen2", "phi3", "mixtral", "qwen2_moe", "olmoe"):
         raise ValueError(f"unsupported model_type {t!r}")
     if t == "qwen2" and config.get("use_sliding_window"):
         raise ValueError("use_sliding_window is not supported")
@@ -35,7 +35,9 @@ def arch_of(config):
         raise ValueError("partial_rotary_factor is not supported")
     if t in ("qwen2_moe",) and config.get("mlp_only_layers"):
         raise ValueError("mlp_only_layers is not supported")
-    if t in ("qwen2", "phi3", "mixtral", "qwen2_moe"):
+    if t == "olmoe" and config.get("clip_qkv") is not None:
+        raise ValueError("clip_qkv is not supported")
+    if t in ("qwen2", "phi3", "mixtral", "qwen2_moe", "olmoe"):
         t = "llama"
     if t == "gpt2" and config.get("activation_function", "gelu_new") != "gelu_new":
         raise ValueError(f"unsupported activation_function {config['activation_function']!r}")
@@ -76,6 +78,12 @@ def phi3(c):
     return c.get("model_type") == "phi3"
 
 
+def qk_norm(c):
+    # OlmoeAttention: RMSNorm over the whole q projection output (q_norm, heads * head_dim wide)
+    # and the whole k output (k_norm, kv_heads * head_dim), before the heads split and RoPE.
+    return c.get("model_type") == "olmoe"
+
+
 def moe_spec(c):
     """(experts, top_k, expert_ffn, shared_ffn, norm_topk_prob, sparse_step, mixtral_names) of a
     Mixtral or Qwen2-MoE config, None for a dense model."""
@@ -87,6 +95,9 @@ def moe_spec(c):
         return (c["num_experts"], c.get("num_experts_per_tok", 4), c["moe_intermediate_size"],
                 c["shared_expert_intermediate_size"], c.get("norm_topk_prob", False),
                 c.get("decoder_sparse_step", 1), False)
+    if t == "olmoe":  # OlmoeSparseMoeBlock: every layer routed, no shared expert
+        return (c["num_experts"], c.get("num_experts_per_tok", 8), c["intermediate_size"], 0,
+                c.get("norm_topk_prob", False), 1, False)
     return None
 
 
@@ -156,6 +167,8 @@ def param_shapes(config):
             if qkv_bias(config):
                 out += [(p + "self_attn.q_proj.bias", (H * hd,)), (p + "self_attn.k_proj.bias", (KV * hd,)),
                         (p + "self_attn.v_proj.bias", (KV * hd,))]
+            if qk_norm(config):
+                out += [(p + "self_attn.q_norm.weight", (H * hd,)), (p + "self_attn.k_norm.weight", (KV * hd,))]
             if moe_layer(config, i):
                 out += [(p + "self_attn.o_proj.weight", (d, H * hd)),
                         (p + "post_attention_layernorm.weight", (d,))] + moe_shapes(config, p, d)
@@ -378,6 +391,9 @@ class Llama:
                 q = self._lin(a, pre + "self_attn.q_proj")
                 k = self._lin(a, pre + "self_attn.k_proj")
                 v = self._lin(a, pre + "self_attn.v_proj")
+            if qk_norm(self.config):
+                q = self._rms(q, pre + "self_attn.q_norm")
+                k = self._rms(k, pre + "self_attn.k_norm")
             q = q.view(B, T, self.H, self.hd).transpose(1, 2)
             k = k.view(B, T, self.KV, self.hd).transpose(1, 2)
             v = v.view(B, T, self.KV, self.hd).transpose(1, 2)
@@ -447,7 +463,7 @@ def random_weights(config, seed):
     n_layer = config["n_layer"] if arch == "gpt2" else config["num_hidden_layers"]
     out = {}
     for name, shape in param_shapes(config):
-        is_norm = any(k in name for k in ("ln_", "layernorm", "model.norm"))
+        is_norm = any(k in name for k in ("ln_", "layernorm", "model.norm", "_norm.weight"))
         if is_norm and name.endswith(".weight"):
             w = 1.0 + 0.1 * rng.standard_normal(shape)
         elif name.endswith(".bias"):

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/backend_check.h"
+#include "forwarding_backend.h"
 #if LLMRUN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -303,114 +304,73 @@ TEST_P(Conformance, ActivationsAndAdamWMatchNaive) {
   expect_near(get(V), want_v, 1e-5, "adamw v");
 }
 
+// The MLP's fused GEMM + GELU (cuBLASLt epilogues on CUDA, matmul + gelu on the CPU), on an
+// aligned shape the epilogue takes and an odd one that falls back.
+TEST_P(Conformance, MatmulGeluEpiloguesMatchNaive) {
+  for (const int64_t N : {64, 21}) {
+    const int64_t M = 13, K = 40;
+    const std::vector<float> x = random(M * K), w = random(N * K), bias = random(N),
+                             dy = random(M * K), w2 = random(K * N);
+    Tensor X = put(x, {M, K}), W = put(w, {N, K}), B = put(bias, {N});
+    Tensor pre = nan_tensor({M, N}), act = nan_tensor({M, N});
+    be->matmul_bias_gelu(pre, act, X, W, &B);
+    std::vector<double> want_pre(M * N), want_act(M * N), gelu_d(M * N);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = bias[j];
+        for (int64_t k = 0; k < K; ++k) s += double(x[i * K + k]) * w[j * K + k];
+        const double c = std::sqrt(2 / M_PI), t = std::tanh(c * (s + 0.044715 * s * s * s));
+        want_pre[i * N + j] = s;
+        want_act[i * N + j] = 0.5 * s * (1 + t);
+        gelu_d[i * N + j] = 0.5 * (1 + t) + 0.5 * s * (1 - t * t) * c * (1 + 3 * 0.044715 * s * s);
+      }
+    expect_near(get(pre), want_pre, 1e-5, "matmul_bias_gelu pre");
+    expect_near(get(act), want_act, 1e-5, "matmul_bias_gelu act");
+    // dx[M,N] = (dy[M,K] W2[K,N]) * gelu'(pre).
+    Tensor DY = put(dy, {M, K}), W2 = put(w2, {K, N}), dx = nan_tensor({M, N});
+    be->matmul_dgelu(dx, DY, W2, pre);
+    std::vector<double> want_dx(M * N);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) s += double(dy[i * K + k]) * w2[k * N + j];
+        want_dx[i * N + j] = s * gelu_d[i * N + j];
+      }
+    // 1e-4: the CPU's GELU derivative takes a fast tanh (as its gelu_bwd does).
+    expect_near(get(dx), want_dx, 1e-4, "matmul_dgelu");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(built_backends_for_tests()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 // A backend that is the CPU backend except for one deliberately wrong op: check_backend must
 // fail exactly that op (the check can fail, and a failure is not blamed on the others).
-class OneWrongOp final : public Backend {
+class OneWrongOp final : public test::ForwardingBackend {
  public:
-  explicit OneWrongOp(std::string wrong) : cpu_(make_cpu_backend(1)), wrong_(std::move(wrong)) {}
+  explicit OneWrongOp(std::string wrong)
+      : ForwardingBackend(make_cpu_backend(1)), wrong_(std::move(wrong)) {}
   std::string name() const override { return "one-wrong-op"; }
-  Device device() const override { return Device::cpu; }
-  int threads() const override { return 1; }
-  Buffer allocate(size_t bytes) override { return cpu_->allocate(bytes); }
-  void copy(Tensor d, const Tensor& s) override { cpu_->copy(d, s); }
-  void fill(Tensor x, float v) override { cpu_->fill(x, v); }
-  void copy_cols(Tensor d, const Tensor& s, int64_t c) override { cpu_->copy_cols(d, s, c); }
-  void cast(Tensor d, const Tensor& s, float k) override { cpu_->cast(d, s, k); }
-  void matmul(Tensor o, const Tensor& a, const Tensor& b, bool ta, bool tb, float al, float be,
-              const Tensor* bias) override {
-    cpu_->matmul(o, a, b, ta, tb, al, be, bias);
-  }
-  void linear_rows(Tensor y, const Tensor& x, const Tensor& w, const Tensor* b, bool acc) override {
-    cpu_->linear_rows(y, x, w, b, acc);
-  }
-  void sum_rows(Tensor o, const Tensor& x, bool acc) override { cpu_->sum_rows(o, x, acc); }
-  void add(Tensor o, const Tensor& a, const Tensor& b) override { cpu_->add(o, a, b); }
-  void scale(Tensor x, float a) override { cpu_->scale(x, a); }
   void gelu_fwd(Tensor o, const Tensor& x) override {
-    cpu_->gelu_fwd(o, x);
+    ForwardingBackend::gelu_fwd(o, x);
     if (wrong_ == "gelu_fwd") o.f32()[o.numel() - 1] += 0.01f;  // one element off by 0.01
-  }
-  void gelu_bwd(Tensor dx, const Tensor& dy, const Tensor& x) override {
-    cpu_->gelu_bwd(dx, dy, x);
-  }
-  void swiglu_fwd(Tensor o, const Tensor& gu) override { cpu_->swiglu_fwd(o, gu); }
-  void swiglu_bwd(Tensor d, const Tensor& o, const Tensor& gu) override {
-    cpu_->swiglu_bwd(d, o, gu);
-  }
-  void layernorm_fwd(Tensor o, Tensor m, Tensor r, const Tensor& x, const Tensor& w,
-                     const Tensor& b, float e) override {
-    cpu_->layernorm_fwd(o, m, r, x, w, b, e);
   }
   void layernorm_bwd(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
                      const Tensor& w, const Tensor& m, const Tensor& r, bool acc) override {
-    cpu_->layernorm_bwd(dx, dw, db, dy, x, w, m, r, acc);
+    ForwardingBackend::layernorm_bwd(dx, dw, db, dy, x, w, m, r, acc);
     if (wrong_ == "layernorm_bwd") dw.f32()[3] += 1e-3f;
   }
-  void rmsnorm_fwd(Tensor o, Tensor r, const Tensor& x, const Tensor& w, float e) override {
-    cpu_->rmsnorm_fwd(o, r, x, w, e);
-  }
-  void rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                   const Tensor& r, bool acc) override {
-    cpu_->rmsnorm_bwd(dx, dw, dy, x, w, r, acc);
-  }
-  void rope(Tensor x, const Tensor& p, int rh, int hd, float th, const RopeScaling& s,
-            bool inv) override {
-    cpu_->rope(x, p, rh, hd, th, s, inv);
-  }
-  void attention_fwd(Tensor o, Tensor l, const Tensor& q, const AttentionShape& s) override {
-    cpu_->attention_fwd(o, l, q, s);
-  }
-  void attention_bwd(Tensor d, const Tensor& dout, const Tensor& q, const Tensor& o,
-                     const Tensor& l, const AttentionShape& s) override {
-    cpu_->attention_bwd(d, dout, q, o, l, s);
-  }
-  void attention_cached(Tensor o, const Tensor& q, const Tensor& k, const Tensor& v, int sp, int h,
-                        int kv, int hd) override {
-    cpu_->attention_cached(o, q, k, v, sp, h, kv, hd);
-  }
-  void paged_attention(Tensor o, const Tensor& q, const Tensor& k, const Tensor& v,
-                       const Tensor& bt, const Tensor& qs, const Tensor& cl, int bs, int h, int kv,
-                       int hd) override {
-    cpu_->paged_attention(o, q, k, v, bt, qs, cl, bs, h, kv, hd);
-  }
-  void scatter_rows(Tensor d, const Tensor& s, const Tensor& sl, int64_t c) override {
-    cpu_->scatter_rows(d, s, sl, c);
-  }
   void embedding_fwd(Tensor o, const Tensor& i, const Tensor& t, bool acc) override {
-    cpu_->embedding_fwd(o, i, t, acc);
+    ForwardingBackend::embedding_fwd(o, i, t, acc);
     if (wrong_ == "embedding_fwd" && !acc)
       o.f32()[5] = std::numeric_limits<float>::quiet_NaN();  // unwritten
   }
-  void embedding_bwd(Tensor d, const Tensor& o, const Tensor& i) override {
-    cpu_->embedding_bwd(d, o, i);
-  }
-  void softmax_xent(Tensor l, Tensor g, const Tensor& t, float s) override {
-    cpu_->softmax_xent(l, g, t, s);
-  }
-  void xent_row_max(Tensor m, const Tensor& l) override { cpu_->xent_row_max(m, l); }
-  void xent_partials(Tensor s, const Tensor& l, const Tensor& m, const Tensor& t) override {
-    cpu_->xent_partials(s, l, m, t);
-  }
-  void xent_finish(Tensor l, Tensor g, const Tensor& m, const Tensor& s, const Tensor& t,
-                   float k) override {
-    cpu_->xent_finish(l, g, m, s, t, k);
-  }
   void adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, const AdamWParams& hp) override {
     if (wrong_ == "adamw") throw std::runtime_error("adamw kernel failed to launch");
-    cpu_->adamw(p, g, m, v, hp);
+    ForwardingBackend::adamw(p, g, m, v, hp);
   }
-  double sum_squares(const Tensor& x) override { return cpu_->sum_squares(x); }
-  double sum(const Tensor& x) override { return cpu_->sum(x); }
-  float amax(const Tensor& x) override { return cpu_->amax(x); }
-  void sum_squares_into(Tensor o, const Tensor& x) override { cpu_->sum_squares_into(o, x); }
-  void amax_into(Tensor o, const Tensor& x) override { cpu_->amax_into(o, x); }
-  void argmax_rows(Tensor i, const Tensor& x) override { cpu_->argmax_rows(i, x); }
 
  private:
-  std::unique_ptr<Backend> cpu_;
   std::string wrong_;
 };
 

@@ -99,6 +99,51 @@ TEST(CpPlan, ActivationsShrinkWithCpAndTheRingIsPriced) {
   EXPECT_TRUE(layout_problem(long_shape(4100), bad));
 }
 
+// a2a (Ulysses) gives every cp rank heads/cp query heads and kv_heads/cp key/value heads of
+// the heads a tp rank holds (kv_heads/tp, or 1 when tp replicates them).
+TEST(CpHeads, A2aNeedsHeadsAndKvHeadsPerTpRankDivisibleByCp) {
+  EXPECT_FALSE(cp_heads_problem(4, 2, 1, 2));
+  EXPECT_FALSE(cp_heads_problem(8, 8, 2, 4));
+  EXPECT_FALSE(cp_heads_problem(4, 2, 1, 1));  // cp 1: nothing to split
+  const auto q = cp_heads_problem(4, 4, 1, 8);
+  ASSERT_TRUE(q);
+  EXPECT_NE(q->find("4 query heads are not divisible by cp = 8"), std::string::npos) << *q;
+  const auto kv = cp_heads_problem(4, 2, 1, 4);
+  ASSERT_TRUE(kv);
+  EXPECT_NE(kv->find("2 kv heads are not divisible by cp = 4"), std::string::npos) << *kv;
+  const auto replicated = cp_heads_problem(8, 2, 4, 2);  // tp 4 > kv_heads 2: one kv head each
+  ASSERT_TRUE(replicated);
+  EXPECT_NE(replicated->find("1 kv heads per tp rank"), std::string::npos) << *replicated;
+
+  TrainingLayout a2a;
+  a2a.cp = 4;
+  a2a.cp_comm = CpComm::a2a;
+  const auto refused = layout_problem(long_shape(4096), a2a);  // kv_heads 2, cp 4
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->key, "parallel.cp_comm");
+  a2a.cp = 2;
+  EXPECT_FALSE(layout_problem(long_shape(4096), a2a));
+  EXPECT_EQ(cp_comm_from_name("a2a"), CpComm::a2a);
+  EXPECT_STREQ(cp_comm_name(CpComm::a2a), "a2a");
+}
+
+TEST(CpPlan, A2aMovesAllButOneCpthOfQkvAndOutputThreeTimes) {
+  const TrainingShape s = long_shape(4096);
+  TrainingLayout l;
+  l.cp = 2;
+  l.cp_comm = CpComm::a2a;
+  double sent = 0;
+  const std::vector<StageComm> comm = plan_communication(s, l);
+  for (const CommItem& i : comm[0].items)
+    if (i.group == "cp") sent += i.sent;
+  // Per block and micro-batch: q|k|v (4 + 2 x 2 heads of 16) and the output (4 heads), each
+  // three times (forward; backward re-gather; gradients), over 2048 local tokens, half sent.
+  const double per_block = 4.0 * 2048 * (8 + 4) * 16 * 3 * 0.5;
+  EXPECT_DOUBLE_EQ(sent, per_block * 2 /* blocks */ * 4 /* micro-batches */);
+  // The all-to-alls' buffers are priced as activation workspace beside the ring's.
+  EXPECT_GT(plan_memory(s, l)[0].act_workspace, 0.0);
+}
+
 TEST(CpPlan, SearchIncludesCpOnlyForLongSequences) {
   PerfAssumptions a;
   a.peak_flops = 1e12;

@@ -236,7 +236,7 @@ TEST(GemmPlan, AlignmentAndKeys) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(cuda::GemmKeyHash{}(a), cuda::GemmKeyHash{}(b));
   // Every field that changes the heuristic's answer changes the key.
-  std::vector<cuda::GemmKey> variants(7, a);
+  std::vector<cuda::GemmKey> variants(10, a);
   variants[0].p = cuda::map_row_major(38, 45, 129, false, true);
   variants[1].p = cuda::map_row_major(37, 45, 129, true, true);
   variants[2].operands = cuda::GemmOperands::bf16;
@@ -244,6 +244,9 @@ TEST(GemmPlan, AlignmentAndKeys) {
   variants[4].align_a = 16;
   variants[5].align_b = 4;
   variants[6].align_c = 8;
+  variants[7].epilogue = cuda::GemmEpilogue::gelu_aux;  // the MLP's fused GELU
+  variants[8].epilogue = cuda::GemmEpilogue::dgelu;
+  variants[9].align_aux = 16;
   std::unordered_set<size_t> hashes{cuda::GemmKeyHash{}(a)};
   for (const auto& v : variants) {
     EXPECT_FALSE(v == a) << v.str();
@@ -251,6 +254,8 @@ TEST(GemmPlan, AlignmentAndKeys) {
   }
   EXPECT_EQ(hashes.size(), variants.size() + 1);
   EXPECT_NE(variants[2].str().find("bf16"), std::string::npos);
+  EXPECT_NE(variants[7].str().find("gelu"), std::string::npos);
+  EXPECT_NE(variants[8].str().find("dgelu"), std::string::npos);
 }
 
 TEST(LaunchGeometry, GridsCoverAndStayBounded) {

@@ -220,8 +220,8 @@ TEST(HfConfig, Errors) {
   expect_user_error(j, "\"activation_function\": \"relu\" is not supported");
 
   j = hf_config_json(gpt2_config());
-  j["model_type"] = "olmoe";
-  expect_user_error(j, "model_type \"olmoe\" is not supported");
+  j["model_type"] = "deepseek_v2";
+  expect_user_error(j, "model_type \"deepseek_v2\" is not supported");
 
   j.erase("model_type");
   expect_user_error(j, "missing key \"model_type\"");

@@ -98,21 +98,23 @@ void run(Arch arch, QType t, int d, int requests, int pool_blocks, int max_batch
   EngineStats st;
   {
     Engine engine(*q.model, tok, ec);
+    std::vector<Engine::Submission> batch;  // one step: the small pool preempts for sure
     for (int i = 0; i < requests; ++i) {
       GenerationParams gp;
       gp.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
       gp.seeded = true;
       gp.max_tokens = max_tokens[size_t(i)];
-      engine.submit(prompts[size_t(i)], gp, [&, i](SequenceEvent&& ev) {
-        std::lock_guard<std::mutex> lock(mu);
-        auto& g = got[size_t(i)];
-        g.insert(g.end(), ev.token_ids.begin(), ev.token_ids.end());
-        if (ev.finished) {
-          ++done;
-          cv.notify_all();
-        }
-      });
+      batch.push_back({prompts[size_t(i)], gp, [&, i](SequenceEvent&& ev) {
+                         std::lock_guard<std::mutex> lock(mu);
+                         auto& g = got[size_t(i)];
+                         g.insert(g.end(), ev.token_ids.begin(), ev.token_ids.end());
+                         if (ev.finished) {
+                           ++done;
+                           cv.notify_all();
+                         }
+                       }});
     }
+    engine.submit(std::move(batch));
     std::unique_lock<std::mutex> lock(mu);
     ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done == requests; }));
     st = engine.stats();

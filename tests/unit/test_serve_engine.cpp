@@ -102,21 +102,24 @@ void run_case(Arch arch, const Case& c) {
   got.reasons.resize(c.requests);
   {
     Engine engine(*model, tok, ec);
+    std::vector<Engine::Submission> batch;  // one step: the small pool preempts for sure
     for (int i = 0; i < c.requests; ++i) {
       GenerationParams gp;
       gp.sampling = params[i];
       gp.seeded = true;
       gp.max_tokens = max_tokens[i];
-      engine.submit(prompts[i], gp, [&got, i](SequenceEvent&& ev) {
-        std::lock_guard<std::mutex> lock(got.mu);
-        got.tokens[i].insert(got.tokens[i].end(), ev.token_ids.begin(), ev.token_ids.end());
-        if (ev.finished) {
-          got.reasons[i] = ev.finish_reason;
-          ++got.done;
-          got.cv.notify_all();
-        }
-      });
+      batch.push_back({prompts[i], gp, [&got, i](SequenceEvent&& ev) {
+                         std::lock_guard<std::mutex> lock(got.mu);
+                         got.tokens[i].insert(got.tokens[i].end(), ev.token_ids.begin(),
+                                              ev.token_ids.end());
+                         if (ev.finished) {
+                           got.reasons[i] = ev.finish_reason;
+                           ++got.done;
+                           got.cv.notify_all();
+                         }
+                       }});
     }
+    engine.submit(std::move(batch));
     std::unique_lock<std::mutex> lock(got.mu);
     ASSERT_TRUE(
         got.cv.wait_for(lock, std::chrono::seconds(60), [&] { return got.done == c.requests; }));

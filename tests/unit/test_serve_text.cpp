@@ -148,7 +148,7 @@ TEST(OpenAiRequest, ParsesParametersAndRejectsBadOnes) {
   EXPECT_EQ(chat.params.max_tokens, 64 - static_cast<int>(chat.prompts[0].size()));
 
   for (const char* bad :
-       {R"({"model":"other","prompt":"a"})", R"({"prompt":"a","temperature":-1})",
+       {R"({"model":1,"prompt":"a"})", R"({"prompt":"a","temperature":-1})",
         R"({"prompt":"a","top_p":0})", R"({"prompt":[300]})", R"({"prompt":""})",
         R"({"prompt":"a","max_tokens":64})", R"({"prompt":"a","n":0})",
         R"({"prompt":"a","logit_bias":{"x":1}})", R"({"prompt":"a","stop":[1]})",
@@ -159,5 +159,13 @@ TEST(OpenAiRequest, ParsesParametersAndRejectsBadOnes) {
     } catch (const ApiError& e) {
       EXPECT_EQ(e.status, 400) << bad;
     }
+  }
+  // An unknown model (no such base or LoRA adapter) is OpenAI's 404.
+  try {
+    parse_completion_request(json::parse(R"({"model":"other","prompt":"a"})"), false, ctx);
+    ADD_FAILURE() << "accepted model 'other'";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 404);
+    EXPECT_EQ(e.param, "model");
   }
 }

@@ -19,6 +19,7 @@
 #include "serve/engine.h"
 #include "serve/logit_processors.h"
 #include "serve/speculative/ngram_proposer.h"
+#include "serve/speculative/spec_policy.h"
 #include "test_backend.h"
 #include "tiny_model.h"
 
@@ -78,7 +79,7 @@ struct Collected {
 struct RunResult {
   std::vector<std::vector<int32_t>> tokens;
   EngineStats stats;
-  int64_t drafts = 0, proposed = 0, accepted = 0;
+  int64_t drafts = 0, proposed = 0, accepted = 0, skipped = 0, backoffs = 0;
 };
 
 // Runs every request through one engine and waits for all; stats after the engine is idle.
@@ -90,16 +91,20 @@ RunResult run_engine(Transformer& model, const Tokenizer& tok, const EngineConfi
   got.tokens.resize(size_t(n));
   RunResult r;
   Engine engine(model, tok, ec);
+  // One batch: the engine schedules every request from its first step, so that a small
+  // pool preempts however the threads interleave.
+  std::vector<Engine::Submission> batch;
   for (int i = 0; i < n; ++i)
-    engine.submit(prompts[size_t(i)], params[size_t(i)], [&got, i](SequenceEvent&& ev) {
-      std::lock_guard<std::mutex> lock(got.mu);
-      got.tokens[size_t(i)].insert(got.tokens[size_t(i)].end(), ev.token_ids.begin(),
-                                   ev.token_ids.end());
-      if (ev.finished) {
-        ++got.done;
-        got.cv.notify_all();
-      }
-    });
+    batch.push_back({prompts[size_t(i)], params[size_t(i)], [&got, i](SequenceEvent&& ev) {
+                       std::lock_guard<std::mutex> lock(got.mu);
+                       got.tokens[size_t(i)].insert(got.tokens[size_t(i)].end(),
+                                                    ev.token_ids.begin(), ev.token_ids.end());
+                       if (ev.finished) {
+                         ++got.done;
+                         got.cv.notify_all();
+                       }
+                     }});
+  engine.submit(std::move(batch));
   {
     std::unique_lock<std::mutex> lock(got.mu);
     EXPECT_TRUE(got.cv.wait_for(lock, std::chrono::seconds(120), [&] { return got.done == n; }));
@@ -113,6 +118,8 @@ RunResult run_engine(Transformer& model, const Tokenizer& tok, const EngineConfi
   r.drafts = engine.metrics().spec.drafts();
   r.proposed = engine.metrics().spec.draft_tokens();
   r.accepted = engine.metrics().spec.accepted_tokens();
+  r.skipped = engine.metrics().spec.skipped_steps();
+  r.backoffs = engine.metrics().spec.backoffs();
   return r;
 }
 
@@ -179,6 +186,7 @@ void greedy_case(Arch arch, SpecMethod method, const GreedyCase& c) {
   ec.speculative.method = method;
   ec.speculative.num_tokens = 4;
   ec.speculative.disable_by_batch_size = 0;  // speculate at every batch size here
+  ec.speculative.adaptive = false;           // and at every step: exactness under test
   ec.speculative.draft_model = draft;
   const RunResult r = run_engine(*model, tok, ec, prompts, params);
   const std::string what = std::string(method == SpecMethod::ngram ? "ngram" : "draft") + " " +
@@ -341,6 +349,7 @@ std::pair<double, double> speculative_fit(SpecMethod method,
   ec.speculative.method = method;
   ec.speculative.num_tokens = 4;
   ec.speculative.disable_by_batch_size = 0;
+  ec.speculative.adaptive = false;  // tokens 2 and 3 always verified
   ec.speculative.draft_model = draft.get();
   ec.speculative.accept = std::move(accept);
   const RunResult r = run_engine(*model, tok, ec, prompts, params);
@@ -402,29 +411,156 @@ TEST(SpeculativeSampling, SelfCheckRejectsWrongAcceptanceRules) {
   }
 }
 
-TEST(SpeculativeBackoff, FailingProposalsPauseASequenceAndGoodOnesKeepItOn) {
+TEST(SpeculativeBackoff, CostModelPicksTheLengthThatPays) {
+  // A memory-bound machine (a proposal row costs 5% of a plain step) and a compute-bound one
+  // (60%): the same acceptance pays for long proposals on the first, none on the second.
+  StepCostModel cheap, dear;
+  cheap.fix({0, 1.0}, 0.05, 0);
+  dear.fix({0, 1.0}, 0.6, 0);
+  EXPECT_EQ(choose_length(0.8, 4, 1, cheap, false), 4);
+  EXPECT_EQ(choose_length(0.5, 4, 1, dear, false), 0) << "1.5 tokens for 1.6 steps pays nothing";
+  EXPECT_EQ(choose_length(0.95, 4, 1, dear, false), 4);
+  EXPECT_EQ(choose_length(0.1, 4, 1, cheap, false), 0) << "near-hopeless proposals are not made";
+  // A draft model's passes count: drafting at a whole step per token never pays.
+  StepCostModel slow_draft;
+  slow_draft.fix({0, 1.0}, 0.05, 1.0);
+  EXPECT_EQ(choose_length(0.8, 4, 1, slow_draft, false), 4);
+  EXPECT_EQ(choose_length(0.8, 4, 1, slow_draft, true), 0);
+  // Measured: plain steps set the base, speculative ones the marginal row cost.
+  StepCostModel m;
+  for (int i = 0; i < 20; ++i) {
+    m.record_step(1, 1, 1e-3);
+    m.record_step(1, 5, 3e-3);
+  }
+  EXPECT_NEAR(m.step_seconds(1, 0), 1e-3, 1e-9);
+  EXPECT_NEAR(m.step_seconds(1, 4), 3e-3, 1e-6);
+  EXPECT_NEAR(m.step_seconds(1, 2), 2e-3, 1e-6);
+  EXPECT_NEAR(expected_tokens(0.5, 2), 1.75, 1e-12);
+}
+
+TEST(SpeculativeBackoff, ShadowGuessesSwitchAnNgramSequenceOffAndOn) {
   SpeculativeConfig c;
+  c.method = SpecMethod::ngram;
+  StepCostModel cost;
+  cost.fix({0, 1.0}, 0.3, 0);
+  SpecDecodeMetrics m;
   SpecState st;
-  for (int i = 0; i < 10; ++i) record_acceptance(st, c, 4, 4);
-  EXPECT_EQ(st.backoff, 0);
-  int steps = 0;
-  while (st.backoff == 0 && steps < 10) {
-    record_acceptance(st, c, 4, 0);
+  // A proposing sequence whose proposals fail: it stops proposing, and says so once.
+  st.speculating = true;
+  for (int i = 0; i < 4; ++i) record_verification(st, 4, 0, true);
+  std::vector<int32_t> tokens = {1, 2, 3, 1, 2, 3, 1, 2};
+  EXPECT_EQ(plan_proposal(st, c, tokens, 4, 1, cost, m), 0);
+  EXPECT_EQ(m.backoffs(), 1);
+  EXPECT_EQ(m.skipped_steps(), 1);
+  EXPECT_EQ(st.shadow, 3) << "the n-gram guess is still made, to be scored";
+  // The target keeps producing what the lookup guessed: speculation comes back on.
+  int k = 0, steps = 0;
+  while (k == 0 && steps < 20) {
+    tokens.push_back(tokens[tokens.size() - 3]);
+    k = plan_proposal(st, c, tokens, 4, 1, cost, m);
     ++steps;
   }
-  EXPECT_EQ(st.backoff, c.backoff_steps) << "all-rejected proposals never backed off";
-  EXPECT_LE(steps, 4) << "backing off took too many failed verifications";
-  // After the pause one more failure backs off again at once; a success keeps it on.
-  st.backoff = 0;
-  record_acceptance(st, c, 4, 0);
-  EXPECT_EQ(st.backoff, 2 * c.backoff_steps) << "a second pause in a row is twice as long";
-  EXPECT_EQ(proposal_length(st, 4), 1) << "after failures a sequence proposes one token";
-  st.backoff = 0;
-  st.acceptance = c.min_acceptance + 0.1;
-  record_acceptance(st, c, 4, 3);
-  EXPECT_EQ(st.backoff, 0);
-  EXPECT_EQ(st.pauses, 0) << "a good proposal resets the pause length";
-  st.acceptance = 0.9;
-  EXPECT_EQ(proposal_length(st, 4), 4);
-  EXPECT_EQ(proposal_length(st, 2), 2);
+  EXPECT_GT(k, 0) << "correct shadow guesses never switched speculation back on";
+  EXPECT_LE(steps, 6);
+  EXPECT_EQ(m.backoffs(), 1);
+  // A fresh sequence whose guesses are all wrong (verified or shadow): off within a few
+  // steps, and it stays off.
+  SpecState off;
+  std::vector<int32_t> other = {1, 2, 3, 1, 2, 3, 1, 2};
+  SpecDecodeMetrics m2;
+  int proposing = 0;
+  for (int i = 0; i < 30; ++i) {
+    const int kk = plan_proposal(off, c, other, 4, 1, cost, m2);
+    if (kk > 0) {
+      ++proposing;
+      EXPECT_LT(i, 3) << "still proposing after " << i << " failed steps";
+      record_verification(off, kk, 0, true);
+    }
+    other.push_back(9 + i % 50);  // never what the lookup guessed
+  }
+  EXPECT_LE(proposing, 3);
+  EXPECT_GE(m2.skipped_steps(), 27);
+  EXPECT_EQ(m2.backoffs(), proposing > 0 ? 1 : 0);
+  EXPECT_LT(acceptance_estimate(off), 0.3);
+  // Not adaptive: always the cap.
+  c.adaptive = false;
+  EXPECT_EQ(plan_proposal(off, c, other, 3, 1, cost, m2), 3);
+}
+
+TEST(SpeculativeBackoff, DraftSequenceProbesAfterDoublingPauses) {
+  SpeculativeConfig c;
+  c.method = SpecMethod::draft;
+  c.backoff_steps = 4;
+  StepCostModel cost;
+  cost.fix({0, 1.0}, 0.3, 0.05);
+  SpecDecodeMetrics m;
+  SpecState st;
+  const std::vector<int32_t> tokens = {5, 6, 7};
+  EXPECT_GT(plan_proposal(st, c, tokens, 4, 1, cost, m), 0) << "a fresh sequence proposes";
+  record_verification(st, 4, 0, true);
+  EXPECT_EQ(plan_proposal(st, c, tokens, 4, 1, cost, m), 0);
+  EXPECT_EQ(m.backoffs(), 1);
+  int plain = 0;
+  while (plan_proposal(st, c, tokens, 4, 1, cost, m) == 0) ++plain;
+  EXPECT_EQ(plain, 4) << "first pause: backoff_steps plain steps, then a probe";
+  record_verification(st, 4, 0, true);
+  EXPECT_EQ(plan_proposal(st, c, tokens, 4, 1, cost, m), 0);
+  plain = 0;
+  while (plan_proposal(st, c, tokens, 4, 1, cost, m) == 0) ++plain;
+  EXPECT_EQ(plain, 8) << "a failed probe doubles the pause";
+  // A probe whose drafts are accepted keeps it on.
+  for (int i = 0; i < 3; ++i) record_verification(st, 4, 4, false);
+  EXPECT_GT(plan_proposal(st, c, tokens, 4, 1, cost, m), 0);
+  EXPECT_EQ(st.pauses, 0);
+}
+
+TEST(SpeculativeBackoff, EngineStopsProposingWhereLookupFailsAndStaysExact) {
+  // Through the engine, on a compute-bound cost model: random prompts of a random model
+  // (prompt lookup rarely right) end up decoding plain; repetitive text keeps speculating.
+  auto be = test::make_test_backend(2);
+  const ModelConfig cfg = test_models::tiny_config(Arch::gpt2, 64, 128, 256, 128);
+  auto model = make_model(*be, cfg, 11, 6.0f);
+  ByteLevelTokenizer tok;
+  EngineConfig ec;
+  ec.max_num_seqs = 8;
+  ec.max_batched_tokens = 256;
+  ec.block_size = 4;
+  ec.num_blocks = 512;
+  ec.max_model_len = 120;
+  ec.speculative.method = SpecMethod::ngram;
+  ec.speculative.num_tokens = 4;
+  ec.speculative.fixed_step_seconds = {0, 1.0};
+  ec.speculative.fixed_row_seconds = 0.3;
+  std::mt19937 rng(3);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<GenerationParams> params;
+  std::vector<std::vector<int32_t>> want;
+  for (int i = 0; i < 4; ++i) {
+    std::string text;
+    for (int j = 0; j < 24; ++j) text += char(33 + rng() % 90);
+    prompts.push_back(tok.encode(text));
+    GenerationParams gp;
+    gp.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
+    gp.max_tokens = 60;
+    gp.ignore_eos = true;
+    params.push_back(gp);
+    want.push_back(greedy_reference(*model, prompts.back(), gp.max_tokens));
+  }
+  const RunResult r = run_engine(*model, tok, ec, prompts, params);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(r.tokens[i], want[i]) << "request " << i;
+  // Without the back-off every wrong lookup would be verified and rejected: at least one
+  // proposed token wasted each.
+  int wrong = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> hist = prompts[i];
+    for (int32_t t : want[i]) {
+      const std::vector<int32_t> g = propose_ngram(hist, NgramOptions{}, 1);
+      wrong += !g.empty() && g[0] != t ? 1 : 0;
+      hist.push_back(t);
+    }
+  }
+  EXPECT_GT(wrong, 40) << "the workload should give the lookup wrong guesses to make";
+  EXPECT_LT(2 * (r.proposed - r.accepted), wrong) << "the back-off let failing lookups be verified";
+  EXPECT_GT(r.skipped, wrong / 2) << "decode steps without proposals are counted";
+  EXPECT_EQ(r.stats.kv_blocks_used, 0);
 }

@@ -25,6 +25,8 @@ namespace {
 typedef float Lanes __attribute__((vector_size(64)));
 constexpr int kLanes = 16;
 constexpr int kTile = 4;  // x rows and W rows per register tile: 16 accumulators
+// At most this many x rows stream W row by row (the decode path below); more use 4x4 tiles.
+constexpr int64_t kDecodeRows = 16;
 
 inline Lanes load(const float* p) {
   Lanes v;
@@ -127,14 +129,17 @@ void CpuBackend::linear_rows(Tensor y, const Tensor& x, const Tensor& W, const T
       kTile, (int64_t(256) * 1024 / (std::max<int64_t>(k, 1) * 4)) / kTile * kTile);
   const int64_t w_tiles = (n + kTile - 1) / kTile;
   const bool parallel = m * n * k > cpu::kParallelMin * 8;
-  if (m <= kTile) {
+  if (m <= kDecodeRows) {
     // Decode (a few rows): one W row at a time, so W is read as one sequential stream. The
     // 4x4 tile below reads four rows interleaved, 1 KB apart, which the hardware prefetchers
     // follow poorly: measured on the 2-core VM, streaming a cold 1.4 MB W ran at ~6 GB/s
     // tiled and ~18 GB/s row by row. Each y element is the same dot product either way.
-    const int mr = static_cast<int>(m);
+    // Up to kDecodeRows rows (a speculative verification's k + 1, a few sequences) take this
+    // path, the x rows in groups of 4 against the W row while it is in L1.
 #pragma omp parallel for num_threads(threads_) schedule(static) if (parallel)
-    for (int64_t j = 0; j < n; ++j) tile_rows<1>(o, mr, 0, j);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i0 = 0; i0 < m; i0 += kTile)
+        tile_rows<1>(o, static_cast<int>(std::min<int64_t>(kTile, m - i0)), i0, j);
     return;
   }
   // Threads split W's rows: each streams its own share of the weights.

@@ -113,6 +113,22 @@ void CudaBackend::copy_cols(Tensor dst, const Tensor& src, int64_t col_begin) {
     check(cudaStreamSynchronize(stream_), "copy_cols (host side)");
 }
 
+// The inverse of copy_cols (OLMoE's q/k norms write their rows back into the fused qkv).
+void CudaBackend::copy_into_cols(Tensor dst, const Tensor& src, int64_t col_begin) {
+  LLMRUN_CHECK(dst.dtype == src.dtype && dst.rows() == src.rows(), "copy_into_cols: shapes differ");
+  LLMRUN_CHECK(col_begin >= 0 && col_begin + src.cols() <= dst.cols(),
+               "copy_into_cols: columns out of range");
+  if (src.numel() == 0) return;
+  const size_t es = dtype_size(src.dtype);
+  const size_t width = size_t(src.cols()) * es;
+  char* to = static_cast<char*>(dst.data) + size_t(col_begin) * es;
+  check(cudaMemcpy2DAsync(to, size_t(dst.cols()) * es, src.data, width, width, size_t(src.rows()),
+                          cudaMemcpyDefault, stream_),
+        "copy_into_cols");
+  if (dst.device == Device::cpu || src.device == Device::cpu)
+    check(cudaStreamSynchronize(stream_), "copy_into_cols (host side)");
+}
+
 void CudaBackend::fill(Tensor x, float value) {
   LLMRUN_CHECK(x.device == Device::cuda, "fill: x must be a CUDA tensor");
   const cuda::FillPattern f = cuda::fill_pattern(x.dtype, value);

@@ -32,6 +32,7 @@ class CudaBackend final : public Backend, public Fp8GemmOps, public DeviceStream
   void copy(Tensor dst, const Tensor& src) override;
   void fill(Tensor x, float value) override;
   void copy_cols(Tensor dst, const Tensor& src, int64_t col_begin) override;
+  void copy_into_cols(Tensor dst, const Tensor& src, int64_t col_begin) override;
   void cast(Tensor dst, const Tensor& src, float scale = 1.0f) override;
 
   void matmul(Tensor out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
@@ -39,6 +40,13 @@ class CudaBackend final : public Backend, public Fp8GemmOps, public DeviceStream
   void linear_rows(Tensor y, const Tensor& x, const Tensor& W, const Tensor* bias,
                    bool accumulate) override;
   void sum_rows(Tensor out, const Tensor& x, bool accumulate) override;
+  // cuBLASLt's GELU_AUX(_BIAS) and DGELU epilogues (cuda_gemm.cpp); the unfused default when
+  // the heuristic or the alignment rules them out.
+  void matmul_bias_gelu(Tensor pre, Tensor act, const Tensor& x, const Tensor& W,
+                        const Tensor* bias) override;
+  void matmul_dgelu(Tensor dx, const Tensor& dy, const Tensor& W, const Tensor& pre) override;
+  // kernels/sampling.cuh: sort each row on the device and sample it there (cuda_sampling.cpp).
+  bool sample_rows(Tensor ids, const Tensor& logits, const std::vector<RowSample>& rows) override;
 
   void add(Tensor out, const Tensor& a, const Tensor& b) override;
   void scale(Tensor x, float a) override;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/gemm_plan.h"
@@ -24,6 +25,7 @@ struct DeviceContext {
   std::unique_ptr<CachingAllocator> allocator;
   std::mutex algo_mu;
   std::unordered_map<GemmKey, cublasLtMatmulAlgo_t, GemmKeyHash> algos;
+  std::unordered_set<GemmKey, GemmKeyHash> no_algo;  // keys the heuristic found nothing for
 };
 
 // The context of `ordinal`, created on first use (makes the device current). Throws UserError

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_lt_matmul.h"
 #include "backend/cuda/fp8_support.h"
 #include "backend/cuda/gemm_plan.h"
 #include "kernels/elementwise.cuh"
@@ -18,25 +19,6 @@ using cuda::check;
 using cuda::check_launch;
 
 namespace {
-
-struct OpDesc {
-  cublasLtMatmulDesc_t d = nullptr;
-  ~OpDesc() {
-    if (d) cublasLtMatmulDescDestroy(d);
-  }
-};
-struct Layout {
-  cublasLtMatrixLayout_t l = nullptr;
-  ~Layout() {
-    if (l) cublasLtMatrixLayoutDestroy(l);
-  }
-};
-struct Pref {
-  cublasLtMatmulPreference_t p = nullptr;
-  ~Pref() {
-    if (p) cublasLtMatmulPreferenceDestroy(p);
-  }
-};
 
 bool is_fp8(DType t) { return t == DType::fp8_e4m3 || t == DType::fp8_e5m2; }
 
@@ -119,66 +101,22 @@ void CudaBackend::fp8_matmul(Tensor out, const Tensor& a, const Tensor& b,
   key.align_c = cuda::pointer_alignment(uintptr_t(out.data));
   const std::string what = "fp8_matmul (" + key.str() + ")";
 
-  OpDesc desc;
-  check(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), what);
-  check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), what);
-  // cuBLAS's A is our b: its dequantisation scale is b's scale_inv, and B's is a's.
-  check(
-      cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof sb),
-      what);
-  check(
-      cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof sa),
-      what);
-  // Full fp32 accumulation (fast accumulation sums partial products at lower precision).
-  const int8_t fast_accum = 0;
-  check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
-                                       sizeof fast_accum),
-        what);
-  const cudaDataType_t out_type = out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  Layout la, lb, lc;
-  check(cublasLtMatrixLayoutCreate(&la.l, lt_fp8(b.dtype), key.p.a_rows, key.p.a_cols, key.p.lda),
-        what);
-  check(cublasLtMatrixLayoutCreate(&lb.l, lt_fp8(a.dtype), key.p.b_rows, key.p.b_cols, key.p.ldb),
-        what);
-  check(cublasLtMatrixLayoutCreate(&lc.l, out_type, key.p.m, key.p.n, key.p.ldc), what);
-
-  cublasLtMatmulAlgo_t algo;
-  {
-    std::lock_guard<std::mutex> lock(ctx_.algo_mu);
-    auto it = ctx_.algos.find(key);
-    if (it != ctx_.algos.end()) {
-      algo = it->second;
-    } else {
-      Pref pref;
-      check(cublasLtMatmulPreferenceCreate(&pref.p), what);
-      const uint64_t ws = ctx_.gemm_workspace_bytes;
-      check(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &ws, sizeof ws),
-            what);
-      const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
-      for (const auto& [attr, v] : aligns)
-        check(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &v, sizeof v), what);
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      check(cublasLtMatmulAlgoGetHeuristic(ctx_.lt, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, 1,
-                                           &result, &found),
-            what);
-      if (found == 0) throw std::runtime_error("cuBLASLt has no algorithm for " + what);
-      algo = result.algo;
-      ctx_.algos.emplace(key, algo);
-    }
-  }
+  // cuBLAS's A is our b: its dequantisation scale is b's scale_inv, and B's is a's. Full fp32
+  // accumulation (fast accumulation sums partial products at lower precision).
+  const auto configure = [sa, sb](cublasLtMatmulDesc_t d, const std::string& w) {
+    check(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof sb),
+          w);
+    check(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof sa),
+          w);
+    const int8_t fast_accum = 0;
+    check(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
+                                         sizeof fast_accum),
+          w);
+  };
   const float alpha = 1.0f;  // the scales come through the scale pointers
-  check(cublasLtMatmul(ctx_.lt, desc.d, &alpha, b.data, la.l, a.data, lb.l, &beta, out.data, lc.l,
-                       out.data, lc.l, &algo, ctx_.gemm_workspace, ctx_.gemm_workspace_bytes,
-                       stream_),
-        what);
+  cuda::lt_matmul(ctx_, stream_, key,
+                  {lt_fp8(b.dtype), lt_fp8(a.dtype), out_bf16 ? CUDA_R_16BF : CUDA_R_32F}, {},
+                  configure, &alpha, b.data, a.data, &beta, out.data, what);
   if (bias_p) {
     kernels::add_bias_rows(static_cast<float*>(out.data), bias_p, m, n, stream_);
     check_launch("fp8_matmul bias");

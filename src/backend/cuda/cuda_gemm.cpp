@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_lt_matmul.h"
 #include "backend/cuda/gemm_plan.h"
 #include "backend/op_shapes.h"
 #include "kernels/elementwise.cuh"
@@ -18,26 +19,6 @@ using cuda::check_launch;
 using cuda::dev_f32;
 
 namespace {
-
-// RAII holders of the cuBLASLt descriptors of one call.
-struct OpDesc {
-  cublasLtMatmulDesc_t d = nullptr;
-  ~OpDesc() {
-    if (d) cublasLtMatmulDescDestroy(d);
-  }
-};
-struct Layout {
-  cublasLtMatrixLayout_t l = nullptr;
-  ~Layout() {
-    if (l) cublasLtMatrixLayoutDestroy(l);
-  }
-};
-struct Pref {
-  cublasLtMatmulPreference_t p = nullptr;
-  ~Pref() {
-    if (p) cublasLtMatmulPreferenceDestroy(p);
-  }
-};
 
 // Bias epilogue pointers must be aligned to the element size at least; cuBLASLt's bias kernels
 // read vectors, so anything below 16 bytes falls back to a separate broadcast add.
@@ -89,67 +70,119 @@ void CudaBackend::matmul(Tensor out, const Tensor& a, const Tensor& b, bool tran
   const std::string what = "matmul (" + key.str() + ")";
 
   const cudaDataType_t ab_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  OpDesc desc;
-  // CUBLAS_COMPUTE_32F without FAST_TF32: full fp32 products, the parity mode.
-  check(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
-  const cublasOperation_t ta = key.p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t tb = key.p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), what);
-  check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), what);
+  cuda::LtEpilogue epi;
   if (epilogue_bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
-          what);
-    check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_p,
-                                         sizeof bias_p),
-          what);
-    const cudaDataType_t bias_type = CUDA_R_32F;
-    check(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                         sizeof bias_type),
-          what);
+    epi.kind = CUBLASLT_EPILOGUE_BIAS;
+    epi.bias = bias_p;
   }
-  Layout la, lb, lc;
-  check(cublasLtMatrixLayoutCreate(&la.l, ab_type, key.p.a_rows, key.p.a_cols, key.p.lda), what);
-  check(cublasLtMatrixLayoutCreate(&lb.l, ab_type, key.p.b_rows, key.p.b_cols, key.p.ldb), what);
-  check(cublasLtMatrixLayoutCreate(&lc.l, CUDA_R_32F, key.p.m, key.p.n, key.p.ldc), what);
-
-  cublasLtMatmulAlgo_t algo;
-  {
-    std::lock_guard<std::mutex> lock(ctx_.algo_mu);
-    auto it = ctx_.algos.find(key);
-    if (it != ctx_.algos.end()) {
-      algo = it->second;
-    } else {
-      Pref pref;
-      check(cublasLtMatmulPreferenceCreate(&pref.p), what);
-      const uint64_t ws = ctx_.gemm_workspace_bytes;
-      check(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &ws, sizeof ws),
-            what);
-      const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
-      for (const auto& [attr, v] : aligns)
-        check(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &v, sizeof v), what);
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      check(cublasLtMatmulAlgoGetHeuristic(ctx_.lt, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, 1,
-                                           &result, &found),
-            what);
-      if (found == 0) throw std::runtime_error("cuBLASLt has no algorithm for " + what);
-      algo = result.algo;
-      ctx_.algos.emplace(key, algo);
-    }
-  }
-  check(cublasLtMatmul(ctx_.lt, desc.d, &alpha, b_op, la.l, a_op, lb.l, &beta, o, lc.l, o, lc.l,
-                       &algo, ctx_.gemm_workspace, ctx_.gemm_workspace_bytes, stream_),
-        what);
+  // cuBLAS's A is our b and its B our a (gemm_plan.h).
+  cuda::lt_matmul(ctx_, stream_, key, {ab_type, ab_type, CUDA_R_32F}, epi, {}, &alpha, b_op, a_op,
+                  &beta, o, what);
   if (bias_p && !epilogue_bias) {
     kernels::add_bias_rows(o, bias_p, m, n, stream_);
     check_launch("matmul bias");
   }
+}
+
+namespace {
+
+// The GELU epilogues' auxiliary matrix is read and written in vectors: its pointer and leading
+// dimension must be aligned (cuBLASLt: 16 bytes, ld a multiple of 8). Other shapes, and devices
+// whose heuristic has no fp32 GELU kernel, take the unfused path.
+bool aux_ok(const void* p, int64_t ld) {
+  return cuda::pointer_alignment(uintptr_t(p)) >= 16 && ld % 8 == 0;
+}
+
+}  // namespace
+
+void CudaBackend::matmul_bias_gelu(Tensor pre, Tensor act, const Tensor& x, const Tensor& W,
+                                   const Tensor* bias) {
+  float* pp = dev_f32(pre, "matmul_bias_gelu pre");
+  float* ap = dev_f32(act, "matmul_bias_gelu act");
+  const float* xp = dev_f32(x, "matmul_bias_gelu x");
+  const float* wp = dev_f32(W, "matmul_bias_gelu W");
+  const int64_t m = pre.rows(), n = pre.cols();
+  const int64_t k = check_matmul_shapes(pre, x, W, false, true, bias);
+  LLMRUN_CHECK(act.numel() == pre.numel(),
+               "matmul_bias_gelu: act " + act.shape_str() + " for pre " + pre.shape_str());
+  const float* bias_p = bias ? dev_f32(*bias, "matmul_bias_gelu bias") : nullptr;
+  const bool bf16 = gemm_dtype() == DType::bf16;
+  if (m > 0 && n > 0 && k > 0 && aux_ok(pp, n) &&
+      (!bias_p || cuda::pointer_alignment(uintptr_t(bias_p)) >= kBiasAlignment)) {
+    Buffer x16, w16;
+    const void* x_op = xp;
+    const void* w_op = wp;
+    if (bf16) {
+      x16 = to_bf16(x, "matmul_bias_gelu x");
+      w16 = to_bf16(W, "matmul_bias_gelu W");
+      x_op = x16.data();
+      w_op = w16.data();
+    }
+    cuda::GemmKey key;
+    key.p = cuda::map_row_major(m, n, k, false, true);
+    key.operands = bf16 ? cuda::GemmOperands::bf16 : cuda::GemmOperands::f32;
+    key.bias = bias_p != nullptr;
+    key.epilogue = cuda::GemmEpilogue::gelu_aux;
+    key.align_a = cuda::pointer_alignment(uintptr_t(w_op));
+    key.align_b = cuda::pointer_alignment(uintptr_t(x_op));
+    key.align_c = cuda::pointer_alignment(uintptr_t(ap));
+    key.align_aux = cuda::pointer_alignment(uintptr_t(pp));
+    // D = gelu(x W^T + bias) into act, the pre-activation into aux (pre), whose column-major
+    // layout is D's: n rows, leading dimension n.
+    cuda::LtEpilogue epi;
+    epi.kind = bias_p ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    epi.bias = bias_p;
+    epi.aux = pp;
+    epi.aux_ld = n;
+    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const float one = 1.0f, zero = 0.0f;
+    if (cuda::lt_matmul(ctx_, stream_, key, {t, t, CUDA_R_32F}, epi, {}, &one, w_op, x_op, &zero,
+                        ap, "matmul_bias_gelu (" + key.str() + ")", /*required=*/false))
+      return;
+  }
+  Backend::matmul_bias_gelu(pre, act, x, W, bias);
+}
+
+void CudaBackend::matmul_dgelu(Tensor dx, const Tensor& dy, const Tensor& W, const Tensor& pre) {
+  float* dp = dev_f32(dx, "matmul_dgelu dx");
+  const float* yp = dev_f32(dy, "matmul_dgelu dy");
+  const float* wp = dev_f32(W, "matmul_dgelu W");
+  const float* pp = dev_f32(pre, "matmul_dgelu pre");
+  const int64_t m = dx.rows(), n = dx.cols();
+  const int64_t k = check_matmul_shapes(dx, dy, W, false, false, nullptr);
+  LLMRUN_CHECK(pre.numel() == dx.numel(),
+               "matmul_dgelu: pre " + pre.shape_str() + " for dx " + dx.shape_str());
+  const bool bf16 = gemm_dtype() == DType::bf16;
+  if (m > 0 && n > 0 && k > 0 && aux_ok(pp, n)) {
+    Buffer y16, w16;
+    const void* y_op = yp;
+    const void* w_op = wp;
+    if (bf16) {
+      y16 = to_bf16(dy, "matmul_dgelu dy");
+      w16 = to_bf16(W, "matmul_dgelu W");
+      y_op = y16.data();
+      w_op = w16.data();
+    }
+    cuda::GemmKey key;
+    key.p = cuda::map_row_major(m, n, k, false, false);
+    key.operands = bf16 ? cuda::GemmOperands::bf16 : cuda::GemmOperands::f32;
+    key.epilogue = cuda::GemmEpilogue::dgelu;
+    key.align_a = cuda::pointer_alignment(uintptr_t(w_op));
+    key.align_b = cuda::pointer_alignment(uintptr_t(y_op));
+    key.align_c = cuda::pointer_alignment(uintptr_t(dp));
+    key.align_aux = cuda::pointer_alignment(uintptr_t(pp));
+    // D = (dy W) * gelu'(aux), aux the forward's pre-activation in D's layout.
+    cuda::LtEpilogue epi;
+    epi.kind = CUBLASLT_EPILOGUE_DGELU;
+    epi.aux = const_cast<float*>(pp);
+    epi.aux_ld = n;
+    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const float one = 1.0f, zero = 0.0f;
+    if (cuda::lt_matmul(ctx_, stream_, key, {t, t, CUDA_R_32F}, epi, {}, &one, w_op, y_op, &zero,
+                        dp, "matmul_dgelu (" + key.str() + ")", /*required=*/false))
+      return;
+  }
+  Backend::matmul_dgelu(dx, dy, W, pre);
 }
 
 void CudaBackend::linear_rows(Tensor y, const Tensor& x, const Tensor& W, const Tensor* bias,

@@ -59,13 +59,17 @@ bool GemmKey::operator==(const GemmKey& o) const {
   return p.m == o.p.m && p.n == o.p.n && p.k == o.p.k && p.trans_a == o.p.trans_a &&
          p.trans_b == o.p.trans_b && p.lda == o.p.lda && p.ldb == o.p.ldb && p.ldc == o.p.ldc &&
          operands == o.operands && bias == o.bias && out_bf16 == o.out_bf16 &&
-         align_a == o.align_a && align_b == o.align_b && align_c == o.align_c;
+         epilogue == o.epilogue && align_aux == o.align_aux && align_a == o.align_a &&
+         align_b == o.align_b && align_c == o.align_c;
 }
 
 std::string GemmKey::str() const {
   return "m=" + std::to_string(p.m) + " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
          (p.trans_a ? " transA" : "") + (p.trans_b ? " transB" : "") + operands_name(operands) +
          (out_bf16 ? " ->bf16" : "") + (bias ? " +bias" : "") +
+         (epilogue == GemmEpilogue::gelu_aux ? " +gelu(aux)"
+          : epilogue == GemmEpilogue::dgelu  ? " *dgelu(aux)"
+                                             : "") +
          " align=" + std::to_string(align_a) + "/" + std::to_string(align_b) + "/" +
          std::to_string(align_c);
 }
@@ -82,6 +86,7 @@ size_t GemmKeyHash::operator()(const GemmKey& k) const {
   mix((uint64_t(k.p.trans_a) << 0) | (uint64_t(k.p.trans_b) << 1) | (uint64_t(k.bias) << 2) |
       (uint64_t(k.operands) << 3) | (uint64_t(k.out_bf16) << 8));
   mix((uint64_t(k.align_a) << 32) | (uint64_t(k.align_b) << 16) | k.align_c);
+  mix((uint64_t(k.epilogue) << 32) | k.align_aux);
   return h;
 }
 

@@ -33,12 +33,18 @@ uint32_t pointer_alignment(uintptr_t p);
 // swapped, gemm_plan's mapping).
 enum class GemmOperands : uint8_t { f32, bf16, fp8_e4m3_e4m3, fp8_e5m2_e4m3, fp8_e4m3_e5m2 };
 
+// The fused epilogue (bias alone is `bias` with none; the GELU forms take the bias too when
+// `bias` is set).
+enum class GemmEpilogue : uint8_t { none, gelu_aux, dgelu };
+
 // Everything the heuristic's choice depends on. Two calls with equal keys can share an algorithm.
 struct GemmKey {
   LtProblem p;
   GemmOperands operands = GemmOperands::f32;
   bool bias = false;
   bool out_bf16 = false;  // C and D in bf16 (FP8 GEMMs); f32 otherwise
+  GemmEpilogue epilogue = GemmEpilogue::none;
+  uint32_t align_aux = 0;  // the GELU forms' auxiliary matrix
   uint32_t align_a = 0, align_b = 0, align_c = 0;
   bool operator==(const GemmKey& o) const;
   std::string str() const;  // for error messages

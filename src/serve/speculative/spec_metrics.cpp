@@ -21,6 +21,20 @@ void SpecDecodeMetrics::record(int proposed, int accepted) {
   }
 }
 
+void SpecDecodeMetrics::record_skip(bool backoff) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++skipped_;
+  if (backoff) ++backoffs_;
+}
+
+int64_t SpecDecodeMetrics::skipped_steps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return skipped_;
+}
+int64_t SpecDecodeMetrics::backoffs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return backoffs_;
+}
 int64_t SpecDecodeMetrics::drafts() const {
   std::lock_guard<std::mutex> lock(mu_);
   return drafts_;
@@ -60,6 +74,12 @@ std::string SpecDecodeMetrics::render(const std::string& prefix, int num_spec_to
        "Tokens one verification step yields on average: 1 + accepted / drafts.");
   o << prefix << "spec_decode_mean_acceptance_length "
     << (drafts_ ? 1.0 + double(accepted_) / double(drafts_) : 0.0) << "\n";
+  head("spec_decode_num_skipped_steps_total", "counter",
+       "Decode steps of a sequence at which the back-off proposed nothing.");
+  o << prefix << "spec_decode_num_skipped_steps_total " << skipped_ << "\n";
+  head("spec_decode_num_backoffs_total", "counter",
+       "Times the back-off stopped a proposing sequence's proposals.");
+  o << prefix << "spec_decode_num_backoffs_total " << backoffs_ << "\n";
   head("spec_decode_per_position_acceptance_rate", "gauge",
        "Accepted / proposed tokens at each position of the proposal.");
   for (int i = 0; i < num_spec_tokens; ++i) {

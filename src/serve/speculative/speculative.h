@@ -3,9 +3,11 @@
 // a draft model) guesses up to k next tokens of a decoding sequence; the target model runs
 // the sequence's last token and the k guesses in one step (k + 1 query rows of paged
 // attention) and keeps the longest prefix its own sampling accepts, plus one token of its own
-// (serve/speculative/rejection.h). Back-off: a sequence whose guesses keep failing stops
-// proposing for a while, and nothing is proposed while the batch is large (the step is then
-// compute-bound and verification rows cost as much as they save).
+// (serve/speculative/rejection.h). Back-off: each step, each sequence proposes the number of
+// tokens that maximises its expected tokens per second given its measured acceptance and the
+// engine's measured step cost (serve/speculative/spec_policy.h), none when plain decoding is
+// faster, and nothing is proposed while the batch is large (the step is then compute-bound
+// and verification rows cost as much as they save).
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -13,6 +15,8 @@
 
 #include "serve/kv_block_manager.h"
 #include "serve/speculative/ngram_proposer.h"
+#include "serve/speculative/spec_metrics.h"
+#include "serve/speculative/spec_policy.h"
 
 namespace llmrun {
 
@@ -27,11 +31,18 @@ struct SpeculativeConfig {
   NgramOptions ngram;
   // vLLM's speculative_disable_by_batch_size: no proposals while this many sequences run.
   int disable_by_batch_size = 8;
-  // Per-sequence back-off: below this running acceptance rate (an exponential average over
-  // its verified proposals) the sequence proposes nothing for `backoff_steps` decode steps,
-  // doubled at each further back-off until a proposal does well again.
-  double min_acceptance = 0.35;
-  int backoff_steps = 24;
+  // Per-sequence back-off (spec_policy.h): propose only as many tokens as pay for their
+  // verification, given the sequence's acceptance and the measured step cost. false: always
+  // propose num_tokens (the exactness tests, which must verify at every step).
+  bool adaptive = true;
+  // A draft-model sequence that stopped proposing has no free signal of when its drafts
+  // would be accepted again: it probes once after this many plain steps, doubled after each
+  // probe that does not turn it back on (n-gram sequences score shadow proposals instead).
+  int backoff_steps = 16;
+  // Tests only: the back-off's cost model fixed instead of measured on this machine: plain
+  // step seconds by batch size ([0] unused), seconds per proposal row and per draft token.
+  std::vector<double> fixed_step_seconds;
+  double fixed_row_seconds = 0, fixed_draft_seconds = 0;
   // The draft model (method draft): same tokenizer as the target, its own KV pool.
   Transformer* draft_model = nullptr;
   // The acceptance test of a proposal: accept when u * q < p (u uniform in [0,1), p and q the
@@ -49,19 +60,28 @@ struct SpecState {
   std::vector<int32_t> draft;  // proposed tokens waiting for this step's verification
   // The draft model's distribution at each proposed position (method draft), [k][vocab].
   std::vector<std::vector<double>> draft_probs;
-  double acceptance = 1.0;  // running acceptance rate of its proposals
-  int backoff = 0;          // decode steps left without proposals
-  int pauses = 0;           // back-offs since its last well-accepted proposal (each one longer)
+  // Decaying counts of proposal outcomes (verified, or shadow n-gram guesses scored against
+  // the target's token): the acceptance estimate of spec_policy.h.
+  double hits = 0, trials = 0;
+  int32_t shadow = -1;  // the n-gram guess for position shadow_at, made while not proposing
+  int shadow_at = -1;
+  bool speculating = false;  // it proposed at its last decode step
+  int backoff = 0;           // draft model: plain steps left before the next probe
+  int pauses = 0;            // draft model: probes since it last stayed on (each pause longer)
+  int cost_skips = 0;        // plain steps though well accepted (the cost estimate said no)
   // The draft model's KV of this sequence (method draft): its blocks, and the tokens whose k/v
   // they hold (positions 0 .. size-1), compared with the sequence's tokens at each proposal.
   SeqBlocks draft_kv;
   std::vector<int32_t> draft_history;
 };
 
-// Updates the back-off state after `accepted` of `proposed` tokens were accepted.
-void record_acceptance(SpecState& st, const SpeculativeConfig& c, int proposed, int accepted);
-// Tokens to propose now, at most `k`: fewer while the sequence's acceptance is middling (a
-// rejected row still costs its compute).
-int proposal_length(const SpecState& st, int k);
+// The number of tokens a decoding sequence proposes this step, at most k_cap (0: a plain
+// step). Scores the sequence's last shadow guess against `tokens`, asks choose_length, and
+// keeps the back-off state and its counters (`m`). base_rows: the step's decoding sequences.
+int plan_proposal(SpecState& st, const SpeculativeConfig& c, const std::vector<int32_t>& tokens,
+                  int k_cap, int base_rows, const StepCostModel& cost, SpecDecodeMetrics& m);
+// Outcome of a verification of `proposed` tokens, `accepted` of them kept; `rejected`: the
+// target refused token `accepted` (false when the sequence finished first).
+void record_verification(SpecState& st, int proposed, int accepted, bool rejected);
 
 }  // namespace llmrun

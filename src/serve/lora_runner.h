@@ -1,0 +1,51 @@
+#pragma once
+// Multi-LoRA serving's linear runner: the base GEMM over the whole flattened batch (whatever
+// inference runner the model had: batch-invariant fp32 or quantized), then, for every run of
+// consecutive rows whose sequences share an adapter, that adapter's delta
+//   y[rows] += (x[rows] A^T) (scale B)^T
+// with the backend's batch-invariant linear_rows, so a sequence's logits do not depend on
+// which other sequences (of other adapters or none) share its step. Nothing is merged into
+// the base weights. The engine tells it before each step which rows belong to which adapter.
+#include <cstdint>
+#include <vector>
+
+#include "model/linear.h"
+#include "model/transformer.h"
+#include "serve/lora_adapter.h"
+
+namespace llmrun {
+
+class LoraBatchRunner final : public LinearRunner {
+ public:
+  // Installs itself as `model`'s inference runner, on top of the one it had; the destructor
+  // puts that one back. max_tokens: rows per step; max_width: widest adapter (3 fused targets
+  // of the largest rank).
+  LoraBatchRunner(Transformer& model, int max_tokens, int64_t max_width);
+  ~LoraBatchRunner() override;
+  LoraBatchRunner(const LoraBatchRunner&) = delete;
+  LoraBatchRunner& operator=(const LoraBatchRunner&) = delete;
+
+  // The next step's rows: sequence s owns rows query_starts[s] .. query_starts[s+1] and uses
+  // adapter seq_lora[s] (null: the base model). The adapters must outlive the step.
+  void set_step(const std::vector<const ServedLora*>& seq_lora,
+                const std::vector<int32_t>& query_starts);
+
+  void forward(Backend& be, LinearSite site, Tensor y, const Tensor& x, const Tensor& W,
+               const Tensor* bias, bool accumulate) override;
+
+ private:
+  struct RowGroup {
+    int64_t begin, end;
+    const ServedLora* lora;
+  };
+  Transformer& model_;
+  LinearRunner* previous_;  // the model's inference runner before this one (null: the default)
+  LinearRunner& inner_;
+  int max_tokens_;
+  int64_t max_width_;
+  Buffer u_;  // [max_tokens, max_width]: x A^T of a row group
+  int64_t rows_ = 0;
+  std::vector<RowGroup> groups_;
+};
+
+}  // namespace llmrun

@@ -1,0 +1,146 @@
+// Multi-LoRA serving pieces below the HTTP layer: the prefix cache keyed per adapter, the
+// registry's refusals, and LoraBatchRunner's per-row-group delta checked against a host
+// computation of x W^T + (alpha / r) x A^T B^T (fused q|k|v GEMM, adapters on q and v only, so
+// the block-diagonal placement of B is exercised) with base rows left exactly as the base.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "backend/backend_factory.h"
+#include "ckpt/peft_adapter.h"
+#include "serve/kv_block_manager.h"
+#include "serve/lora_registry.h"
+#include "serve/lora_runner.h"
+#include "tiny_model.h"
+#include "util/error.h"
+
+namespace llmrun {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(LoraServe, PrefixCacheNeverSharesAcrossSeeds) {
+  KvBlockManager kv(16, 4, true);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  SeqBlocks a;
+  EXPECT_EQ(kv.acquire_prefix(a, tokens, 8, 111), 0);
+  ASSERT_TRUE(kv.ensure(a, 9));
+  kv.publish(a, tokens, 9);
+  SeqBlocks same, other, base;
+  EXPECT_EQ(kv.acquire_prefix(same, tokens, 8, 111), 8);
+  EXPECT_EQ(kv.acquire_prefix(other, tokens, 8, 222), 0);
+  EXPECT_EQ(kv.acquire_prefix(base, tokens, 8), 0);
+  for (SeqBlocks* s : {&a, &same, &other, &base}) kv.release(*s);
+}
+
+struct Fixture {
+  std::unique_ptr<Backend> be = make_backend(BackendKind::cpu, 1);
+  ModelConfig cfg = test_models::tiny_config(Arch::llama, 32, 64, 64, 16);
+  Transformer model{*be, cfg, StoreOptions{1, true, false}};
+  fs::path dir =
+      fs::temp_directory_path() / ("llmrun_lora_serve_" + std::to_string(std::random_device{}()));
+  LoraSection sec;
+  std::vector<HfTensor> tensors;
+
+  Fixture() {
+    model.init_weights(3);
+    sec.enabled = true;
+    sec.rank = 2;
+    sec.alpha = 6;
+    sec.targets = {"q_proj", "v_proj", "down_proj"};
+    const LoraLayout layout = lora_layout(cfg, model.shard(), sec);
+    std::mt19937 rng(7);
+    for (const BucketLayout& b : layout.buckets)
+      for (const ParamSpec& p : b.params) {
+        HfTensor t{p.hf_name, p.full_shape, std::vector<float>(size_t(p.full_numel()))};
+        for (float& v : t.data) v = std::normal_distribution<float>(0.0f, 0.5f)(rng);
+        tensors.push_back(std::move(t));
+      }
+    write_peft_adapter(dir / "a", tensors, sec, cfg, "base");
+  }
+  ~Fixture() { fs::remove_all(dir); }
+  const HfTensor& tensor(const std::string& name) const {
+    for (const HfTensor& t : tensors)
+      if (t.name == name) return t;
+    throw std::runtime_error("no tensor " + name);
+  }
+};
+
+TEST(LoraServe, RegistryRefusesBadAdaptersAndKeepsTheGoodOnes) {
+  Fixture f;
+  LoraRegistry reg(f.model, "base", 2, 2);
+  reg.load("a", (f.dir / "a").string());
+  EXPECT_NE(reg.find("a"), nullptr);
+  auto refused = [&](const std::string& name, const fs::path& path, const std::string& what) {
+    try {
+      reg.load(name, path.string());
+      ADD_FAILURE() << "loaded " << name;
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused("a", f.dir / "a", "already loaded");
+  refused("base", f.dir / "a", "base model's name");
+  refused("b", f.dir / "missing", "is not a directory");
+  LoraRegistry small(f.model, "base", 2, 1);
+  try {
+    small.load("a", (f.dir / "a").string());
+    ADD_FAILURE() << "rank 2 loaded under --max-lora-rank 1";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2 exceeds --max-lora-rank 1"), std::string::npos);
+  }
+  reg.load("b", (f.dir / "a").string());
+  refused("c", f.dir / "a", "--max-loras");
+  EXPECT_TRUE(reg.unload("b"));
+  EXPECT_FALSE(reg.unload("b"));
+  ASSERT_EQ(reg.list().size(), 1u);
+  // Every load has its own prefix chain, also under a reused name.
+  reg.load("b", (f.dir / "a").string());
+  EXPECT_NE(reg.find("a")->prefix_seed(), reg.find("b")->prefix_seed());
+  EXPECT_NE(reg.find("a")->prefix_seed(), kPrefixChainSeed);
+}
+
+TEST(LoraServe, RunnerAddsEachRowGroupsOwnDelta) {
+  Fixture f;
+  LoraRegistry reg(f.model, "base", 4, 2);
+  reg.load("a", (f.dir / "a").string());
+  const auto lora = reg.find("a");
+  LoraBatchRunner runner(f.model, 8, reg.max_width());
+  const int n = 5, d = f.cfg.d_model, hd = f.cfg.head_dim();
+  const int q_cols = f.cfg.heads * hd, kv_cols = f.cfg.kv_heads * hd, out = q_cols + 2 * kv_cols;
+  const Tensor W = block_tensors(f.cfg, f.model.params(), 1).qkv_w;  // [out, d]
+  std::vector<float> x(size_t(n * d)), y(size_t(n * out), 0.0f), w(size_t(out * d));
+  std::mt19937 rng(9);
+  for (float& v : x) v = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  f.be->copy(Tensor(w.data(), DType::f32, {out, d}), W);
+  // Rows 0-1: sequence 0 (base); rows 2-4: sequence 1 (adapter a).
+  runner.set_step({nullptr, lora.get()}, {0, 2, 5});
+  Tensor xt(x.data(), DType::f32, {n, d}), yt(y.data(), DType::f32, {n, out});
+  runner.forward(*f.be, LinearSite{1, LinearKind::qkv}, yt, xt, W, nullptr, false);
+  const std::string p = "base_model.model.model.layers.1.self_attn.";
+  const HfTensor &qa = f.tensor(p + "q_proj.lora_A.weight"),
+                 &qb = f.tensor(p + "q_proj.lora_B.weight");
+  const HfTensor &va = f.tensor(p + "v_proj.lora_A.weight"),
+                 &vb = f.tensor(p + "v_proj.lora_B.weight");
+  const double scale = f.sec.alpha / f.sec.rank;
+  for (int r = 0; r < n; ++r)
+    for (int c = 0; c < out; ++c) {
+      double want = 0;
+      for (int k = 0; k < d; ++k) want += double(x[size_t(r * d + k)]) * w[size_t(c * d + k)];
+      const HfTensor* a = c < q_cols ? &qa : c >= q_cols + kv_cols ? &va : nullptr;
+      const HfTensor* b = c < q_cols ? &qb : &vb;
+      const int row = c < q_cols ? c : c - q_cols - kv_cols;
+      if (r >= 2 && a)
+        for (int j = 0; j < 2; ++j) {
+          double u = 0;
+          for (int k = 0; k < d; ++k)
+            u += double(x[size_t(r * d + k)]) * a->data[size_t(j * d + k)];
+          want += scale * u * b->data[size_t(row * 2 + j)];
+        }
+      EXPECT_NEAR(y[size_t(r * out + c)], want, 1e-4 * (1 + std::abs(want))) << r << "," << c;
+    }
+}
+
+}  // namespace
+}  // namespace llmrun
