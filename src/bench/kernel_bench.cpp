@@ -52,14 +52,25 @@ nlohmann::json run_kernel_bench(Backend& be, const ModelConfig& cfg, const Kerne
                 qkv_cols = int64_t(cfg.heads + 2 * cfg.kv_heads) * hd;
   const int64_t up_cols =
       cfg.arch == Arch::gpt2 ? cfg.ffn : 2 * int64_t(cfg.ffn);  // Llama: gate and up in one
-  const std::vector<Projection> projections = {{"qkv", qkv_cols, d},
-                                               {"out", d, q_cols},
-                                               {"up", up_cols, d},
-                                               {"down", d, cfg.ffn},
-                                               {"lm_head", cfg.vocab, d}};
+  std::vector<Projection> projections = {{"qkv", qkv_cols, d}, {"out", d, q_cols}};
+  const MoeConfig& moe = cfg.moe;
+  if (!moe.enabled() || moe.every > 1) {  // some layer keeps its dense MLP
+    projections.push_back({"up", up_cols, d});
+    projections.push_back({"down", d, cfg.ffn});
+  }
+  projections.push_back({"lm_head", cfg.vocab, d});
+  // A MoE layer's expert GEMMs: each of E experts gets M * top_k / E rows (an even routing,
+  // what the load-balancing loss aims at), one GEMM per expert as the model runs them.
+  std::vector<Projection> experts;
+  if (moe.enabled()) {
+    experts.push_back({"experts up", 2 * int64_t(moe.expert_ffn), d});
+    experts.push_back({"experts down", d, moe.expert_ffn});
+  }
+  const int64_t expert_rows = moe.enabled() ? (M * moe.top_k + moe.experts - 1) / moe.experts : 0;
 
   nlohmann::json rows = nlohmann::json::array();
-  TerminalProgress progress("bench kernels", double(3 * projections.size() + 2), "kernels");
+  TerminalProgress progress("bench kernels", double(3 * (projections.size() + experts.size()) + 2),
+                            "kernels");
   auto record = [&](const std::string& name, const std::string& shape, double flops,
                     double seconds) {
     progress.advance(1);
@@ -88,6 +99,35 @@ nlohmann::json run_kernel_bench(Backend& be, const ModelConfig& cfg, const Kerne
            time_median(be, o.repeat, [&] { be.matmul(dx, dy, w, false, false); }));
     record(name + " bwd dW", mnk(p.out, p.in, M), flops,
            time_median(be, o.repeat, [&] { be.matmul(dw, dy, x, true, false, 1.0f, 1.0f); }));
+  }
+
+  for (const Projection& p : experts) {
+    const int64_t E = moe.experts, m = expert_rows;
+    std::vector<Buffer> keep;
+    std::vector<Tensor> x, w, y, dy, dx, dw;
+    for (int64_t e = 0; e < E; ++e) {
+      x.push_back(filled(be, keep, {m, p.in}, 0.01f));
+      w.push_back(filled(be, keep, {p.out, p.in}, 0.02f));
+      y.push_back(filled(be, keep, {m, p.out}, 0.0f));
+      dy.push_back(filled(be, keep, {m, p.out}, 0.01f));
+      dx.push_back(filled(be, keep, {m, p.in}, 0.0f));
+      dw.push_back(filled(be, keep, {p.out, p.in}, 0.0f));
+    }
+    const double flops = double(E) * 2.0 * double(m) * double(p.out) * double(p.in);
+    const std::string name = p.name;
+    auto shape = [&](int64_t mm, int64_t n, int64_t k) {
+      return "E=" + std::to_string(E) + " " + mnk(mm, n, k);
+    };
+    record(name + " fwd", shape(m, p.out, p.in), flops, time_median(be, o.repeat, [&] {
+             for (size_t e = 0; e < x.size(); ++e) be.matmul(y[e], x[e], w[e], false, true);
+           }));
+    record(name + " bwd dx", shape(m, p.in, p.out), flops, time_median(be, o.repeat, [&] {
+             for (size_t e = 0; e < x.size(); ++e) be.matmul(dx[e], dy[e], w[e], false, false);
+           }));
+    record(name + " bwd dW", shape(p.out, p.in, m), flops, time_median(be, o.repeat, [&] {
+             for (size_t e = 0; e < x.size(); ++e)
+               be.matmul(dw[e], dy[e], x[e], true, false, 1.0f, 1.0f);
+           }));
   }
 
   // FP8 GEMMs (E4M3 x E4M3, f32 output, fp32 accumulation) at the same forward shapes, on a
@@ -152,11 +192,11 @@ std::string format_kernel_bench(const nlohmann::json& r) {
                 r["peak_flops"].get<double>() / 1e9, r["peak_source"].get<std::string>().c_str(),
                 r["tokens"].get<long long>(), r["repeat"].get<int>());
   std::string s = buf;
-  std::snprintf(buf, sizeof buf, "%-16s %-32s %12s %10s %8s\n", "kernel", "shape", "median ms",
+  std::snprintf(buf, sizeof buf, "%-18s %-32s %12s %10s %8s\n", "kernel", "shape", "median ms",
                 "GFLOP/s", "of peak");
   s += buf;
   for (const auto& k : r["kernels"]) {
-    std::snprintf(buf, sizeof buf, "%-16s %-32s %12.3f %10.1f %7.1f%%\n",
+    std::snprintf(buf, sizeof buf, "%-18s %-32s %12.3f %10.1f %7.1f%%\n",
                   k["kernel"].get<std::string>().c_str(), k["shape"].get<std::string>().c_str(),
                   k["median_ms"].get<double>(), k["gflops"].get<double>(),
                   100 * k["peak_fraction"].get<double>());

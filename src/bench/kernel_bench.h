@@ -1,7 +1,8 @@
 #pragma once
 // `llmrun bench kernels`: times the backend's GEMMs at a model's training shapes (each
 // projection's forward, its input gradient and its weight gradient, M = micro_batch x seq
-// tokens) and its attention forward and backward, against the measured sgemm peak.
+// tokens; a MoE model's expert GEMMs, one per expert over M x top_k / experts rows) and its
+// attention forward and backward, against the measured sgemm peak.
 #include <nlohmann/json.hpp>
 #include <string>
 

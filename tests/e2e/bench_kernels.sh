@@ -33,6 +33,26 @@ fwd = rows["attention fwd"]
 assert fwd["flops"] == 4 * 3 * 4 * 32 * 32 * 16 / 2 and rows["attention bwd"]["flops"] == 2.5 * fwd["flops"], fwd
 assert fwd["shape"] == "B=3 H=4 KV=2 S=32 D=16", fwd
 PY
+# A MoE model: its dense up/down rows give way to the expert GEMMs, E GEMMs of
+# M * top_k / E rows each (3 x 32 x 2 / 4 = 48).
+cat > moe.yaml <<'YAML'
+model: {arch: llama, layers: 2, d_model: 64, heads: 4, kv_heads: 2, seq_len: 32, vocab: 300, moe: {experts: 4, top_k: 2, expert_ffn: 40}}
+data: {train: [{path: text.txt}]}
+train: {micro_batch: 3, global_batch: 3}
+YAML
+"$LLMRUN" bench kernels moe.yaml --repeat 2 --threads 2 --json m.json > m.txt 2> m.log || { cat m.log; fail "bench kernels (moe)"; }
+/usr/bin/python3 - m.json <<'PY' || fail "bench kernels MoE rows are not sane"
+import json, sys
+r = json.load(open(sys.argv[1]))
+rows = {k["kernel"]: k for k in r["kernels"]}
+assert "up fwd" not in rows and "down fwd" not in rows, sorted(rows)
+for p, (n, k) in {"experts up": (80, 64), "experts down": (64, 40)}.items():
+    for w, shape in (("fwd", (48, n, k)), ("bwd dx", (48, k, n)), ("bwd dW", (n, k, 48))):
+        row = rows[f"{p} {w}"]
+        assert row["flops"] == 4 * 2 * 48 * n * k, row
+        assert row["shape"] == "E=4 M=%d N=%d K=%d" % shape, row
+        assert row["median_ms"] > 0 and row["peak_fraction"] > 0, row
+PY
 expect_exit 2 "repeat" "$LLMRUN" bench kernels llama.yaml --repeat 0
 expect_exit 2 "error: .*missing.yaml" "$LLMRUN" bench kernels missing.yaml
 expect_exit 2 "--json .*is a directory" "$LLMRUN" bench kernels llama.yaml --json .
