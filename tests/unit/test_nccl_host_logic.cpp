@@ -14,9 +14,12 @@
 #include "comm/device_communicator.h"
 #include "comm/nccl_bootstrap.h"
 #include "comm/topology.h"
+#include "fake_device_collectives.h"
 #include "util/error.h"
 
 using namespace llmrun;
+using llmrun::testing::device_tensor;
+using llmrun::testing::RecordingCollectives;
 
 namespace {
 
@@ -193,21 +196,12 @@ class FakeOp final : public DeviceOpProbe {
   int polls_ = 0;
 };
 
-class FakeCollectives final : public DeviceCollectives {
+class FakeCollectives final : public RecordingCollectives {
  public:
   explicit FakeCollectives(FakeLibrary& lib) : lib_(lib) {}
-  std::string library() const override { return "FAKE"; }
-  std::unique_ptr<DeviceOpProbe> all_reduce(Tensor, ReduceOp) override { return op("all_reduce"); }
-  std::unique_ptr<DeviceOpProbe> reduce_scatter(const Tensor&, Tensor) override {
-    return op("reduce_scatter");
-  }
-  std::unique_ptr<DeviceOpProbe> all_gather(const Tensor&, Tensor) override {
-    return op("all_gather");
-  }
-  std::unique_ptr<DeviceOpProbe> broadcast(Tensor, int) override { return op("broadcast"); }
 
  private:
-  std::unique_ptr<DeviceOpProbe> op(const char* kind) {
+  std::unique_ptr<DeviceOpProbe> record(const std::string& kind) override {
     ++lib_.ops;
     lib_.kinds.push_back(kind);
     return std::make_unique<FakeOp>(lib_);
@@ -227,13 +221,6 @@ std::unique_ptr<Communicator> device_comm(FakeLibrary& lib, double timeout_s,
                                     failures.push_back(why);
                                     throw JobAborted(why);
                                   });
-}
-
-// A tensor that claims to live on the device: the fake library never reads it.
-Tensor device_tensor(float* p, int64_t n) {
-  Tensor t(p, DType::f32, {n});
-  t.device = Device::cuda;
-  return t;
 }
 
 TEST(DeviceCommunicator, DeviceTensorsGoToTheDeviceLibraryControlTrafficToMpi) {

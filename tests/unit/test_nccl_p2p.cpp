@@ -11,10 +11,15 @@
 
 #include "comm/device_communicator.h"
 #include "comm/nccl_bootstrap.h"
+#include "fake_device_collectives.h"
 #include "parallel/schedule.h"
 
 namespace llmrun {
 namespace {
+
+using testing::device_tensor;
+using testing::DoneOp;
+using testing::RecordingCollectives;
 
 TEST(NcclP2p, RingEdgesOncePerDirection) {
   EXPECT_TRUE(ring_edges(1).empty());
@@ -89,34 +94,19 @@ struct Recorded {
   std::vector<std::string> device, host;
 };
 
-class DoneOp final : public DeviceOpProbe {
- public:
-  State poll(std::string&) override { return State::done; }
-  void abort() override {}
-};
-
-class P2pLibrary final : public DeviceCollectives {
+class P2pLibrary final : public RecordingCollectives {
  public:
   explicit P2pLibrary(Recorded& r) : r_(r) {}
-  std::string library() const override { return "FAKE"; }
-  std::unique_ptr<DeviceOpProbe> all_reduce(Tensor, ReduceOp) override { return op("all_reduce"); }
-  std::unique_ptr<DeviceOpProbe> reduce_scatter(const Tensor&, Tensor) override {
-    return op("reduce_scatter");
-  }
-  std::unique_ptr<DeviceOpProbe> all_gather(const Tensor&, Tensor) override {
-    return op("all_gather");
-  }
-  std::unique_ptr<DeviceOpProbe> broadcast(Tensor, int) override { return op("broadcast"); }
   bool point_to_point(int peer) const override { return peer == 1; }
   std::unique_ptr<DeviceOpProbe> send(const Tensor&, int peer) override {
-    return op("send " + std::to_string(peer));
+    return record("send " + std::to_string(peer));
   }
   std::unique_ptr<DeviceOpProbe> recv(Tensor, int peer) override {
-    return op("recv " + std::to_string(peer));
+    return record("recv " + std::to_string(peer));
   }
 
  private:
-  std::unique_ptr<DeviceOpProbe> op(const std::string& what) {
+  std::unique_ptr<DeviceOpProbe> record(const std::string& what) override {
     r_.device.push_back(what);
     return std::make_unique<DoneOp>();
   }
@@ -166,8 +156,7 @@ TEST(NcclP2p, DeviceSendsToCarriedPeersGoToTheLibraryTheRestToMpi) {
       make_device_communicator(std::make_unique<HostGroup>(r), std::make_unique<P2pLibrary>(r), 0,
                                10, [](const std::string& why) { FAIL() << why; });
   float dev[4] = {}, host[4] = {};
-  Tensor d(dev, DType::f32, {4});
-  d.device = Device::cuda;
+  const Tensor d = device_tensor(dev, 4);
   const Tensor h(host, DType::f32, {4});
   comm->send(d, 1, 7);  // a carried peer: the device library (the tag is not sent)
   comm->recv(d, 1, 8);
