@@ -1,8 +1,8 @@
 # llmrun in a container: NVIDIA's CUDA development image, the Debian/Ubuntu packages of
 # scripts/install-deps.sh (the build and run dependencies; the script itself runs, so the
-# lists cannot drift), and a Release build on the path as `llmrun`. Training runs on the CPU
-# (the CUDA backend is built where the toolkit is present but not yet verified on a GPU), so
-# the example asks for no GPU.
+# lists cannot drift), and a Release build on the path as `llmrun`, with the CUDA backend
+# (the image has the toolkit). The example asks for no GPU: the CUDA backend is not yet
+# verified on one, and `launch.backend: auto` trains on the CPU when none is visible.
 #
 #   docker build -t llmrun .
 #   docker run --rm -v "$PWD/work:/work" llmrun train /work/recipe.yaml
@@ -22,6 +22,9 @@ COPY scripts/install-deps.sh scripts/install-deps.sh
 RUN bash scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
 
 COPY CMakeLists.txt Makefile ./
+COPY cmake cmake
+COPY kernels kernels
+COPY web web
 COPY src src
 COPY tests tests
 COPY recipes recipes

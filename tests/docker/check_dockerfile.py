@@ -6,6 +6,8 @@ machines): everything it names must exist.
 - every package an apt-get/apt install in it names is in install-deps.sh's PACKAGES list (the
   build and run dependencies; the image carries no test-only package);
 - every source path of COPY/ADD exists in the repository (globs must match something);
+- every top-level folder the CMakeLists.txt reads (kernels/*.cu, cmake/x.cmake, web/...) is
+  COPYed before the RUN that calls cmake, or the image's build breaks;
 - every -DNAME=... given to cmake is an option()/CACHE variable of the project's
   CMakeLists.txt files, or a variable CMake itself documents (cmake --help-variable-list).
 
@@ -80,6 +82,18 @@ def cmake_documented_variable(name, _cache={}):
     return False
 
 
+def cmake_source_folders(src):
+    """Top-level folders of the repository that CMakeLists.txt names (dir/... paths)."""
+    text = re.sub(r"#[^\n]*", "", open(os.path.join(src, "CMakeLists.txt")).read())
+    folders = set()
+    for d in os.listdir(src):
+        if d.startswith((".", "build")) or not os.path.isdir(os.path.join(src, d)):
+            continue
+        if re.search(r"(?<![\w./-])(\$\{CMAKE_SOURCE_DIR\}/)?" + re.escape(d) + r"/", text):
+            folders.add(d)
+    return folders
+
+
 def check(src, dockerfile):
     problems = []
     lines = logical_lines(open(dockerfile).read())
@@ -120,6 +134,9 @@ def check(src, dockerfile):
                     for w in words[words.index("install") + 1:]:
                         if not w.startswith("-") and w not in packages:
                             problems.append(f"apt install {w}: not in scripts/install-deps.sh's PACKAGES")
+                if words[0] == "cmake" and "." not in copied:
+                    for d in sorted(cmake_source_folders(src) - set(copied)):
+                        problems.append(f"RUN cmake: CMakeLists.txt reads {d}/, which is not COPYed before it")
                 if words[0] == "cmake":
                     for w in words:
                         m = re.fullmatch(r"-D([A-Za-z_][A-Za-z0-9_]*)(:[A-Z]+)?=.*", w)
@@ -131,7 +148,7 @@ def check(src, dockerfile):
         problems.append(f"FROM {base}: expected an NVIDIA CUDA devel image (nvidia/cuda:X.Y.Z-devel-...)")
     if not ran_install_deps:
         problems.append("no RUN of scripts/install-deps.sh: the image's packages would drift from it")
-    return problems
+    return list(dict.fromkeys(problems))  # a RUN with two cmake calls reports once
 
 
 def selftest(src):
@@ -139,6 +156,7 @@ def selftest(src):
     broken = {
         "unknown package": good + "RUN apt-get install -y --no-install-recommends libnot-a-dependency-dev\n",
         "missing COPY path": good + "COPY no/such/dir /x\n",
+        "build folder not copied": re.sub(r"(?m)^COPY kernels kernels\n", "", good),
         "bogus CMake option": good.replace("-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_BUILD_TYPE=Release -DLLMRUN_NO_SUCH_OPTION=ON"),
         "bogus CMake variable": good.replace("-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_BUILD_TYPO=Release"),
         "not a CUDA devel image": re.sub(r"(?m)^ARG CUDA_IMAGE=.*$", "ARG CUDA_IMAGE=debian:bookworm", good),
