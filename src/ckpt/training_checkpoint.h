@@ -1,8 +1,8 @@
 // Training checkpoints: DIR/step-NNNNNNN/ holds the whole training state (fp32 weights,
 // AdamW moments, step, data position, seed, resolved recipe, tokenizer) as safetensors
 // files plus index.json; DIR/latest names the newest complete one. See
-// docs/ARCHITECTURE.md "Checkpoints" for the layout, the index schema and why a crash at
-// any moment leaves a `latest` that loads.
+// docs/ARCHITECTURE.md "Checkpoints and model directories" for the layout, the index schema and why
+// a crash at any moment leaves a `latest` that loads.
 #pragma once
 #include <cstdint>
 #include <filesystem>
