@@ -74,6 +74,13 @@ struct Shape {
   int batch, seq, nk, heads, kv_heads, head_dim;
   bool causal;
 };
+std::string shape_name(const Shape& p) {
+  return std::string(p.causal ? "causal" : "full") + "_b" + std::to_string(p.batch) + "_seq" +
+         std::to_string(p.seq) + "_nk" + std::to_string(p.nk) + "_h" + std::to_string(p.heads) +
+         "_kv" + std::to_string(p.kv_heads) + "_d" + std::to_string(p.head_dim);
+}
+// gtest would print the struct's bytes, padding included: test names would vary by build.
+void PrintTo(const Shape& p, std::ostream* os) { *os << shape_name(p); }
 
 class AttentionBlockEmulation : public ::testing::TestWithParam<Shape> {
  protected:
@@ -146,18 +153,11 @@ TEST_P(AttentionBlockEmulation, ForwardMergeAndBackwardMatchTheCpuBackend) {
 // Causal GQA over 2 tiles, 1 dim per lane; a full block with more keys than queries, 2 dims per
 // lane (d 40); a full block with fewer keys (one short tile), 4 x 32 dims (d 80); a causal
 // multi-head block shorter than a tile with 8 x 32 dims (d 200).
-INSTANTIATE_TEST_SUITE_P(Shapes, AttentionBlockEmulation,
-                         ::testing::Values(Shape{2, 37, 37, 4, 2, 16, true},
-                                           Shape{1, 21, 70, 2, 1, 40, false},
-                                           Shape{2, 40, 9, 2, 2, 80, false},
-                                           Shape{1, 5, 5, 3, 3, 200, true}),
-                         [](const ::testing::TestParamInfo<Shape>& i) {
-                           const Shape& p = i.param;
-                           return std::string(p.causal ? "causal" : "full") + "_b" +
-                                  std::to_string(p.batch) + "_seq" + std::to_string(p.seq) + "_nk" +
-                                  std::to_string(p.nk) + "_h" + std::to_string(p.heads) + "_kv" +
-                                  std::to_string(p.kv_heads) + "_d" + std::to_string(p.head_dim);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionBlockEmulation,
+    ::testing::Values(Shape{2, 37, 37, 4, 2, 16, true}, Shape{1, 21, 70, 2, 1, 40, false},
+                      Shape{2, 40, 9, 2, 2, 80, false}, Shape{1, 5, 5, 3, 3, 200, true}),
+    [](const ::testing::TestParamInfo<Shape>& i) { return shape_name(i.param); });
 
 // A ring of three chunks on one "rank" of the emulation: every query chunk merges the blocks of
 // all chunks at or before it (its own causal block first, as a ring delivers them), then the

@@ -58,6 +58,13 @@ struct Block {
   int64_t kvd() const { return int64_t(kv_heads) * d; }
   size_t lse_n() const { return size_t(batch) * heads * seq; }
 };
+std::string block_name(const Block& p) {
+  return std::string(p.causal ? "causal" : "full") + "_seq" + std::to_string(p.seq) + "_nk" +
+         std::to_string(p.nk) + "_h" + std::to_string(p.heads) + "_kv" +
+         std::to_string(p.kv_heads) + "_d" + std::to_string(p.d);
+}
+// gtest would print the struct's bytes, padding included: test names would vary by build.
+void PrintTo(const Block& p, std::ostream* os) { *os << block_name(p); }
 
 float dot(const float* a, const float* b, int d) {
   float s = 0.0f;
@@ -202,18 +209,11 @@ TEST_P(AttentionBlockMath, BackwardAccumulatesAsTheCpuBlockBackward) {
 
 // Causal diagonal (GQA, over two 32-key tiles); a full block with more keys than queries; a
 // full block with fewer; multi-head with head_dim not a power of two.
-INSTANTIATE_TEST_SUITE_P(Blocks, AttentionBlockMath,
-                         ::testing::Values(Block{2, 37, 37, 4, 2, 16, true},
-                                           Block{1, 20, 45, 4, 1, 8, false},
-                                           Block{2, 33, 7, 2, 2, 12, false},
-                                           Block{1, 40, 40, 3, 3, 24, true}),
-                         [](const ::testing::TestParamInfo<Block>& i) {
-                           const Block& p = i.param;
-                           return std::string(p.causal ? "causal" : "full") + "_seq" +
-                                  std::to_string(p.seq) + "_nk" + std::to_string(p.nk) + "_h" +
-                                  std::to_string(p.heads) + "_kv" + std::to_string(p.kv_heads) +
-                                  "_d" + std::to_string(p.d);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Blocks, AttentionBlockMath,
+    ::testing::Values(Block{2, 37, 37, 4, 2, 16, true}, Block{1, 20, 45, 4, 1, 8, false},
+                      Block{2, 33, 7, 2, 2, 12, false}, Block{1, 40, 40, 3, 3, 24, true}),
+    [](const ::testing::TestParamInfo<Block>& i) { return block_name(i.param); });
 
 // Random running results and blocks, with every combination of "no keys yet" (lse -inf) on
 // either side: the math gives what CpuBackend::attention_lse_merge gives. The running out of
