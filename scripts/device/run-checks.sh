@@ -252,6 +252,33 @@ for name in pp2_share_gpu pp2_nccl; do
   want_how="host staging"; [ $name = pp2_nccl ] && want_how="NCCL"
   if [ $rc -eq 0 ] && [[ $how == *"$want_how"* ]]; then record "$name" PASS "$fig"; else record "$name" FAIL "$fig"; fi
 done
+# cp2 on one card (issue 27): context parallelism's ring attention blocks on the GPU
+# (kernels/attention_block.cu), two ranks sharing the card (MPI with host staging, chosen by
+# itself), Llama with GQA (llama-small: seq 256 in 4 chunks of 64). Its loss curve must track the
+# CPU's one-rank run as the GPU-vs-CPU parity does (fp32: 1e-4 relative), and the one-rank GPU
+# run as every other layout does (1e-5).
+if wanted cp2_share_gpu; then
+  if [ $gpu_ok = 0 ]; then record cp2_share_gpu "$GPU_WHY" ""
+  elif ! command -v mpirun >/dev/null 2>&1; then record cp2_share_gpu "SKIPPED: no mpirun on this machine (the bundle carries none)" ""
+  elif ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} train cp2-cuda "$RECIPES/llama-small.yaml" cuda fp32 20 --nproc 2 --set parallel.cp=2; then
+    record cp2_share_gpu FAIL "2-rank cp2 cuda run failed: $(tail -n 1 "$RES/train-cp2-cuda.log")"
+  elif ! train cp1-cpu "$RECIPES/llama-small.yaml" cpu fp32 20; then
+    record cp2_share_gpu FAIL "1-rank cpu run failed: $(tail -n 1 "$RES/train-cp1-cpu.log")"
+  elif ! train cp1-cuda "$RECIPES/llama-small.yaml" cuda fp32 20; then
+    record cp2_share_gpu FAIL "1-rank cuda run failed: $(tail -n 1 "$RES/train-cp1-cuda.log")"
+  else
+    cp "$WORK/cp2-cuda.jsonl" "$WORK/cp1-cpu.jsonl" "$WORK/cp1-cuda.jsonl" "$RES/"
+    how=$(grep -m1 -oE 'cp group \(2 ranks\): [^(]*' "$RES/train-cp2-cuda.log")
+    $CHECKS_PY parity "$WORK/cp2-cuda.jsonl" "$WORK/cp1-cpu.jsonl" --tol 1e-4 --after 0 --steps 20 >"$WORK/p.json"
+    rc_cpu=$?
+    vs_cpu=$(py_field "$WORK/p.json" "f\"vs cpu cp1: max rel loss diff {j['max_rel_diff']:.2e}\"")
+    $CHECKS_PY parity "$WORK/cp2-cuda.jsonl" "$WORK/cp1-cuda.jsonl" --tol 1e-5 --after 0 --steps 20 >"$WORK/p.json"
+    rc_gpu=$?
+    vs_gpu=$(py_field "$WORK/p.json" "f\"vs cuda cp1: {j['max_rel_diff']:.2e}\"")
+    fig="$how; $vs_cpu; $vs_gpu"
+    if [ $rc_cpu -eq 0 ] && [ $rc_gpu -eq 0 ]; then record cp2_share_gpu PASS "$fig"; else record cp2_share_gpu FAIL "$fig"; fi
+  fi
+fi
 # bench train at dp1 and dp2 on one card (shared, so overhead, not scaling): the communication
 # share of the step and the share of the gradient reductions hidden behind the backward.
 if wanted bench_train_overlap; then

@@ -190,6 +190,14 @@ void check_memory_ops(Checker& c) {
     c.both([&](Backend& be, bool t) { be.copy_cols(S(dst, t), S(src, t), 50); });
     return std::vector<const Twin*>{&dst};
   });
+  // The other columns of dst must stay as they were (a chunk's gradient written back into a
+  // fused qkv gradient row, context parallelism; OLMoE's q/k norms).
+  c.run("copy_into_cols", "37x40 -> cols 50..90 of 37x129", 0.0, [&] {
+    Twin& src = c.random({37, 40});
+    Twin& dst = c.random({37, 129});
+    c.both([&](Backend& be, bool t) { be.copy_into_cols(S(dst, t), S(src, t), 50); });
+    return std::vector<const Twin*>{&dst};
+  });
   for (DType half : {DType::bf16, DType::f16}) {
     const std::string name = dtype_name(half);
     c.run("cast", "37x129 f32 -> " + name + " (x0.5) -> f32 (x4)", 0.0, [&, half] {
@@ -513,6 +521,81 @@ void check_positions_and_attention(Checker& c) {
         });
 }
 
+// Context parallelism's ring attention blocks: a chunk of queries against the causal diagonal
+// block and against full blocks with more and with fewer keys, the log-sum-exp merge with rows
+// that have no keys yet (lse -inf) on either side, and the backward, which ADDS to gradients
+// that already hold other blocks' shares.
+void check_block_attention(Checker& c) {
+  AttentionShape s;
+  s.batch = 2;
+  s.seq = 19;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.head_dim = 16;
+  const int64_t rows = int64_t(s.batch) * s.seq, hd = int64_t(s.heads) * s.head_dim;
+  const int64_t kvd = int64_t(s.kv_heads) * s.head_dim;
+  const std::string heads = "4 heads, 2 kv heads, head_dim 16";
+  for (const int nk : {19, 41, 7})
+    for (const bool bwd : {false, true}) {
+      const bool causal = nk == s.seq;
+      const std::string shape = "batch 2, 19 queries, " + std::to_string(nk) + " keys" +
+                                (causal ? " (causal)" : "") + ", " + heads +
+                                (bwd ? ", accumulate" : "");
+      c.run(bwd ? "attention_block_bwd" : "attention_block_fwd", shape, kCheckTolF32,
+            [&, nk, bwd, causal] {
+              Twin& q = c.random({rows, hd}, -2.0f, 2.0f);
+              Twin& k = c.random({int64_t(s.batch) * nk, kvd}, -2.0f, 2.0f);
+              Twin& v = c.random({int64_t(s.batch) * nk, kvd});
+              if (!bwd) {
+                Twin& out = c.poison({rows, hd});
+                Twin& lse = c.poison({s.batch, s.heads, s.seq});
+                c.both([&](Backend& be, bool t) {
+                  be.attention_block_fwd(S(out, t), S(lse, t), S(q, t), S(k, t), S(v, t), nk,
+                                         causal, s);
+                });
+                return std::vector<const Twin*>{&out, &lse};
+              }
+              // The final out and lse of the queries cover other blocks' keys too: random.
+              Twin& out = c.random({rows, hd});
+              Twin& lse = c.random({s.batch, s.heads, s.seq}, 2.0f, 4.0f);
+              Twin& dout = c.random({rows, hd});
+              Twin& dq = c.random({rows, hd});
+              Twin& dk = c.random({int64_t(s.batch) * nk, kvd});
+              Twin& dv = c.random({int64_t(s.batch) * nk, kvd});
+              c.both([&](Backend& be, bool t) {
+                be.attention_block_bwd(S(dq, t), S(dk, t), S(dv, t), S(dout, t), S(out, t),
+                                       S(lse, t), S(q, t), S(k, t), S(v, t), nk, causal, s);
+              });
+              return std::vector<const Twin*>{&dq, &dk, &dv};
+            });
+    }
+  c.run("attention_lse_merge", "batch 2, 19 queries, " + heads + ", lse -inf on either side",
+        kCheckTolF32, [&] {
+          const int64_t n = int64_t(s.batch) * s.heads * s.seq;
+          std::vector<float> lse = c.uniform(n, -3.0f, 3.0f), blse = c.uniform(n, -3.0f, 3.0f);
+          std::vector<float> out = c.uniform(rows * hd);
+          const float inf = std::numeric_limits<float>::infinity();
+          for (int64_t i = 0; i < n; ++i) {
+            // 0: neither side has keys, 1: only the block, 2: only the running result.
+            if (i % 5 == 0 || i % 5 == 1) {
+              lse[size_t(i)] = -inf;
+              const int64_t b = i / (s.heads * s.seq), h = i / s.seq % s.heads, t = i % s.seq;
+              for (int e = 0; e < s.head_dim; ++e)
+                out[size_t((b * s.seq + t) * hd + h * s.head_dim + e)] = 0.0f;  // as filled
+            }
+            if (i % 5 == 0 || i % 5 == 2) blse[size_t(i)] = -inf;
+          }
+          Twin& o = c.f32({rows, hd}, out);
+          Twin& l = c.f32({s.batch, s.heads, s.seq}, lse);
+          Twin& bo = c.random({rows, hd});
+          Twin& bl = c.f32({s.batch, s.heads, s.seq}, blse);
+          c.both([&](Backend& be, bool t) {
+            be.attention_lse_merge(S(o, t), S(l, t), S(bo, t), S(bl, t), s);
+          });
+          return std::vector<const Twin*>{&o, &l};
+        });
+}
+
 void check_embedding_and_loss(Checker& c) {
   const int64_t V = 53, D = 67, N = 37;
   std::vector<int32_t> ids(N);
@@ -634,6 +717,7 @@ std::vector<OpCheck> check_backend(Backend& test, Backend& ref, uint64_t seed) {
   check_elementwise(c);
   check_norms(c);
   check_positions_and_attention(c);
+  check_block_attention(c);
   check_embedding_and_loss(c);
   check_optimizer_and_reductions(c);
   return c.rows_;

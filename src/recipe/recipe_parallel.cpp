@@ -110,11 +110,6 @@ void read_parallel(const MapReader& top, Locator& loc, const std::filesystem::pa
     par.cp_comm = *parsed;
   else
     loc.fail("parallel.cp_comm", "'" + cp_comm + "' is not one of p2p, all_gather, a2a");
-  if (par.cp > 1 && r.launch.backend == "cuda")
-    loc.fail("parallel.cp",
-             "context parallelism runs on the CPU backend only: the CUDA backend has no block "
-             "attention (launch.backend is cuda)",
-             "launch.backend");
   const int model_ranks = r.parallel.tp * r.parallel.pp * r.parallel.cp;
   const bool dp_auto = !p.has("dp") || (p.node("dp").IsScalar() && p.node("dp").Scalar() == "auto");
   if (dp_auto) {

@@ -34,10 +34,6 @@ void TrainingRun::build_world(const LaunchEnvironment& env) {
                          env.under_launcher ? threads_per_rank(env.local_size) : 0,
                          env.under_launcher ? env.local_rank : 0);
   if (recipe.precision.compute == "bf16") backend->set_gemm_dtype(DType::bf16);
-  if (recipe.parallel.cp > 1 && backend->device() != Device::cpu)
-    throw UserError(recipe.source + ": parallel.cp=" + std::to_string(recipe.parallel.cp) +
-                    " runs on the CPU backend only (the " + backend->name() +
-                    " backend has no block attention): set launch.backend: cpu");
   if (recipe.precision.fp8.enabled) require_fp8_device(*backend);  // before any allocation
   comm_staging.emplace(*backend);
   // GPU ranks: NCCL for the groups whose ranks each have a GPU of their own (logged).

@@ -122,6 +122,9 @@ expect_exit 2 "parallel.cp_comm.*'ring' is not one of p2p, all_gather, a2a" "$LL
 expect_exit 2 "parallel.cp_comm.*4 query heads are not divisible by cp = 8" "$LLMRUN" train gpt2.yaml --nproc 8 --set parallel.cp=8 --set parallel.cp_comm=a2a --dry-run
 expect_exit 2 "parallel.cp_comm.*2 kv heads are not divisible by cp = 4" "$LLMRUN" train llama.yaml --nproc 4 --set parallel.cp=4 --set parallel.cp_comm=a2a --dry-run
 expect_exit 2 "parallel.cp_comm.*1 kv heads per tp rank are not divisible by cp = 2" "$LLMRUN" train llama.yaml --nproc 4 --set parallel.cp=2 --set parallel.tp=2 --set parallel.cp_comm=a2a --dry-run
-expect_exit 2 "parallel.cp.*CPU backend only" "$LLMRUN" train llama.yaml --nproc 2 --set parallel.cp=2 --set launch.backend=cuda --dry-run
+# The CUDA backend has the block attention too (kernels/attention_block.cu): cp2 on cuda loads.
+"$LLMRUN" train llama.yaml --nproc 2 --set parallel.cp=2 --set launch.backend=cuda --dry-run > cp-cuda.txt 2>&1 ||
+  fail "cp2 with launch.backend cuda is refused: $(cat cp-cuda.txt)"
+grep -q "^  cp: 2$" cp-cuda.txt && grep -q "backend: cuda" cp-cuda.txt || fail "cp2 on cuda: $(cat cp-cuda.txt)"
 expect_exit 2 "tp x pp x cp x dp = 4 but launch.nproc is 2" "$LLMRUN" train llama.yaml --nproc 2 --set parallel.cp=2 --set parallel.dp=2 --dry-run
 echo "context parallel: all layouts match the single-rank run"

@@ -1,4 +1,4 @@
-// The CUDA kernels of kernels/ (all families but attention, which has its own emulation test,
+// The CUDA kernels of kernels/ (all families but attention, which has its own emulation tests,
 // and cuBLASLt GEMMs) run on the CPU through tests/device/cuda_emulation.h, behind a Backend
 // whose ops call the launchers on host memory the way src/backend/cuda/ does on the device.
 // backend_check then compares every op with the CPU backend: random inputs, shapes that are
@@ -71,6 +71,9 @@ class EmulatedKernels final : public Backend {
   Buffer allocate(size_t bytes) override { return cpu_->allocate(bytes); }
   void copy(Tensor d, const Tensor& s) override { cpu_->copy(d, s); }
   void copy_cols(Tensor d, const Tensor& s, int64_t c) override { cpu_->copy_cols(d, s, c); }
+  void copy_into_cols(Tensor d, const Tensor& s, int64_t c) override {
+    cpu_->copy_into_cols(d, s, c);
+  }
   void fill(Tensor x, float v) override {
     if (x.dtype == DType::i32)
       k::fill_32(x.data, x.numel(), uint32_t(int32_t(v)), nullptr);
@@ -161,6 +164,20 @@ class EmulatedKernels final : public Backend {
                        const Tensor& bt, const Tensor& qs, const Tensor& cl, int bs, int h, int kv,
                        int hd) override {
     cpu_->paged_attention(o, q, kp, vp, bt, qs, cl, bs, h, kv, hd);
+  }
+  // Context parallelism's blocks: tests/kernels/test_attention_block_emulation.cpp.
+  void attention_block_fwd(Tensor o, Tensor l, const Tensor& q, const Tensor& k, const Tensor& v,
+                           int nk, bool causal, const AttentionShape& s) override {
+    cpu_->attention_block_fwd(o, l, q, k, v, nk, causal, s);
+  }
+  void attention_lse_merge(Tensor o, Tensor l, const Tensor& bo, const Tensor& bl,
+                           const AttentionShape& s) override {
+    cpu_->attention_lse_merge(o, l, bo, bl, s);
+  }
+  void attention_block_bwd(Tensor dq, Tensor dk, Tensor dv, const Tensor& g, const Tensor& o,
+                           const Tensor& l, const Tensor& q, const Tensor& k, const Tensor& v,
+                           int nk, bool causal, const AttentionShape& s) override {
+    cpu_->attention_block_bwd(dq, dk, dv, g, o, l, q, k, v, nk, causal, s);
   }
   void scatter_rows(Tensor d, const Tensor& s, const Tensor& sl, int64_t c) override {
     k::scatter_rows(F(d), F(s), I(sl), s.rows(), d.cols(), s.cols(), c, d.rows(), nullptr);

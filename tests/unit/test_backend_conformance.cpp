@@ -341,6 +341,122 @@ TEST_P(Conformance, MatmulGeluEpiloguesMatchNaive) {
   }
 }
 
+// Context parallelism's ring on one backend: the sequence in three chunks, every query chunk's
+// blocks (its causal diagonal first, as a ring delivers them, then the full blocks before it)
+// merged from lse -inf, the backward of every block accumulated, and the chunk gradients written
+// back into one dqkv with copy_into_cols. Against naive causal attention with GQA in double.
+TEST_P(Conformance, BlockAttentionRingMatchesNaiveCausalAttention) {
+  const int B = 2, n = 3, C = 11, S = n * C, H = 4, KV = 2, D = 8;
+  const int64_t hd = H * D, kvd = KV * D, cols = hd + 2 * kvd;
+  const std::vector<float> qkv = random(size_t(B * S * cols), -2.0f, 2.0f),
+                           dout = random(size_t(B * S * hd));
+  // Naive forward and backward, per sequence and head.
+  std::vector<double> want_out(size_t(B * S * hd)), want_lse(size_t(B * H * S)),
+      want_dqkv(size_t(B * S * cols), 0.0);
+  const double scale = 1.0 / std::sqrt(double(D));
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h) {
+      const int g = h / (H / KV);
+      auto at = [&](int t, int64_t col) { return size_t((int64_t(b) * S + t) * cols + col); };
+      for (int i = 0; i < S; ++i) {
+        std::vector<double> p(size_t(i + 1));
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j <= i; ++j) {
+          double sc = 0;
+          for (int e = 0; e < D; ++e)
+            sc += double(qkv[at(i, h * D + e)]) * qkv[at(j, hd + g * D + e)];
+          p[size_t(j)] = sc * scale;
+          mx = std::max(mx, p[size_t(j)]);
+        }
+        for (double& x : p) sum += x = std::exp(x - mx);
+        want_lse[size_t((b * H + h) * S + i)] = mx + std::log(sum);
+        std::vector<double> o(size_t(D), 0.0);
+        for (int j = 0; j <= i; ++j)
+          for (int e = 0; e < D; ++e)
+            o[size_t(e)] += p[size_t(j)] / sum * qkv[at(j, hd + kvd + g * D + e)];
+        double delta = 0;
+        const size_t orow = size_t((int64_t(b) * S + i) * hd + h * D);
+        for (int e = 0; e < D; ++e) {
+          want_out[orow + size_t(e)] = o[size_t(e)];
+          delta += o[size_t(e)] * dout[orow + size_t(e)];
+        }
+        for (int j = 0; j <= i; ++j) {
+          const double pj = p[size_t(j)] / sum;
+          double dp = 0;
+          for (int e = 0; e < D; ++e)
+            dp += double(dout[orow + size_t(e)]) * qkv[at(j, hd + kvd + g * D + e)];
+          const double ds = pj * (dp - delta);
+          for (int e = 0; e < D; ++e) {
+            want_dqkv[at(i, h * D + e)] += scale * ds * qkv[at(j, hd + g * D + e)];
+            want_dqkv[at(j, hd + g * D + e)] += scale * ds * qkv[at(i, h * D + e)];
+            want_dqkv[at(j, hd + kvd + g * D + e)] += pj * dout[orow + size_t(e)];
+          }
+        }
+      }
+    }
+
+  // The chunks: rows b*C.. of chunk c hold sequence b's positions c*C .. c*C+C-1.
+  const AttentionShape cs{B, C, H, KV, D};
+  Tensor QKV = put(qkv, {B * S, cols}), DOUT = put(dout, {B * S, hd});
+  std::vector<Tensor> q, k, v, g, o, l, dq, dk, dv;
+  for (int c = 0; c < n; ++c) {
+    q.push_back(nan_tensor({B * C, hd}));
+    k.push_back(nan_tensor({B * C, kvd}));
+    v.push_back(nan_tensor({B * C, kvd}));
+    g.push_back(nan_tensor({B * C, hd}));
+    o.push_back(put(std::vector<float>(size_t(B * C * hd), 0.0f), {B * C, hd}));
+    l.push_back(put(std::vector<float>(size_t(B * H * C), -INFINITY), {B, H, C}));
+    dq.push_back(put(std::vector<float>(size_t(B * C * hd), 0.0f), {B * C, hd}));
+    dk.push_back(put(std::vector<float>(size_t(B * C * kvd), 0.0f), {B * C, kvd}));
+    dv.push_back(put(std::vector<float>(size_t(B * C * kvd), 0.0f), {B * C, kvd}));
+    for (int b = 0; b < B; ++b) {
+      const Tensor rows = QKV.slice(int64_t(b) * S + c * C, int64_t(b) * S + (c + 1) * C);
+      be->copy_cols(q.back().slice(b * C, (b + 1) * C), rows, 0);
+      be->copy_cols(k.back().slice(b * C, (b + 1) * C), rows, hd);
+      be->copy_cols(v.back().slice(b * C, (b + 1) * C), rows, hd + kvd);
+      be->copy(g.back().slice(b * C, (b + 1) * C),
+               DOUT.slice(int64_t(b) * S + c * C, int64_t(b) * S + (c + 1) * C));
+    }
+  }
+  Tensor bo = nan_tensor({B * C, hd}), bl = nan_tensor({B, H, C});
+  for (int i = 0; i < n; ++i)
+    for (int j = i; j >= 0; --j) {
+      be->attention_block_fwd(bo, bl, q[size_t(i)], k[size_t(j)], v[size_t(j)], C, j == i, cs);
+      be->attention_lse_merge(o[size_t(i)], l[size_t(i)], bo, bl, cs);
+    }
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j <= i; ++j)
+      be->attention_block_bwd(dq[size_t(i)], dk[size_t(j)], dv[size_t(j)], g[size_t(i)],
+                              o[size_t(i)], l[size_t(i)], q[size_t(i)], k[size_t(j)], v[size_t(j)],
+                              C, j == i, cs);
+  // Chunks back into sequence order: out rows, lse per head, gradients into one fused dqkv.
+  Tensor DQKV = nan_tensor({B * S, cols});
+  std::vector<double> got_out(want_out.size()), got_lse(want_lse.size());
+  for (int c = 0; c < n; ++c) {
+    for (int b = 0; b < B; ++b) {
+      Tensor rows = DQKV.slice(int64_t(b) * S + c * C, int64_t(b) * S + (c + 1) * C);
+      be->copy_into_cols(rows, dq[size_t(c)].slice(b * C, (b + 1) * C), 0);
+      be->copy_into_cols(rows, dk[size_t(c)].slice(b * C, (b + 1) * C), hd);
+      be->copy_into_cols(rows, dv[size_t(c)].slice(b * C, (b + 1) * C), hd + kvd);
+    }
+    const std::vector<float> oc = get(o[size_t(c)]), lc = get(l[size_t(c)]);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < C; ++t) {
+        for (int64_t e = 0; e < hd; ++e)
+          got_out[size_t((int64_t(b) * S + c * C + t) * hd + e)] =
+              oc[size_t((int64_t(b) * C + t) * hd + e)];
+        for (int h = 0; h < H; ++h)
+          got_lse[size_t((b * H + h) * S + c * C + t)] = lc[size_t((b * H + h) * C + t)];
+      }
+  }
+  auto as_floats = [](const std::vector<double>& x) {
+    return std::vector<float>(x.begin(), x.end());
+  };
+  expect_near(as_floats(got_out), want_out, 1e-5, "ring out");
+  expect_near(as_floats(got_lse), want_lse, 1e-5, "ring lse");
+  expect_near(get(DQKV), want_dqkv, 1e-4, "ring dqkv");
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(built_backends_for_tests()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 

@@ -2,8 +2,9 @@
 // The op families live in separate files mirroring src/backend/cpu/: cuda_backend.cpp (memory,
 // copies, casts, reductions), cuda_gemm.cpp (cuBLASLt matmul, the batch-invariant linear),
 // cuda_elementwise.cpp, cuda_norms.cpp, cuda_rope.cpp, cuda_attention.cpp (training, cached and
-// paged attention), cuda_embedding.cpp, cuda_loss.cpp and cuda_adamw.cpp. Kernels and their
-// launchers are in kernels/ at the top of the repository.
+// paged attention), cuda_attention_block.cpp (context parallelism's ring attention blocks),
+// cuda_embedding.cpp, cuda_loss.cpp and cuda_adamw.cpp. Kernels and their launchers are in
+// kernels/ at the top of the repository.
 //
 // Tensors handed to the ops must live on this device (Device::cuda) except in copy/copy_cols,
 // which move data between host and device in both directions.
@@ -76,6 +77,14 @@ class CudaBackend final : public Backend, public Fp8GemmOps, public DeviceStream
                        const Tensor& context_lens, int block_size, int heads, int kv_heads,
                        int head_dim) override;
   void scatter_rows(Tensor dst, const Tensor& src, const Tensor& slots, int64_t col_begin) override;
+  // Context parallelism's ring attention blocks (cuda_attention_block.cpp).
+  void attention_block_fwd(Tensor out, Tensor lse, const Tensor& q, const Tensor& k,
+                           const Tensor& v, int nk, bool causal, const AttentionShape& s) override;
+  void attention_lse_merge(Tensor out, Tensor lse, const Tensor& block_out, const Tensor& block_lse,
+                           const AttentionShape& s) override;
+  void attention_block_bwd(Tensor dq, Tensor dk, Tensor dv, const Tensor& dout, const Tensor& out,
+                           const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                           int nk, bool causal, const AttentionShape& s) override;
 
   void embedding_fwd(Tensor out, const Tensor& ids, const Tensor& table, bool accumulate) override;
   void embedding_bwd(Tensor dtable, const Tensor& dout, const Tensor& ids) override;
