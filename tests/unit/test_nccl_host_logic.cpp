@@ -174,9 +174,6 @@ struct FakeLibrary {
   int polls_to_finish = 3;
   int ops = 0, aborts = 0;
   std::vector<std::string> kinds;
-  bool all_to_all = false;  // carries all-to-all (NCCL does)
-  std::vector<AllToAllPart> sends, recvs;
-  const void *in = nullptr, *out = nullptr;
 };
 
 class FakeOp final : public DeviceOpProbe {
@@ -210,16 +207,6 @@ class FakeCollectives final : public DeviceCollectives {
     return op("all_gather");
   }
   std::unique_ptr<DeviceOpProbe> broadcast(Tensor, int) override { return op("broadcast"); }
-  bool all_to_all() const override { return lib_.all_to_all; }
-  std::unique_ptr<DeviceOpProbe> all_to_allv(const Tensor& in,
-                                             const std::vector<AllToAllPart>& sends, Tensor out,
-                                             const std::vector<AllToAllPart>& recvs) override {
-    lib_.in = in.data;
-    lib_.out = out.data;
-    lib_.sends = sends;
-    lib_.recvs = recvs;
-    return op("all_to_allv");
-  }
 
  private:
   std::unique_ptr<DeviceOpProbe> op(const char* kind) {
@@ -327,127 +314,6 @@ TEST(DeviceCommunicator, AnAsyncErrorAbortsWithTheLibrarysMessage) {
             "was a network error (a peer rank died?)");
 }
 
-TEST(DeviceCommunicator, AllToAllPartsSkipEmptyPeersAndCheckTheCounts) {
-  EXPECT_EQ(all_to_all_parts({3, 0, 2, 5}, 4, 10, "send"),
-            (std::vector<AllToAllPart>{{0, 0, 3}, {2, 3, 2}, {3, 5, 5}}));
-  EXPECT_EQ(all_to_all_parts({0, 0}, 2, 0, "receive"), std::vector<AllToAllPart>{});
-  // Spare room at the end of the buffer (the expert side is sized for the worst case) is fine.
-  EXPECT_EQ(all_to_all_parts({1, 1}, 2, 8, "send"),
-            (std::vector<AllToAllPart>{{0, 0, 1}, {1, 1, 1}}));
-  auto why = [](const std::vector<int64_t>& counts, int size, int64_t capacity) {
-    try {
-      all_to_all_parts(counts, size, capacity, "receive");
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(why({1, 2}, 3, 9).find("receive counts must have one entry per rank"),
-            std::string::npos);
-  EXPECT_NE(why({1, -2}, 2, 9).find("negative receive count"), std::string::npos);
-  EXPECT_NE(why({4, 6}, 2, 9).find("the receive counts exceed the tensor"), std::string::npos);
-}
-
-// Rank 1 of a three-rank group's host side: records which all-to-alls reach MPI.
-class RecordingHost final : public Communicator {
- public:
-  int rank() const override { return 1; }
-  int size() const override { return 3; }
-  std::string name() const override { return "ep"; }
-  std::unique_ptr<CommRequest> iall_to_allv(const Tensor&, const std::vector<int64_t>&, Tensor,
-                                            const std::vector<int64_t>&) override {
-    ++host_all_to_alls;
-    return done();
-  }
-  std::unique_ptr<CommRequest> iall_reduce(Tensor, ReduceOp) override { unexpected(); }
-  std::unique_ptr<CommRequest> ireduce_scatter(const Tensor&, Tensor) override { unexpected(); }
-  std::unique_ptr<CommRequest> iall_gather(const Tensor&, Tensor) override { unexpected(); }
-  std::unique_ptr<CommRequest> ibroadcast(Tensor, int) override { unexpected(); }
-  std::unique_ptr<CommRequest> isend(const Tensor&, int, int) override { unexpected(); }
-  std::unique_ptr<CommRequest> irecv(Tensor, int, int) override { unexpected(); }
-  void barrier() override { unexpected(); }
-  double all_reduce_scalar(double, ReduceOp) override { unexpected(); }
-  int host_all_to_alls = 0;
-
- private:
-  static std::unique_ptr<CommRequest> done() {
-    return make_self_communicator("x")->iall_reduce(Tensor(), ReduceOp::sum);
-  }
-  [[noreturn]] static void unexpected() { throw std::logic_error("unexpected call"); }
-};
-
-TEST(DeviceCommunicator, AllToAllOnDeviceTensorsGoesToTheLibraryAsPartsPerPeer) {
-  FakeLibrary lib;
-  lib.all_to_all = true;
-  std::vector<std::string> failures;
-  auto host = std::make_unique<RecordingHost>();
-  RecordingHost* host_view = host.get();
-  auto comm = make_device_communicator(std::move(host), std::make_unique<FakeCollectives>(lib), 5,
-                                       10, [&failures](const std::string& why) {
-                                         failures.push_back(why);
-                                         throw JobAborted(why);
-                                       });
-  float in[12] = {}, out[12] = {};
-  // Rank 1 sends 4 rows to rank 0, keeps 2, sends none to rank 2; receives 3 from rank 0, its
-  // own 2 and 5 from rank 2.
-  comm->all_to_allv(device_tensor(in, 12), {4, 2, 0}, device_tensor(out, 12), {3, 2, 5});
-  EXPECT_EQ(lib.kinds, std::vector<std::string>{"all_to_allv"});
-  EXPECT_EQ(lib.sends, (std::vector<AllToAllPart>{{0, 0, 4}, {1, 4, 2}}));
-  EXPECT_EQ(lib.recvs, (std::vector<AllToAllPart>{{0, 0, 3}, {1, 3, 2}, {2, 5, 5}}));
-  EXPECT_EQ(lib.in, in);
-  EXPECT_EQ(lib.out, out);
-  // A rank with nothing to send or receive takes the device path its peers take.
-  comm->all_to_allv(Tensor(), {0, 0, 0}, Tensor(), {0, 0, 0});
-  EXPECT_EQ(lib.ops, 2);
-  EXPECT_TRUE(lib.sends.empty() && lib.recvs.empty());
-  // Host tensors stay on MPI.
-  comm->all_to_allv(Tensor(in, DType::f32, {12}), {4, 2, 0}, Tensor(out, DType::f32, {12}),
-                    {3, 2, 5});
-  EXPECT_EQ(host_view->host_all_to_alls, 1);
-  EXPECT_EQ(lib.ops, 2);
-  // Inconsistent counts are refused before anything is enqueued.
-  EXPECT_THROW(
-      comm->all_to_allv(device_tensor(in, 12), {4, 1, 0}, device_tensor(out, 12), {3, 2, 5}),
-      std::exception);
-  EXPECT_THROW(
-      comm->all_to_allv(device_tensor(in, 4), {4, 2, 0}, device_tensor(out, 12), {3, 2, 5}),
-      std::exception);
-  EXPECT_EQ(lib.ops, 2);
-  EXPECT_TRUE(failures.empty());
-}
-
-TEST(DeviceCommunicator, AllToAllStaysOnMpiWhenTheLibraryCarriesNone) {
-  FakeLibrary lib;  // all_to_all = false
-  auto host = std::make_unique<RecordingHost>();
-  RecordingHost* host_view = host.get();
-  auto comm =
-      make_device_communicator(std::move(host), std::make_unique<FakeCollectives>(lib), 5, 10);
-  float in[6] = {}, out[6] = {};
-  comm->all_to_allv(device_tensor(in, 6), {2, 2, 2}, device_tensor(out, 6), {2, 2, 2});
-  EXPECT_EQ(host_view->host_all_to_alls, 1);
-  EXPECT_EQ(lib.ops, 0);
-}
-
-TEST(DeviceCommunicator, AStalledAllToAllAbortsNamingTheGroup) {
-  FakeLibrary lib;
-  lib.all_to_all = true;
-  lib.fault = Fault::stall;
-  std::vector<std::string> failures;
-  auto comm = make_device_communicator(std::make_unique<RecordingHost>(),
-                                       std::make_unique<FakeCollectives>(lib), 5, 0.1,
-                                       [&failures](const std::string& why) {
-                                         failures.push_back(why);
-                                         throw JobAborted(why);
-                                       });
-  float in[6] = {}, out[6] = {};
-  EXPECT_THROW(comm->all_to_allv(device_tensor(in, 6), {2, 2, 2}, device_tensor(out, 6), {2, 2, 2}),
-               JobAborted);
-  EXPECT_EQ(lib.aborts, 1);
-  ASSERT_EQ(failures.size(), 1u);
-  EXPECT_EQ(failures[0].rfind("rank 5: all_to_allv on the ep group (FAKE) did not complete", 0), 0u)
-      << failures[0];
-}
-
 TEST(DeviceCommunicator, WaitDeviceOpNeverReturnsAfterAFailure) {
   // A failure callback that returns must not let the caller go on with a broken buffer.
   FakeLibrary lib;
@@ -462,37 +328,9 @@ TEST(DeviceCommunicator, WaitDeviceOpNeverReturnsAfterAFailure) {
 }  // namespace
 
 #if LLMRUN_HAVE_NCCL
-#include "backend/backend_factory.h"
-#include "backend/cuda/cuda_backend.h"
-#include "comm/device_staging.h"
 #include "comm/nccl_communicator.h"
 
 namespace {
-
-// NCCL's all-to-all on a real GPU with the one rank a single card allows: its own part goes to
-// itself through one grouped ncclSend/ncclRecv pair, at the offsets the counts give (a second
-// rank needs a second GPU: NCCL refuses two ranks on one card).
-TEST(NcclAllToAll, OneRankSendsItsOwnPartThroughNcclOnTheGpu) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device";
-  if (const std::string why = nccl_unavailable(); !why.empty()) GTEST_SKIP() << "SKIPPED: " << why;
-  auto be = make_backend(BackendKind::cuda);
-  CommBackendScope staging(*be);
-  auto bootstrap = make_self_communicator("ep");
-  auto comm = make_device_communicator(make_self_communicator("ep"),
-                                       make_nccl_collectives(*bootstrap, 0, 0, 60), 0, 60);
-  const std::vector<float> x = {1, 2, 3, 4, 5, 6};
-  Buffer in_buf = be->allocate(x.size() * 4), out_buf = be->allocate(8 * 4);
-  const Tensor in(in_buf.data(), DType::f32, {6}, Device::cuda),
-      out(out_buf.data(), DType::f32, {8}, Device::cuda);
-  be->copy(in, Tensor(const_cast<float*>(x.data()), DType::f32, {6}));
-  be->fill(out, -1.0f);
-  be->synchronize();
-  comm->all_to_allv(in, {4}, out, {4});
-  std::vector<float> got(8);
-  be->copy(Tensor(got.data(), DType::f32, {8}), out);
-  be->synchronize();
-  EXPECT_EQ(got, (std::vector<float>{1, 2, 3, 4, -1, -1, -1, -1}));
-}
 
 // libnccl is opened at run time, not linked: the library CMake found must load and carry every
 // symbol the communicator uses (no GPU needed to resolve them).
