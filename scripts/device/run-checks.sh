@@ -225,6 +225,29 @@ if wanted gelu_epilogue_and_sampler; then
     else record gelu_epilogue_and_sampler PASS "$(grep -oE '^\[  PASSED  \] [0-9]+' "$RES/gelu_epilogue_and_sampler.log" | grep -oE '[0-9]+$') tests"; fi
   fi
 fi
+# ep2 over NCCL (two or more GPUs): llama-small with 8 routed experts (top-2), the experts split
+# over two ranks whose token all-to-alls run as grouped ncclSend/ncclRecv on the ep group; the
+# loss curve must equal one rank's (1e-4: routing on a GPU may reorder sums). One card cannot
+# hold two NCCL ranks; the NCCL all-to-all's single-rank path runs in unit_tests
+# (NcclAllToAll.OneRankSendsItsOwnPartThroughNcclOnTheGpu).
+if wanted ep2_nccl; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  moe=(--set 'model.moe={experts: 8, top_k: 2, expert_ffn: 688, aux_loss: 0.01, z_loss: 0.001}')
+  if [ $gpu_ok = 0 ]; then record ep2_nccl "$GPU_WHY" ""
+  elif ! command -v mpirun >/dev/null 2>&1; then record ep2_nccl "SKIPPED: no mpirun on this machine (the bundle carries none)" ""
+  elif [ "${gpus:-0}" -lt 2 ]; then record ep2_nccl "SKIPPED: needs 2 GPUs (this machine has ${gpus:-0}); NCCL refuses two ranks on one GPU" ""
+  elif ! train ep1-moe-cuda "$RECIPES/llama-small.yaml" cuda fp32 10 "${moe[@]}"; then
+    record ep2_nccl FAIL "1-rank MoE run failed: $(tail -n 1 "$RES/train-ep1-moe-cuda.log")"
+  elif ! train ep2_nccl "$RECIPES/llama-small.yaml" cuda fp32 10 "${moe[@]}" --nproc 2 --set parallel.ep=2; then
+    record ep2_nccl FAIL "ep2 run failed: $(tail -n 1 "$RES/train-ep2_nccl.log")"
+  else
+    how=$(grep -m1 -oE 'ep group \(2 ranks\): [^(]*' "$RES/train-ep2_nccl.log")
+    $CHECKS_PY parity "$WORK/ep2_nccl.jsonl" "$WORK/ep1-moe-cuda.jsonl" --tol 1e-4 --after 0 --steps 10 >"$WORK/p.json"
+    rc=$?
+    fig="$how; $(py_field "$WORK/p.json" "f\"max rel loss diff {j['max_rel_diff']:.2e}\"")"
+    if [ $rc -eq 0 ] && [[ $how == *NCCL* ]]; then record ep2_nccl PASS "$fig"; else record ep2_nccl FAIL "$fig"; fi
+  fi
+fi
 # pp2 on one card (ranks share it: MPI with host staging, chosen by itself) and, with two or
 # more GPUs, pp2 over NCCL (each directed ring edge its own two-rank communicator): both must
 # reproduce the one-rank GPU loss curve (fp32: 1e-5 relative).

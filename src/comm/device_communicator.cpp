@@ -18,6 +18,30 @@ std::unique_ptr<DeviceOpProbe> DeviceCollectives::recv(Tensor, int peer) {
   throw std::logic_error(library() + " carries no receive from rank " + std::to_string(peer));
 }
 
+std::unique_ptr<DeviceOpProbe> DeviceCollectives::all_to_allv(const Tensor&,
+                                                              const std::vector<AllToAllPart>&,
+                                                              Tensor,
+                                                              const std::vector<AllToAllPart>&) {
+  throw std::logic_error(library() + " carries no all-to-all");
+}
+
+std::vector<AllToAllPart> all_to_all_parts(const std::vector<int64_t>& counts, int size,
+                                           int64_t capacity, const char* which) {
+  LLMRUN_CHECK(int(counts.size()) == size,
+               std::string("all_to_allv: ") + which + " counts must have one entry per rank");
+  std::vector<AllToAllPart> parts;
+  int64_t at = 0;
+  for (int r = 0; r < size; ++r) {
+    const int64_t n = counts[size_t(r)];
+    LLMRUN_CHECK(n >= 0, std::string("all_to_allv: negative ") + which + " count");
+    if (n > 0) parts.push_back({r, at, n});
+    at += n;
+  }
+  LLMRUN_CHECK(at <= capacity,
+               std::string("all_to_allv: the ") + which + " counts exceed the tensor");
+  return parts;
+}
+
 CommFailure abort_job_failure() {
   return [](const std::string& why) { MpiRuntime::abort_all(why); };
 }
@@ -50,6 +74,9 @@ void wait_device_op(DeviceOpProbe& op, const std::string& what, int world_rank, 
 namespace {
 
 bool on_device(const Tensor& t) { return t.device != Device::cpu && t.numel() > 0; }
+// Host memory with something in it. An empty tensor is neither: a rank that sends or
+// receives nothing must still take the path its peers take.
+bool on_host(const Tensor& t) { return t.device == Device::cpu && !t.empty() && t.numel() > 0; }
 
 class DeviceRequest final : public CommRequest {
  public:
@@ -134,6 +161,23 @@ class DeviceCommunicator final : public Communicator {
   std::unique_ptr<CommRequest> irecv(Tensor buf, int peer, int tag) override {
     if (!on_device(buf) || !device_->point_to_point(peer)) return host_->irecv(buf, peer, tag);
     return request(device_->recv(buf, peer), ("receive from rank " + std::to_string(peer)).c_str());
+  }
+  std::unique_ptr<CommRequest> iall_to_allv(const Tensor& in,
+                                            const std::vector<int64_t>& send_counts, Tensor out,
+                                            const std::vector<int64_t>& recv_counts) override {
+    // Every rank of a group decides alike: the same library, and device tensors on all ranks
+    // of a device backend (an empty part is no host tensor).
+    if (!device_->all_to_all() || on_host(in) || on_host(out))
+      return host_->iall_to_allv(in, send_counts, out, recv_counts);
+    const std::vector<AllToAllPart> sends =
+        all_to_all_parts(send_counts, size(), in.numel(), "send");
+    const std::vector<AllToAllPart> recvs =
+        all_to_all_parts(recv_counts, size(), out.numel(), "receive");
+    LLMRUN_CHECK(send_counts[size_t(rank())] == recv_counts[size_t(rank())],
+                 "all_to_allv: this rank's own send and receive counts differ");
+    LLMRUN_CHECK(in.numel() == 0 || out.numel() == 0 || in.dtype == out.dtype,
+                 "all_to_allv: send and receive tensors differ in dtype");
+    return request(device_->all_to_allv(in, sends, out, recvs), "all_to_allv");
   }
   void barrier() override { host_->barrier(); }
   double all_reduce_scalar(double v, ReduceOp op) override {

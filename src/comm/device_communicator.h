@@ -9,14 +9,34 @@
 // see comm/nccl_bootstrap.h's ring_edges); every other send and receive stays on MPI (device
 // tensors staged through pinned host memory). The tag is not sent: on a device edge sends and
 // receives match in posting order, which the pipeline schedules keep.
+//
+// All-to-all with per-rank counts (expert parallelism's token dispatch and combine) goes to the
+// device library when it carries it (NCCL: grouped sends and receives, one pair per peer with a
+// nonzero count); otherwise, or for host tensors, to the group's MPI communicator.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
 namespace llmrun {
+
+// One peer's part of an all-to-all: `count` elements at element `offset` of the buffer.
+struct AllToAllPart {
+  int peer = 0;
+  int64_t offset = 0, count = 0;
+  bool operator==(const AllToAllPart&) const = default;
+};
+
+// The parts of an all-to-all buffer of `capacity` elements laid out as `counts` (one entry per
+// rank, in rank order): the peers with a nonzero count, in rank order, this rank's own part
+// included. Throws naming the problem when a count is negative, the counts are not one per
+// rank of `size`, or they exceed the buffer. `which`: "send" or "receive", for messages.
+std::vector<AllToAllPart> all_to_all_parts(const std::vector<int64_t>& counts, int size,
+                                           int64_t capacity, const char* which);
 
 // One device operation in flight.
 class DeviceOpProbe {
@@ -43,6 +63,14 @@ class DeviceCollectives {
   virtual bool point_to_point(int /*peer*/) const { return false; }
   virtual std::unique_ptr<DeviceOpProbe> send(const Tensor& buf, int peer);
   virtual std::unique_ptr<DeviceOpProbe> recv(Tensor buf, int peer);
+  // All-to-all on the device, when the library carries it (none unless overridden): sends
+  // each part of `sends` from `in` to its peer and receives each part of `recvs` into `out`
+  // (all_to_all_parts' layout; this rank's own part is one of each, sent to itself).
+  virtual bool all_to_all() const { return false; }
+  virtual std::unique_ptr<DeviceOpProbe> all_to_allv(const Tensor& in,
+                                                     const std::vector<AllToAllPart>& sends,
+                                                     Tensor out,
+                                                     const std::vector<AllToAllPart>& recvs);
 };
 
 // Ends the job with a message ("rank N: OPERATION ..."); MpiRuntime::abort_all in a run.

@@ -58,6 +58,8 @@ struct NcclApi {
   LLMRUN_NCCL_FN(ncclCommSplit)
   LLMRUN_NCCL_FN(ncclSend)
   LLMRUN_NCCL_FN(ncclRecv)
+  LLMRUN_NCCL_FN(ncclGroupStart)
+  LLMRUN_NCCL_FN(ncclGroupEnd)
 #undef LLMRUN_NCCL_FN
 };
 
@@ -91,6 +93,8 @@ const NcclApi& nccl_api() {
     LLMRUN_NCCL_FN(ncclCommSplit)
     LLMRUN_NCCL_FN(ncclSend)
     LLMRUN_NCCL_FN(ncclRecv)
+    LLMRUN_NCCL_FN(ncclGroupStart)
+    LLMRUN_NCCL_FN(ncclGroupEnd)
 #undef LLMRUN_NCCL_FN
     return a;
   }();
@@ -338,6 +342,33 @@ class NcclCollectives final : public DeviceCollectives {
         "recv", {},
         [&] { return nccl().ncclRecv(buf.data, nccl_count(buf, t), t, 0, e.comm, e.stream); }, {},
         &e);
+  }
+
+  // One NCCL group of sends and receives on the group's communicator, a pair per peer with a
+  // nonzero count (its own part too: NCCL carries sends to self inside a group).
+  bool all_to_all() const override { return true; }
+  std::unique_ptr<DeviceOpProbe> all_to_allv(const Tensor& in,
+                                             const std::vector<AllToAllPart>& sends, Tensor out,
+                                             const std::vector<AllToAllPart>& recvs) override {
+    const ncclDataType_t t = nccl_type(in.numel() > 0 ? in : out, false);
+    return launch("all_to_allv", {}, [&] {
+      ncclResult_t first = nccl().ncclGroupStart();
+      if (first != ncclSuccess) return first;
+      auto keep = [&first](ncclResult_t r) {
+        if (first == ncclSuccess || first == ncclInProgress) first = r;
+      };
+      for (const AllToAllPart& p : recvs) {
+        const Tensor part = out.flat(p.offset, p.count);
+        keep(nccl().ncclRecv(part.data, nccl_count(part, t), t, p.peer, g_.comm, g_.stream));
+      }
+      for (const AllToAllPart& p : sends) {
+        const Tensor part = in.flat(p.offset, p.count);
+        keep(nccl().ncclSend(part.data, nccl_count(part, t), t, p.peer, g_.comm, g_.stream));
+      }
+      // Always closed, so that a failed call leaves no group open; its error wins.
+      const ncclResult_t end = nccl().ncclGroupEnd();
+      return first == ncclSuccess || first == ncclInProgress ? end : first;
+    });
   }
 
  private:

@@ -55,7 +55,9 @@ void Topology::wrap_groups(
   pp_ = wrap(std::move(pp_));
   dp_ = wrap(std::move(dp_));
   cp_ = wrap(std::move(cp_));
-  dp_cp_ = wrap(std::move(dp_cp_));  // the gradient reduction (dp x cp)
+  dp_cp_ = wrap(std::move(dp_cp_));        // the gradient reduction (dp x cp)
+  ep_ = wrap(std::move(ep_));              // expert parallelism's token all-to-alls
+  if (edp_) edp_ = wrap(std::move(edp_));  // and its expert gradients (ep > 1 only)
 }
 
 }  // namespace llmrun

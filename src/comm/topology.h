@@ -43,9 +43,9 @@ class Topology {
   Communicator& edp() const { return edp_ ? *edp_ : *dp_cp_; }  // reduces expert gradients
   int rank() const { return world_->rank(); }
   bool is_logger() const { return world_->rank() == 0; }  // prints progress, writes metrics
-  // Replaces the tp, pp, dp, cp and dp_cp communicators (in that order, on every rank) by
-  // wrap(group): device collectives over NCCL (comm/collective_transport.h). The world stays as it
-  // is.
+  // Replaces the tp, pp, dp, cp, dp_cp, ep and edp (when ep > 1) communicators (in that order,
+  // on every rank) by wrap(group): device collectives over NCCL (comm/collective_transport.h).
+  // The world stays as it is.
   void wrap_groups(
       const std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator>)>& wrap);
 

@@ -25,12 +25,6 @@ std::optional<LayoutProblem> expert_parallel_problem(const ModelConfig& m,
     return LayoutProblem{"parallel.ep", ep + " with cp=" + std::to_string(l.cp) +
                                             ": context parallelism with expert parallelism is "
                                             "not supported (use cp=1)"};
-  if (l.zero > 0)
-    return LayoutProblem{"parallel.zero",
-                         "ZeRO-" + std::to_string(l.zero) + " with " + ep +
-                             ": ZeRO shards one group's copies, but expert parameters are "
-                             "replicated over the expert-data-parallel group only; use zero 0 "
-                             "with ep > 1"};
   return std::nullopt;
 }
 

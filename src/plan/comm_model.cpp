@@ -47,8 +47,9 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
     // Data parallel: ZeRO decides what moves and how often.
     double g = 4.0 * double(st.param_elements);
     const double w = param_bytes * double(st.param_elements);
-    // Expert parallel (ZeRO-0 only): the experts' gradients reduce over the dp / ep ranks that
-    // hold them; the token rows cross the ep group by all-to-all, four times per MoE layer.
+    // Expert parallel: the experts' gradients reduce over the dp / ep ranks that hold them (at
+    // ZeRO 1-3 reduce-scatter and all-gather, about an all-reduce's bytes); the token rows cross
+    // the ep group by all-to-all, four times per MoE layer.
     if (l.ep > 1) {
       double expert = 0, a2a = 0;
       for (int b : st.blocks)

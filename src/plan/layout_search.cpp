@@ -15,8 +15,7 @@ namespace {
 // parallelism): below it attention's activations rarely dominate, and cp only adds traffic.
 constexpr int kLongSequence = 4096;
 
-// An MoE model also tries every expert-parallel split of dp (ZeRO-0 only, as the layout rules
-// require).
+// An MoE model also tries every expert-parallel split of dp, at every ZeRO stage.
 std::vector<TrainingLayout> candidates(int nproc, int seq_len, bool moe) {
   std::vector<TrainingLayout> out;
   for (int tp = 1; tp <= nproc; ++tp) {
@@ -46,7 +45,7 @@ std::vector<TrainingLayout> candidates(int nproc, int seq_len, bool moe) {
                 l.sequence_parallel = sp == 1;
                 l.recompute = r;
                 out.push_back(l);
-                for (int ep = 2; moe && zero == 0 && ep <= l.dp; ++ep)
+                for (int ep = 2; moe && ep <= l.dp; ++ep)
                   if (l.dp % ep == 0) {
                     TrainingLayout e = l;
                     e.ep = ep;

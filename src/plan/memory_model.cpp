@@ -124,23 +124,28 @@ void plan_persistent(const StagePlan& sp, StageMemory& st) {
   const int64_t group = int64_t(l.dp) * l.cp;  // ZeRO shards over dp x cp
   auto padded = [&](int64_t n) { return (n + group - 1) / group * group; };
   // Parameters, bucket by bucket.
-  std::vector<int64_t> buckets;
-  if (st.embedding) buckets.push_back(x.vocab * x.d + (x.gpt2 ? int64_t(m.seq_len) * x.d : 0));
-  for (size_t i = 0; i < st.blocks.size(); ++i)
-    buckets.push_back(block_params(x) +
-                      (m.moe.layer_is_moe(st.blocks[i]) ? moe_block_delta(x) : 0));
+  // Expert parallelism at ZeRO 1-3: a routed block's bucket shards over the dp / ep ranks that
+  // hold the same experts (train/zero_optimizer.h), the others over dp.
+  std::vector<std::pair<int64_t, int64_t>> buckets;  // elements, ranks sharing its shards
+  if (st.embedding)
+    buckets.emplace_back(x.vocab * x.d + (x.gpt2 ? int64_t(m.seq_len) * x.d : 0), group);
+  for (size_t i = 0; i < st.blocks.size(); ++i) {
+    const bool routed = m.moe.layer_is_moe(st.blocks[i]);
+    buckets.emplace_back(block_params(x) + (routed ? moe_block_delta(x) : 0),
+                         routed && l.zero >= 1 ? group / x.ep : group);
+  }
   if (st.head) {
     int64_t n = x.gpt2 ? 2 * x.d : x.d;  // final norm
     if (!m.tie_embeddings || sp.pipelined())
       n += x.vocab * x.d;  // head, or the last stage's tied copy
-    buckets.push_back(n);
+    buckets.emplace_back(n, group);
   }
-  for (int64_t n : buckets) {
+  for (const auto& [n, shards] : buckets) {
     st.param_elements += padded(n);
+    st.shard_elements += padded(n) / shards;
     st.largest_bucket = std::max(st.largest_bucket, padded(n));
   }
   st.buckets = static_cast<int>(buckets.size());
-  st.shard_elements = st.param_elements / group;
   const double owned = double(l.zero >= 1 ? st.shard_elements : st.param_elements);
   const double params = param_bytes * double(l.zero >= 3 ? st.shard_elements : st.param_elements);
   // Offloaded ZeRO-3 shards leave device memory; a bucket is brought in only while it is

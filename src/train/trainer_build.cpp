@@ -123,9 +123,9 @@ void TrainingRun::build_optimizer() {
       AdamWConfig{float(r.train.beta1), float(r.train.beta2), float(r.train.eps),
                   float(r.train.weight_decay)},
       ShardOffload{m.offload_optimizer, m.nvme_path, m.offload_buffer_mb << 20},
-      ShardOffload{m.offload_params, m.nvme_path, m.offload_buffer_mb << 20});
+      ShardOffload{m.offload_params, m.nvme_path, m.offload_buffer_mb << 20},
+      r.parallel.ep > 1 ? ExpertGroups{&topo.edp(), &topo.ep()} : ExpertGroups{});
   opt->set_norm_groups({&topo.tp(), &topo.pp()});
-  if (r.parallel.ep > 1) opt->set_expert_groups(topo.edp(), topo.ep());
   checkpoints =
       std::make_unique<RunCheckpoints>(r, trained, r.model, *opt, *data, *tokenizer, topo);
   // precision.fp8: the linears' GEMMs run in (emulated) FP8; scales travel with checkpoints.

@@ -19,12 +19,31 @@ StoreOptions ZeroOptimizer::store_options(int stage, int dp_size) {
 
 ZeroOptimizer::ZeroOptimizer(TrainableParams& model, Communicator& dp, int stage,
                              const AdamWConfig& cfg, const ShardOffload& optimizer_offload,
-                             const ShardOffload& params_offload)
-    : model_(model), be_(model.backend()), dp_(dp), stage_(stage), cfg_(cfg) {
+                             const ShardOffload& params_offload, ExpertGroups experts)
+    : model_(model),
+      be_(model.backend()),
+      dp_(dp),
+      stage_(stage),
+      cfg_(cfg),
+      edp_(experts.edp),
+      ep_(experts.ep) {
   LLMRUN_CHECK(params_offload.kind == Offload::none || stage_ == 3,
                "parameter offload needs ZeRO-3");
+  LLMRUN_CHECK((edp_ == nullptr) == (ep_ == nullptr), "expert parallelism needs edp and ep");
   BucketStore& params = model_.params();
   const int buckets = params.num_buckets();
+  // Each bucket's routed experts, one adjacent range of elements (empty without ep).
+  expert_range_.assign(size_t(buckets), {0, 0});
+  for (size_t b = 0; edp_ != nullptr && b < size_t(buckets); ++b) {
+    int64_t lo = -1, hi = 0;
+    for (const ParamSpec& spec : model_.layout()[b].params) {
+      if (!spec.expert) continue;
+      LLMRUN_CHECK(lo < 0 || spec.offset == hi, "a bucket's expert tensors must be adjacent");
+      if (lo < 0) lo = spec.offset;
+      hi = spec.offset + spec.numel();
+    }
+    if (lo >= 0) expert_range_[b] = {lo, hi};
+  }
   param_refs_.assign(buckets, 0);
   grad_refs_.assign(buckets, 0);
   gathering_.resize(buckets);
@@ -32,7 +51,7 @@ ZeroOptimizer::ZeroOptimizer(TrainableParams& model, Communicator& dp, int stage
   param_reads_.resize(buckets);
   for (int b = 0; b < buckets; ++b) {
     const int64_t n = params.padded_numel(b);
-    const int64_t shard = stage_ == 0 ? n : n / dp_.size();
+    const int64_t shard = stage_ == 0 ? n : n / shard_group(b).size();
     shard_numel_.push_back(shard);
     slot_numel_ = std::max(slot_numel_, n);
     if (stage_ >= 2) {
@@ -61,9 +80,19 @@ ZeroOptimizer::ZeroOptimizer(TrainableParams& model, Communicator& dp, int stage
 
 ZeroOptimizer::~ZeroOptimizer() { model_.set_hooks(nullptr); }
 
+bool ZeroOptimizer::edp_sharded(int b) const {
+  return stage_ > 0 && edp_ != nullptr && expert_range_[size_t(b)].second > 0;
+}
+
+Communicator& ZeroOptimizer::shard_group(int b) const { return edp_sharded(b) ? *edp_ : dp_; }
+
+int64_t ZeroOptimizer::shard_begin(int b) const {
+  return stage_ == 0 ? 0 : shard_numel_[b] * shard_group(b).rank();
+}
+
 Tensor ZeroOptimizer::shard_of(const Tensor& full_bucket, int b) const {
   if (stage_ == 0) return full_bucket;
-  return full_bucket.flat(shard_numel_[b] * dp_.rank(), shard_numel_[b]);
+  return full_bucket.flat(shard_begin(b), shard_numel_[b]);
 }
 
 namespace {
@@ -141,7 +170,7 @@ void ZeroOptimizer::gather_params(int b, bool blocking) {
       param_reads_[b].get();  // rethrows a failed read
       shard = param_staging_[b];
     }
-    gathering_[b] = dp_.iall_gather(shard, full);
+    gathering_[b] = shard_group(b).iall_gather(shard, full);
   }
   if (blocking) {
     wait(*gathering_[b]);
@@ -197,9 +226,9 @@ void ZeroOptimizer::release(int b, Phase phase) {
     } else if (stage_ >= 2) {
       Tensor full = grads.bucket(b);
       Tensor recv = recv_storage_[b].as(DType::f32, {shard_numel_[b]});
-      post_reduce(b, dp_.ireduce_scatter(full, recv), full, recv);
+      post_reduce(b, shard_group(b).ireduce_scatter(full, recv), full, recv);
       grads.detach(b);
-    } else if (last_micro && edp_ && expert_range_[size_t(b)].second > 0) {
+    } else if (stage_ == 0 && last_micro && edp_ && expert_range_[size_t(b)].second > 0) {
       // Dense tensors before and after the experts over dp, the experts over edp.
       Tensor full = grads.bucket(b);
       const auto [lo, hi] = expert_range_[size_t(b)];
@@ -212,11 +241,11 @@ void ZeroOptimizer::release(int b, Phase phase) {
       }
       if (edp_->size() > 1)
         reduces_.push_back({b, edp_->iall_reduce(full.flat(lo, hi - lo), ReduceOp::sum), {}, {}});
-    } else if (last_micro && dp_.size() > 1) {
+    } else if (last_micro && shard_group(b).size() > 1) {
       Tensor full = grads.bucket(b);
       // ZeRO-1 reduce-scatters in place: the owned shard's sum lands at the bucket's start.
       auto req = stage_ == 0 ? dp_.iall_reduce(full, ReduceOp::sum)
-                             : dp_.ireduce_scatter(full, full.flat(0, shard_numel_[b]));
+                             : shard_group(b).ireduce_scatter(full, full.flat(0, shard_numel_[b]));
       post_reduce(b, std::move(req), Tensor(), Tensor());
     }
   }
@@ -270,27 +299,33 @@ double ZeroOptimizer::finish_gradients() {
   for (int b = 0; b < model_.params().num_buckets(); ++b) {
     if (!model_.tied_across_stages(b)) continue;
     model_.sync_tied_grads(b);
-    if (dp_.size() > 1) {
+    Communicator& group = shard_group(b);
+    if (group.size() > 1) {
       Tensor full = model_.grads().bucket(b);
       const double posted = now_seconds(), before = comm_wait_s_;
-      wait(stage_ == 0 ? *dp_.iall_reduce(full, ReduceOp::sum)
-                       : *dp_.ireduce_scatter(full, full.flat(0, shard_numel_[b])));
+      wait(stage_ == 0 ? *group.iall_reduce(full, ReduceOp::sum)
+                       : *group.ireduce_scatter(full, full.flat(0, shard_numel_[b])));
       count_reduce(posted, comm_wait_s_ - before);  // waited in full: nothing hidden
     }
   }
+  sum_dense_over_ep();
   // Every owned piece of a tensor gets its own f32 slot (sum_squares_into), so the host adds
   // the pieces in double as before, after a single copy back.
   std::vector<std::pair<Tensor, int>> pieces;  // gradient piece, replicas of its tensor
   std::vector<bool> expert_piece;              // a routed expert's: summed over the ep group
   for (int b = 0; b < model_.params().num_buckets(); ++b) {
     const Tensor g = owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b);
-    const int64_t lo = stage_ == 0 ? 0 : shard_numel_[b] * dp_.rank(), hi = lo + g.numel();
+    const int64_t lo = shard_begin(b), hi = lo + g.numel();
     for (const ParamSpec& spec : model_.layout()[b].params) {
       const int64_t begin = std::max(lo, spec.offset),
                     end = std::min(hi, spec.offset + spec.numel());
       if (begin >= end || spec.tied_copy) continue;
-      pieces.emplace_back(g.flat(begin - lo, end - begin), spec.shard.replicas);
-      expert_piece.push_back(spec.expert && ep_ != nullptr);
+      // Sharded over edp, a dense tensor's shard is on each of the ep ranks alike.
+      const int copies = edp_sharded(b) && !spec.expert ? ep_->size() : 1;
+      pieces.emplace_back(g.flat(begin - lo, end - begin), spec.shard.replicas * copies);
+      // At stage 0 a rank's experts are whole: the other experts' squares come from ep. At
+      // stages 1-3 the sum over dp below covers every expert shard once.
+      expert_piece.push_back(spec.expert && ep_ != nullptr && stage_ == 0);
     }
   }
   const auto count = int64_t(pieces.size());
@@ -328,8 +363,7 @@ void ZeroOptimizer::scale_gradients(float factor) {
 
 void ZeroOptimizer::adamw_shard(int b, Tensor params, int64_t first, const Tensor& grads,
                                 float lr) {
-  const int64_t lo =
-      stage_ == 0 ? 0 : shard_numel_[b] * dp_.rank();  // the shard's first bucket element
+  const int64_t lo = shard_begin(b);  // the shard's first bucket element
   moments_->for_each_chunk(b, first, first + params.numel(),
                            [&](int64_t off, const std::vector<Tensor>& mv) {
                              const Tensor &m = mv[0], &v = mv[1];
@@ -365,7 +399,9 @@ void ZeroOptimizer::step(float lr) {
     } else {
       Tensor full = params.bucket(b);
       adamw_shard(b, shard_of(full, b), 0, g, lr);
-      if (stage_ > 0 && dp_.size() > 1) gathers.push_back(dp_.iall_gather(shard_of(full, b), full));
+      Communicator& group = shard_group(b);
+      if (stage_ > 0 && group.size() > 1)
+        gathers.push_back(group.iall_gather(shard_of(full, b), full));
     }
   }
   for (auto& g : gathers) wait(*g);
@@ -374,36 +410,44 @@ void ZeroOptimizer::step(float lr) {
 std::pair<int64_t, int64_t> ZeroOptimizer::held(State s, int b) const {
   const bool sharded = s == State::params ? stage_ == 3 : stage_ > 0;
   if (!sharded) return {0, model_.params().padded_numel(b)};
-  return {shard_numel_[b] * dp_.rank(), shard_numel_[b] * (dp_.rank() + 1)};
+  return {shard_begin(b), shard_begin(b) + shard_numel_[b]};
 }
 
-void ZeroOptimizer::set_expert_groups(Communicator& edp, Communicator& ep) {
-  LLMRUN_CHECK(stage_ == 0, "expert parallelism needs ZeRO-0");
-  edp_ = &edp;
-  ep_ = &ep;
-  expert_range_.assign(model_.layout().size(), {0, 0});
-  for (size_t b = 0; b < model_.layout().size(); ++b) {
-    int64_t lo = -1, hi = 0;
-    for (const ParamSpec& spec : model_.layout()[b].params) {
-      if (!spec.expert) continue;
-      LLMRUN_CHECK(lo < 0 || spec.offset == hi, "a bucket's expert tensors must be adjacent");
-      if (lo < 0) lo = spec.offset;
-      hi = spec.offset + spec.numel();
+void ZeroOptimizer::sum_dense_over_ep() {
+  if (ep_ == nullptr || ep_->size() == 1) return;
+  for (int b = 0; b < model_.params().num_buckets(); ++b) {
+    if (!edp_sharded(b)) continue;
+    // The shard's elements outside the experts: at most one range before and one after them.
+    const Tensor g = owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b);
+    const int64_t lo = shard_begin(b), hi = lo + g.numel();
+    const auto [x_lo, x_hi] = expert_range_[size_t(b)];
+    const std::pair<int64_t, int64_t> dense[2] = {{lo, std::min(hi, x_lo)},
+                                                  {std::max(lo, x_hi), hi}};
+    for (const auto& [begin, end] : dense) {
+      if (begin >= end) continue;
+      const double posted = now_seconds(), before = comm_wait_s_;
+      wait(*ep_->iall_reduce(g.flat(begin - lo, end - begin), ReduceOp::sum));
+      count_reduce(posted, comm_wait_s_ - before);
     }
-    if (lo >= 0) expert_range_[b] = {lo, hi};
   }
 }
 
 std::pair<int64_t, int64_t> ZeroOptimizer::partition_at(int b, int64_t offset) const {
-  if (edp_ == nullptr) return partition(b);
-  const auto [lo, hi] = expert_range_[size_t(b)];
-  if (offset < lo || offset >= hi) return partition(b);
-  // The experts' elements split over the ranks that hold the same experts.
-  const int64_t n = hi - lo, r = edp_->rank(), parts = edp_->size();
-  return {lo + n * r / parts, lo + n * (r + 1) / parts};
-}
-
-std::pair<int64_t, int64_t> ZeroOptimizer::partition(int b) const {
+  const auto [lo, hi] = edp_ ? expert_range_[size_t(b)] : std::pair<int64_t, int64_t>{0, 0};
+  const bool expert = offset >= lo && offset < hi;
+  if (edp_sharded(b)) {
+    // The edp shard this rank holds: its experts' part is this rank's alone; its dense part is
+    // on every ep rank, so they split it.
+    const int64_t begin = shard_begin(b), n = shard_numel_[b];
+    if (expert) return {begin, begin + n};
+    const int64_t r = ep_->rank(), parts = ep_->size();
+    return {begin + n * r / parts, begin + n * (r + 1) / parts};
+  }
+  if (expert) {
+    // Stage 0: the experts' elements split over the ranks that hold the same experts.
+    const int64_t n = hi - lo, r = edp_->rank(), parts = edp_->size();
+    return {lo + n * r / parts, lo + n * (r + 1) / parts};
+  }
   const int64_t n = model_.params().padded_numel(b) / dp_.size();
   return {n * dp_.rank(), n * (dp_.rank() + 1)};
 }

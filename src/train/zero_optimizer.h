@@ -13,6 +13,11 @@
 // Bucket b splits into dp equal shards (buckets are padded to a multiple of dp); rank r owns
 // elements [r * n_b / dp, (r + 1) * n_b / dp). Communication is non-blocking and is polled
 // between layers, so it overlaps the backward of the layers below.
+// Expert parallelism (ExpertGroups): a bucket holding routed experts differs between the ep
+// ranks, so at stages 1-3 it shards over edp (the ranks holding the same experts) instead of dp.
+// Its dense tensors (attention, router, norms, shared experts) are then held by the ep ranks
+// alike, shard for shard: their gradients, reduce-scattered over edp, are summed over ep too.
+// Buckets without experts shard over dp as before.
 #include <deque>
 #include <future>
 #include <memory>
@@ -33,14 +38,23 @@ struct TrainingMemory {
   size_t params = 0, grads = 0, optimizer = 0, buffers = 0;
 };
 
+// Expert parallelism: routed experts' tensors (ParamSpec::expert) reduce (and at stages 1-3
+// shard) over `edp`, the ranks holding the same experts, instead of dp; `ep` holds the other
+// experts (their squares add up in the gradient norm; dense gradients sum over it at stages 1-3).
+// Both null: no expert parallelism.
+struct ExpertGroups {
+  Communicator* edp = nullptr;
+  Communicator* ep = nullptr;
+};
+
 class ZeroOptimizer final : public BucketHooks {
  public:
   // `model` (the Transformer, or LoRA adapters) must have been built with
   // store_options(stage, dp.size()).
   // `params_offload` other than none needs stage 3 (the recipe refuses other stages).
   ZeroOptimizer(TrainableParams& model, Communicator& dp, int stage, const AdamWConfig& cfg,
-                const ShardOffload& optimizer_offload = {},
-                const ShardOffload& params_offload = {});
+                const ShardOffload& optimizer_offload = {}, const ShardOffload& params_offload = {},
+                ExpertGroups experts = {});
   ~ZeroOptimizer() override;
   static StoreOptions store_options(int stage, int dp_size);
 
@@ -49,10 +63,6 @@ class ZeroOptimizer final : public BucketHooks {
   // Model-parallel groups (tensor, pipeline) whose ranks hold other parts of the model: the
   // gradient norm sums over them too.
   void set_norm_groups(std::vector<Communicator*> groups) { norm_groups_ = std::move(groups); }
-  // Expert parallelism (ZeRO-0 only): routed experts' tensors (ParamSpec::expert) reduce over
-  // `edp` (the ranks holding the same experts) instead of dp, and their squares in the gradient
-  // norm add up over `ep` (the ranks holding the other experts).
-  void set_expert_groups(Communicator& edp, Communicator& ep);
   // Waits for all reductions; returns the global gradient norm (before clipping).
   double finish_gradients();
   void scale_gradients(float factor);
@@ -63,12 +73,15 @@ class ZeroOptimizer final : public BucketHooks {
   // The elements [begin, end) of bucket b's `s` that this rank holds: the whole (padded)
   // bucket, or its ZeRO shard (moments from stage 1, parameters at stage 3).
   std::pair<int64_t, int64_t> held(State s, int b) const;
-  // This rank's share of bucket b when writing a checkpoint: its 1/dp partition (ranks that
-  // hold the same values still split the writing).
-  std::pair<int64_t, int64_t> partition(int b) const;
-  // The partition that covers the tensor starting at bucket element `offset`: partition(b), or
-  // for a routed expert's tensor under expert parallelism the share over its edp group.
+  // This rank's share, when writing a checkpoint, of the tensor starting at bucket element
+  // `offset` of bucket b: its 1/dp partition (ranks that hold the same values still split the
+  // writing), inside held() for every state. Under expert parallelism a routed expert's tensor
+  // splits over its edp group only, and in a bucket sharded over edp (stages 1-3) a dense
+  // tensor's elements in this rank's shard split over the ep ranks holding that shard.
   std::pair<int64_t, int64_t> partition_at(int b, int64_t offset) const;
+  // The group bucket b's ZeRO shards split over: edp for a bucket with routed experts under
+  // expert parallelism at stages 1-3, else dp.
+  Communicator& shard_group(int b) const;
   // Host memory holding held(s, b), when it lives there (no copy needed); else an empty Tensor.
   Tensor host_view(State s, int b) const;
   // Copies between `t` and bucket elements [first, first + t.numel()), inside held(s, b).
@@ -102,6 +115,10 @@ class ZeroOptimizer final : public BucketHooks {
   };
 
   Tensor shard_of(const Tensor& full_bucket, int b) const;
+  int64_t shard_begin(int b) const;  // this rank's shard's first bucket element (0 at stage 0)
+  bool edp_sharded(int b) const;     // shard_group(b) is edp
+  // Stages 1-3, buckets sharded over edp: sums the owned shard's dense elements over ep.
+  void sum_dense_over_ep();
   Tensor take_slot();
   void free_slot(Tensor slot);
   void gather_params(int b, bool blocking);
@@ -123,7 +140,7 @@ class ZeroOptimizer final : public BucketHooks {
   int micro_batches_ = 1;
   std::vector<int> released_;  // backward releases of each bucket in this step
   std::vector<Communicator*> norm_groups_;
-  Communicator *edp_ = nullptr, *ep_ = nullptr;            // expert parallelism (set_expert_groups)
+  Communicator *edp_ = nullptr, *ep_ = nullptr;            // expert parallelism (ExpertGroups)
   std::vector<std::pair<int64_t, int64_t>> expert_range_;  // per bucket: its experts' elements
   // The grad norm's per-tensor sums of squares, one slot each, land here on the device and
   // come back to the host in one copy per step (no sync per tensor).

@@ -6,6 +6,7 @@
 #    mlp.experts.E.{gate,up,down}_proj.weight) converts to a checkpoint and back tensor for
 #    tensor, `llmrun eval` equals PyTorch's loss, `llmrun generate` equals PyTorch's greedy
 #    tokens, and `model.from` the dir fine-tunes;
+#  - the dir trains under ep2 and pp2 with the one-rank loss curve;
 #  - clip_qkv and tensor parallelism are refused with the reason.
 # Usage: olmoe.sh ORACLE_DUMP LLMRUN SOURCE_DIR
 source "$(dirname "$0")/../e2e/common.bash" "$2" "$3"
@@ -63,6 +64,33 @@ YAML
 $PY same back ft/model >/dev/null && fail "fine-tuning did not change the weights"
 grep -q '"model_type": "olmoe"' ft/model/config.json || fail "fine-tuned model did not export as olmoe"
 expect_exit 2 "parallel.tp: OLMoE's q/k norms" "$LLMRUN" train ft.yaml --nproc 2 --set parallel.tp=2
+
+# OLMoE (q/k norms, every MLP routed) under expert and pipeline parallelism: ep2 (each rank
+# holds 2 of the 4 experts, tokens cross by all-to-all) and pp2 (one layer per stage)
+# reproduce the one-rank loss curve within 1e-5 relative.
+cat > lay.yaml <<YAML
+model: {from: back}
+data: {train: [{path: text.txt}]}
+train: {steps: 6, micro_batch: 2, global_batch: 4, lr: 3.0e-3, warmup: 0, seed: 5}
+logging: {every: 1}
+YAML
+for layout in "one 1" "ep2 2 parallel.ep=2" "pp2 2 parallel.pp=2"; do
+  set -- $layout
+  name=$1 nproc=$2; shift 2
+  sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
+  "$LLMRUN" train lay.yaml --nproc $nproc --set logging.metrics=lay-$name.jsonl \
+    --set checkpoint.dir=lay-$name "${sets[@]}" > lay-$name.log 2>&1 || { cat lay-$name.log; fail "OLMoE under $name"; }
+done
+for name in ep2 pp2; do
+  /usr/bin/python3 - lay-one.jsonl lay-$name.jsonl <<'PY' || fail "OLMoE under $name: loss curve differs from one rank"
+import json, sys
+a, b = ({r["step"]: r["loss"] for r in map(json.loads, open(f)) if "loss" in r} for f in sys.argv[1:])
+assert len(a) == 6 and sorted(a) == sorted(b), (sorted(a), sorted(b))
+worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in a)
+assert worst < 1e-5, f"{sys.argv[2]}: loss differs by {worst:.2e}"
+print(f"OLMoE {sys.argv[2]}: losses of steps 1-6 within {worst:.1e} of one rank")
+PY
+done
 
 /usr/bin/python3 -c 'import json; c=json.load(open("back/config.json")); c["clip_qkv"]=8.0; json.dump(c, open("back/config.json","w"))'
 expect_exit 2 '"clip_qkv": .*not supported' "$LLMRUN" eval back --text text.txt

@@ -157,7 +157,9 @@ TEST(NcclHostLogic, TopologyWrapsEveryGroupButTheWorldInOrder) {
     seen.push_back(g->name());
     return make_self_communicator(g->name() + "'");
   });
-  EXPECT_EQ(seen, (std::vector<std::string>{"tp", "pp", "dp", "cp", "dp_cp"}));
+  // ep too (expert parallelism's all-to-alls); edp exists only when ep > 1.
+  EXPECT_EQ(seen, (std::vector<std::string>{"tp", "pp", "dp", "cp", "dp_cp", "ep"}));
+  EXPECT_EQ(topo.ep().name(), "ep'");
   EXPECT_EQ(topo.tp().name(), "tp'");
   EXPECT_EQ(topo.pp().name(), "pp'");
   EXPECT_EQ(topo.dp().name(), "dp'");
