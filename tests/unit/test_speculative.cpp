@@ -20,6 +20,7 @@
 #include "serve/engine.h"
 #include "serve/logit_processors.h"
 #include "serve/speculative/ngram_proposer.h"
+#include "serve/speculative/proposal_grammar.h"
 #include "serve/speculative/spec_policy.h"
 #include "serve/structured/json_schema.h"
 #include "serve/structured/regex.h"
@@ -43,6 +44,35 @@ TEST(NgramProposer, LongestMostRecentMatchAndPeriodicContinuation) {
   EXPECT_TRUE(propose_ngram({1, 2, 3, 4}, o, 4).empty());       // nothing recurs
   EXPECT_TRUE(propose_ngram({1, 2, 1, 2}, {3, 3}, 4).empty());  // only 3-grams allowed
   EXPECT_TRUE(propose_ngram({7}, o, 4).empty());
+}
+
+TEST(ProposalGrammar, CutsAtTheFirstRefusedTokenAndAfterTheEnd) {
+  ByteLevelTokenizer tok;
+  structured::ConstraintCache cache(tok);
+  const auto grammar = [&](const std::string& re) {
+    return cache.get("root ::= " + structured::regex_to_gbnf(re, false));
+  };
+  structured::ConstraintMatcher m(grammar("ab[cd]*"));
+  ASSERT_TRUE(m.accept('a'));  // the sequence's own matcher, after "a"
+  auto cut = [&](std::vector<int32_t> draft, std::vector<int32_t> ends) {
+    cut_to_grammar(draft, ProposalGrammar(m, std::move(ends), 16));
+    return draft;
+  };
+  using Ids = std::vector<int32_t>;
+  EXPECT_EQ(cut({'b', 'x', 'c'}, {}), (Ids{'b'}));
+  // An end token is kept, and ends the proposal, where the output so far is a sentence, or
+  // where it is an ordinary token the grammar takes (a stop_token_ids entry); else refused.
+  EXPECT_EQ(cut({'b', 'c', 'z', 'd'}, {'z'}), (Ids{'b', 'c', 'z'}));
+  EXPECT_EQ(cut({'z'}, {'z'}), (Ids{}));
+  EXPECT_EQ(cut({'b', 'c'}, {'b'}), (Ids{'b'}));
+  // The sequence's matcher did not move.
+  EXPECT_FALSE(m.accepting());
+  EXPECT_TRUE(m.accept('b'));
+  // A complete sentence (nothing can follow) ends the proposal.
+  structured::ConstraintMatcher done(grammar("ab"));
+  Ids draft = {'a', 'b', 'a'};
+  cut_to_grammar(draft, ProposalGrammar(done, {}, 16));
+  EXPECT_EQ(draft, (Ids{'a', 'b'}));
 }
 
 namespace {

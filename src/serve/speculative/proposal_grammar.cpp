@@ -8,8 +8,10 @@ namespace llmrun {
 bool ProposalGrammar::take(int32_t token) {
   if (ended_) return false;
   if (std::find(ends_.begin(), ends_.end(), token) != ends_.end()) {
-    // The engine ends the sequence on it (the matcher never takes end tokens).
-    if (!m_.accepting()) return false;
+    // The engine ends the sequence on it (the matcher never takes end tokens). Allowed where
+    // the mask allows it: once the output is complete, or where its bytes fit the grammar
+    // (a stop_token_ids entry that is an ordinary token).
+    if (!m_.accepting() && !structured::ConstraintMatcher(m_).accept(token)) return false;
     ended_ = true;
     return true;
   }
