@@ -8,6 +8,7 @@
 
 #include "quant/kv_cache_dtype.h"
 #include "serve/logit_processors.h"
+#include "serve/speculative/proposal_grammar.h"
 #include "serve/speculative/rejection.h"
 #include "util/error.h"
 
@@ -234,25 +235,33 @@ void Engine::propose() {
   };
   int batch = 0;  // the step's decoding sequences
   for (auto& [id, sp] : seqs_) batch += decoding(*sp) ? 1 : 0;
+  std::vector<std::unique_ptr<ProposalGrammar>> grammars;  // per drafting sequence, or null
   for (auto& [id, sp] : seqs_) {
     Sequence& s = *sp;
     if (!decoding(s)) continue;
-    if (s.matcher) continue;  // structured output: proposals are not checked by the grammar
     // k proposals yield up to k + 1 tokens: stay within max_tokens and max_model_len.
     const int limit = std::min(s.prompt_len + s.params.max_tokens, cfg_.max_model_len);
     const int cap = std::min(sc.num_tokens, limit - static_cast<int>(s.tokens.size()) - 1);
     const int k = plan_proposal(s.spec, sc, s.tokens, cap, batch, spec_cost_, metrics_.spec);
     if (k <= 0) continue;
+    // Structured output: the proposal stays inside the grammar (proposal_grammar.h).
+    auto grammar =
+        s.matcher ? std::make_unique<ProposalGrammar>(*s.matcher, end_tokens(s), token_budget(s))
+                  : nullptr;
     if (sc.method == SpecMethod::ngram) {
       s.spec.draft = propose_ngram(s.tokens, sc.ngram, k);
+      if (grammar) cut_to_grammar(s.spec.draft, std::move(*grammar));
     } else {
       drafting.push_back(&s);
       want.push_back(k);
+      grammars.push_back(std::move(grammar));
     }
   }
   if (drafter_ && !drafting.empty()) {
     const auto t0 = Clock::now();
-    drafter_->propose(drafting, want);
+    std::vector<ProposalGrammar*> gates;
+    for (auto& g : grammars) gates.push_back(g.get());
+    drafter_->propose(drafting, want, gates);
     int drafted = 0;
     for (const Sequence* s : drafting) drafted += static_cast<int>(s->spec.draft.size());
     spec_cost_.record_draft(drafted, seconds(Clock::now() - t0));
@@ -372,6 +381,13 @@ void Engine::verify(Sequence& s, int first_row, int d, const std::vector<int32_t
       // Penalties see the accepted proposals: s.tokens grows as they are reported.
       const float* use = apply_logit_processors(s.params, s.tokens, s.prompt_len, row.data(), V,
                                                 tok_.vocab_size(), masked, work, raw);
+      // Structured output: this position's mask (the grammar has taken the tokens before it),
+      // so p is the constrained law, greedy's argmax the constrained argmax.
+      if (s.matcher && !mask_row(s, use, work)) {
+        pending.text += s.text->flush();
+        finish(s, pending, "length");
+        break;
+      }
       s.sampler->distribution(use, V, p);
       if (i < d) {
         const std::vector<double>* q =
@@ -386,6 +402,7 @@ void Engine::verify(Sequence& s, int first_row, int d, const std::vector<int32_t
     }
     if (ok) ++accepted;
     rejected = i < d && !ok;
+    if (s.matcher) advance_grammar(s, token);
     report_token(s, token, raw, &pending);
     if (finished(s) || !ok) break;
   }
@@ -410,24 +427,41 @@ void Engine::sample_and_report(Sequence& s, const float* logits, int32_t greedy)
   const float* use = apply_logit_processors(p, s.tokens, s.prompt_len, logits, V, tok_.vocab_size(),
                                             masked, work, raw);
   if (s.matcher) {  // structured output: refused tokens get -inf (serve/structured)
-    if (use != work.data()) work.assign(use, use + V);
-    use = work.data();
-    std::vector<int32_t> ends = cfg_.stop_token_ids;
-    ends.insert(ends.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
-    if (tok_.eos_id() >= 0 && !p.ignore_eos) ends.push_back(tok_.eos_id());
-    const int64_t budget = std::min<int64_t>(p.max_tokens - s.generated(),
-                                             cfg_.max_model_len - int64_t(s.tokens.size()));
-    if (!s.matcher->mask_logits(work.data(), V, budget, ends)) {
+    if (!mask_row(s, use, work)) {
       SequenceEvent ev;
       ev.text = s.text->flush();
       return finish(s, ev, "length");
     }
     const int32_t token = s.sampler->sample(use, V);
-    if (std::find(ends.begin(), ends.end(), token) == ends.end())
-      LLMRUN_CHECK(s.matcher->accept(token), "a masked token was sampled");
+    advance_grammar(s, token);
     return report_token(s, token, raw);
   }
   report_token(s, s.sampler->sample(use, V), raw);
+}
+
+std::vector<int32_t> Engine::end_tokens(const Sequence& s) const {
+  std::vector<int32_t> ends = cfg_.stop_token_ids;
+  ends.insert(ends.end(), s.params.stop_token_ids.begin(), s.params.stop_token_ids.end());
+  if (tok_.eos_id() >= 0 && !s.params.ignore_eos) ends.push_back(tok_.eos_id());
+  return ends;
+}
+
+int64_t Engine::token_budget(const Sequence& s) const {
+  return std::min<int64_t>(s.params.max_tokens - s.generated(),
+                           cfg_.max_model_len - int64_t(s.tokens.size()));
+}
+
+bool Engine::mask_row(Sequence& s, const float*& use, std::vector<float>& work) {
+  const int V = model_.config().vocab;
+  if (use != work.data()) work.assign(use, use + V);
+  use = work.data();
+  return s.matcher->mask_logits(work.data(), V, token_budget(s), end_tokens(s));
+}
+
+void Engine::advance_grammar(Sequence& s, int32_t token) {
+  const std::vector<int32_t> ends = end_tokens(s);
+  if (std::find(ends.begin(), ends.end(), token) == ends.end())
+    LLMRUN_CHECK(s.matcher->accept(token), "a masked token was sampled");
 }
 
 void Engine::report_token(Sequence& s, int32_t token, const float* raw, SequenceEvent* pending) {

@@ -102,6 +102,14 @@ class Engine {
   // `pending`: add to this event instead of sending one (a verification step's tokens go out
   // together; a finish sends it).
   void report_token(Sequence& s, int32_t token, const float* raw, SequenceEvent* pending = nullptr);
+  // Structured output. end_tokens: the tokens that end `s` (its grammar allows them once the
+  // output is complete); token_budget: the tokens it may still generate. mask_row: `use`
+  // copied into `work` (unless it is `work`) with the tokens the grammar refuses now at -inf;
+  // false when it allows none. advance_grammar: the grammar takes a picked token.
+  std::vector<int32_t> end_tokens(const Sequence& s) const;
+  int64_t token_budget(const Sequence& s) const;
+  bool mask_row(Sequence& s, const float*& use, std::vector<float>& work);
+  void advance_grammar(Sequence& s, int32_t token);
   void finish(Sequence& s, SequenceEvent& ev, const std::string& reason);
   void erase_finished();
   void publish_stats();

@@ -49,6 +49,48 @@ void ToolCallStream::to_raw() {
   state_ = State::raw;
 }
 
+ToolCallStream::Look ToolCallStream::look_for(const std::string& text, char c, size_t& at) {
+  at = skip_ws(text, pos_);
+  if (at == text.size()) return Look::more;
+  if (text[at] != c) {
+    to_raw();
+    return Look::other;
+  }
+  return Look::found;
+}
+
+ToolCallStream::Look ToolCallStream::read_string(const std::string& text, std::string& value,
+                                                 size_t& after) {
+  size_t i = 0;
+  if (const Look l = look_for(text, '"', i); l != Look::found) return l;
+  const size_t e = string_end(text, i);
+  if (e == std::string::npos) return Look::more;
+  after = skip_ws(text, e);
+  if (after == text.size()) return Look::more;
+  try {
+    value = nlohmann::json::parse(text.substr(i, e - i)).get<std::string>();
+  } catch (const nlohmann::json::exception&) {
+    to_raw();
+    return Look::other;
+  }
+  return Look::found;
+}
+
+bool ToolCallStream::take_until_marker(const std::string& text, const std::string& open,
+                                       std::string& out) {
+  const size_t at = text.find(open, pos_);
+  if (at == std::string::npos) {
+    const size_t end = text.size() - partial_marker(text, pos_, open);
+    out += text.substr(pos_, end - pos_);
+    pos_ = end;
+    return false;
+  }
+  out += text.substr(pos_, at - pos_);
+  call_start_ = at;
+  pos_ = at + open.size();
+  return true;
+}
+
 bool ToolCallStream::step(const std::string& text, std::string& content,
                           std::vector<ToolCallDelta>& deltas) {
   const bool hermes = kind_ == ChatTemplateKind::chatml;
@@ -68,16 +110,7 @@ bool ToolCallStream::step(const std::string& text, std::string& content,
         state_ = State::plain;
         return true;
       }
-      const size_t at = text.find(open, pos_);
-      if (at == std::string::npos) {
-        const size_t end = n - partial_marker(text, pos_, open);
-        content += text.substr(pos_, end - pos_);
-        pos_ = end;
-        return false;
-      }
-      content += text.substr(pos_, at - pos_);
-      call_start_ = at;
-      pos_ = at + open.size();
+      if (!take_until_marker(text, open, content)) return false;
       state_ = mistral ? State::list_open : State::object;
       return true;
     }
@@ -86,45 +119,24 @@ bool ToolCallStream::step(const std::string& text, std::string& content,
       pos_ = n;
       return false;
     case State::list_open: {
-      const size_t i = skip_ws(text, pos_);
-      if (i == n) return false;
-      if (text[i] != '[') {
-        to_raw();
-        return true;
-      }
+      size_t i = 0;
+      if (const Look l = look_for(text, '[', i); l != Look::found) return l == Look::other;
       pos_ = i + 1;
       state_ = State::object;
       return true;
     }
     case State::object: {
-      const size_t i = skip_ws(text, pos_);
-      if (i == n) return false;
-      if (text[i] != '{') {
-        to_raw();
-        return true;
-      }
+      size_t i = 0;
+      if (const Look l = look_for(text, '{', i); l != Look::found) return l == Look::other;
       pos_ = i + 1;
       have_name_ = sent_ = false;
       state_ = State::key;
       return true;
     }
     case State::key: {
-      const size_t i = skip_ws(text, pos_);
-      if (i == n) return false;
-      if (text[i] != '"') {
-        to_raw();
-        return true;
-      }
-      const size_t e = string_end(text, i);
-      if (e == std::string::npos) return false;
-      const size_t colon = skip_ws(text, e);
-      if (colon == n) return false;
       std::string key;
-      try {
-        key = nlohmann::json::parse(text.substr(i, e - i)).get<std::string>();
-      } catch (const nlohmann::json::exception&) {
-        key.clear();
-      }
+      size_t colon = 0;
+      if (const Look l = read_string(text, key, colon); l != Look::found) return l == Look::other;
       const bool ok = text[colon] == ':' &&
                       (have_name_ ? key == "arguments" || key == "parameters" : key == "name");
       if (!ok) {
@@ -136,22 +148,8 @@ bool ToolCallStream::step(const std::string& text, std::string& content,
       return true;
     }
     case State::name_value: {
-      const size_t i = skip_ws(text, pos_);
-      if (i == n) return false;
-      if (text[i] != '"') {
-        to_raw();
-        return true;
-      }
-      const size_t e = string_end(text, i);
-      if (e == std::string::npos) return false;
-      const size_t comma = skip_ws(text, e);
-      if (comma == n) return false;
-      try {
-        name_ = nlohmann::json::parse(text.substr(i, e - i)).get<std::string>();
-      } catch (const nlohmann::json::exception&) {
-        to_raw();
-        return true;
-      }
+      size_t comma = 0;
+      if (const Look l = read_string(text, name_, comma); l != Look::found) return l == Look::other;
       if (text[comma] != ',') {
         to_raw();
         return true;
@@ -163,12 +161,8 @@ bool ToolCallStream::step(const std::string& text, std::string& content,
     }
     case State::args_value: {
       if (!sent_) {  // the call is announced once its arguments open as an object
-        const size_t i = skip_ws(text, pos_);
-        if (i == n) return false;
-        if (text[i] != '{') {
-          to_raw();
-          return true;
-        }
+        size_t i = 0;
+        if (const Look l = look_for(text, '{', i); l != Look::found) return l == Look::other;
         deltas.push_back({calls_, new_tool_call_id(kind_), name_, ""});
         ++calls_;
         sent_ = true;
@@ -248,16 +242,7 @@ bool ToolCallStream::step(const std::string& text, std::string& content,
         pos_ = n;
         return false;
       }
-      const size_t at = text.find(open, pos_);
-      if (at == std::string::npos) {
-        const size_t end = n - partial_marker(text, pos_, open);
-        tail_ += text.substr(pos_, end - pos_);
-        pos_ = end;
-        return false;
-      }
-      tail_ += text.substr(pos_, at - pos_);
-      call_start_ = at;
-      pos_ = at + open.size();
+      if (!take_until_marker(text, open, tail_)) return false;
       state_ = State::object;
       return true;
     }

@@ -46,6 +46,16 @@ class ToolCallStream {
   bool step(const std::string& text, std::string& content, std::vector<ToolCallDelta>& deltas);
   void finish(const std::string& text, std::string& content, std::vector<ToolCallDelta>& deltas);
   void to_raw();
+  // The parse steps the states share. look_for: the next non-space byte is `c` (found, at
+  // `at`), or more text is needed, or it is something else (then the call goes raw).
+  enum class Look { more, other, found };
+  Look look_for(const std::string& text, char c, size_t& at);
+  // A JSON string next (its value) and the next non-space byte after it (`after`); a string
+  // that does not parse sends the call raw.
+  Look read_string(const std::string& text, std::string& value, size_t& after);
+  // Moves text[pos_..] up to the next call marker into `out`, holding back a trailing part
+  // of a marker; true (pos_ past the marker, call_start_ at it) when a marker was found.
+  bool take_until_marker(const std::string& text, const std::string& open, std::string& out);
 
   ChatTemplateKind kind_;
   State state_ = State::content;

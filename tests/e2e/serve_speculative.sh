@@ -2,7 +2,8 @@
 # ngram and --speculative draft give, greedy, exactly the text plain `generate` gives (alone,
 # and served to concurrent requests with a KV pool small enough to force preemption and a
 # token budget that chunks prefills); /metrics reports the proposals under vLLM's names and
-# no KV block stays in use; `bench serve` reports the acceptance figures; a draft model with
+# no KV block stays in use; constrained (structured-output) requests are speculated and give the
+# plain server's text; `bench serve` reports the acceptance figures; a draft model with
 # another vocabulary is refused with the reason.
 source "$(dirname "$0")/common.bash"
 source "$(dirname "$0")/serve_common.bash"
@@ -85,6 +86,58 @@ PY
 check_served ngram --speculative ngram --num-speculative-tokens 3
 check_served "draft (self)" --speculative draft --draft-model "$WORK/tiny"
 check_served "draft (other)" --speculative draft --draft-model "$WORK/other" --no-prefix-caching
+
+# Structured outputs are speculated too: constrained greedy requests (a regex and a JSON schema,
+# concurrent, preempting) give on speculative servers the text a plain server gives, valid,
+# with proposals accepted (the grammar's forced text is what prompt lookup guesses).
+constrained() {  # OUT_FILE ARGS...: serves with these options and writes the constrained texts
+  local out=$1; shift
+  start_server "$WORK/server.log" "$WORK/tiny" --threads 2 --block-size 4 --kv-blocks 40 \
+    --max-model-len 128 --max-batched-tokens 32 "$@"
+  /usr/bin/python3 - "$PORT" "$out" <<'PY' || { tail -n 20 "$WORK/server.log"; fail "constrained requests failed: $*"; }
+import json, re, sys, threading, urllib.request
+port, out_file = sys.argv[1], sys.argv[2]
+regex = r"(item[0-9] ){2,5}end"
+schema = {"type": "array", "minItems": 2, "maxItems": 3, "items": {"type": "object",
+          "properties": {"k": {"enum": ["ab", "cd"]}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+          "required": ["k", "n"], "additionalProperties": False}}
+asks = []
+for i in range(4):
+    asks.append({"prompt": f"item{i} item{i + 1} end item{i}", "guided_regex": regex})
+    asks.append({"prompt": f'[{{"k":"ab","n":{i}}},{{"k":"cd","n":1}}]',
+                 "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+out = [None] * len(asks)
+def ask(i):
+    body = dict(asks[i], max_tokens=60, temperature=0)
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    out[i] = json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["text"]
+ts = [threading.Thread(target=ask, args=(i,)) for i in range(len(asks))]
+for t in ts: t.start()
+for t in ts: t.join()
+for a, o in zip(asks, out):
+    if "guided_regex" in a:
+        assert re.fullmatch(regex, o), ("regex", o)
+    else:
+        v = json.loads(o)
+        assert isinstance(v, list) and 2 <= len(v) <= 3, o
+        assert all(set(x) == {"k", "n"} and x["k"] in ("ab", "cd") and 0 <= x["n"] <= 9 for x in v), o
+json.dump(out, open(out_file, "w"))
+PY
+}
+constrained "$WORK/constrained_plain.json"
+stop_server
+for spec in "--speculative ngram" "--speculative draft --draft-model $WORK/tiny"; do
+  # shellcheck disable=SC2086
+  constrained "$WORK/constrained_spec.json" $spec --speculative-disable-by-batch-size 0 --no-speculative-backoff
+  cmp -s "$WORK/constrained_plain.json" "$WORK/constrained_spec.json" ||
+    { diff <(tr ',' '\n' <"$WORK/constrained_plain.json") <(tr ',' '\n' <"$WORK/constrained_spec.json"); fail "$spec: constrained text differs from the plain server's"; }
+  m=$(curl -sf "http://127.0.0.1:$PORT/metrics")
+  echo "$m" | grep -qE '^llmrun:spec_decode_num_accepted_tokens_total [1-9]' || { echo "$m" | grep spec_decode; fail "$spec: no constrained proposal accepted"; }
+  echo "$m" | grep -qE '^llmrun:num_preemptions_total [1-9]' || fail "$spec: the pool was meant to force preemption"
+  echo "$m" | grep -q '^llmrun:kv_cache_blocks_used 0$' || fail "$spec: KV blocks still in use"
+  stop_server
+done
 
 # bench serve: the acceptance figures, on the repeating workload.
 "$LLMRUN" bench serve --model-dir "$WORK/tiny" --threads 2 --num-prompts 4 --max-concurrency 1 \

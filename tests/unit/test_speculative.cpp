@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <random>
+#include <regex>
 #include <thread>
 
 #include "data/tokenizer.h"
@@ -19,7 +20,11 @@
 #include "serve/engine.h"
 #include "serve/logit_processors.h"
 #include "serve/speculative/ngram_proposer.h"
+#include "serve/speculative/proposal_grammar.h"
 #include "serve/speculative/spec_policy.h"
+#include "serve/structured/json_schema.h"
+#include "serve/structured/regex.h"
+#include "serve/structured/token_mask.h"
 #include "test_backend.h"
 #include "tiny_model.h"
 
@@ -39,6 +44,35 @@ TEST(NgramProposer, LongestMostRecentMatchAndPeriodicContinuation) {
   EXPECT_TRUE(propose_ngram({1, 2, 3, 4}, o, 4).empty());       // nothing recurs
   EXPECT_TRUE(propose_ngram({1, 2, 1, 2}, {3, 3}, 4).empty());  // only 3-grams allowed
   EXPECT_TRUE(propose_ngram({7}, o, 4).empty());
+}
+
+TEST(ProposalGrammar, CutsAtTheFirstRefusedTokenAndAfterTheEnd) {
+  ByteLevelTokenizer tok;
+  structured::ConstraintCache cache(tok);
+  const auto grammar = [&](const std::string& re) {
+    return cache.get("root ::= " + structured::regex_to_gbnf(re, false));
+  };
+  structured::ConstraintMatcher m(grammar("ab[cd]*"));
+  ASSERT_TRUE(m.accept('a'));  // the sequence's own matcher, after "a"
+  auto cut = [&](std::vector<int32_t> draft, std::vector<int32_t> ends) {
+    cut_to_grammar(draft, ProposalGrammar(m, std::move(ends), 16));
+    return draft;
+  };
+  using Ids = std::vector<int32_t>;
+  EXPECT_EQ(cut({'b', 'x', 'c'}, {}), (Ids{'b'}));
+  // An end token is kept, and ends the proposal, where the output so far is a sentence, or
+  // where it is an ordinary token the grammar takes (a stop_token_ids entry); else refused.
+  EXPECT_EQ(cut({'b', 'c', 'z', 'd'}, {'z'}), (Ids{'b', 'c', 'z'}));
+  EXPECT_EQ(cut({'z'}, {'z'}), (Ids{}));
+  EXPECT_EQ(cut({'b', 'c'}, {'b'}), (Ids{'b'}));
+  // The sequence's matcher did not move.
+  EXPECT_FALSE(m.accepting());
+  EXPECT_TRUE(m.accept('b'));
+  // A complete sentence (nothing can follow) ends the proposal.
+  structured::ConstraintMatcher done(grammar("ab"));
+  Ids draft = {'a', 'b', 'a'};
+  cut_to_grammar(draft, ProposalGrammar(done, {}, 16));
+  EXPECT_EQ(draft, (Ids{'a', 'b'}));
 }
 
 namespace {
@@ -123,6 +157,24 @@ RunResult run_engine(Transformer& model, const Tokenizer& tok, const EngineConfi
   return r;
 }
 
+// 64 sequences, 4-token blocks; `method` proposing 4 tokens at every batch size and every step
+// (no back-off: exactness is under test), drafting with `draft` (method draft).
+EngineConfig spec_engine(int max_batched, int blocks, int max_len, SpecMethod method,
+                         Transformer* draft) {
+  EngineConfig ec;
+  ec.max_num_seqs = 64;
+  ec.max_batched_tokens = max_batched;
+  ec.block_size = 4;
+  ec.num_blocks = blocks;
+  ec.max_model_len = max_len;
+  ec.speculative.method = method;
+  ec.speculative.num_tokens = 4;
+  ec.speculative.disable_by_batch_size = 0;
+  ec.speculative.adaptive = false;
+  ec.speculative.draft_model = draft;
+  return ec;
+}
+
 struct GreedyCase {
   int requests, pool_blocks;
   bool prefix;
@@ -176,18 +228,8 @@ void greedy_case(Arch arch, SpecMethod method, const GreedyCase& c) {
     }
     params.push_back(gp);
   }
-  EngineConfig ec;
-  ec.max_num_seqs = 64;
-  ec.max_batched_tokens = c.max_batched;
-  ec.block_size = 4;
-  ec.num_blocks = c.pool_blocks;
-  ec.max_model_len = 96;
+  EngineConfig ec = spec_engine(c.max_batched, c.pool_blocks, 96, method, draft);
   ec.prefix_caching = c.prefix;
-  ec.speculative.method = method;
-  ec.speculative.num_tokens = 4;
-  ec.speculative.disable_by_batch_size = 0;  // speculate at every batch size here
-  ec.speculative.adaptive = false;           // and at every step: exactness under test
-  ec.speculative.draft_model = draft;
   const RunResult r = run_engine(*model, tok, ec, prompts, params);
   const std::string what = std::string(method == SpecMethod::ngram ? "ngram" : "draft") + " " +
                            std::to_string(c.requests) + " requests, " +
@@ -229,6 +271,101 @@ TEST(SpeculativeEngine, DraftModelGreedyMatchesWithoutSpeculation) {
 
 namespace {
 
+// Structured outputs under speculation: greedy constrained requests (a JSON schema and a
+// regex, half each) must give token for token what the same requests give without
+// speculation, and a valid sentence of their grammar.
+const char* kItemsSchema = R"({"type":"array","minItems":2,"maxItems":4,"items":{"type":"object",)"
+                           R"("properties":{"id":{"type":"integer","minimum":0,"maximum":99},)"
+                           R"("tag":{"enum":["red","green","blue"]}},"required":["id","tag"],)"
+                           R"("additionalProperties":false}})";
+const char* kTokensRegex = "(token[0-9] ){2,6}stop";
+
+void check_constrained_output(const std::string& text, bool json_case, const std::string& what) {
+  if (!json_case) {
+    EXPECT_TRUE(std::regex_match(text, std::regex(kTokensRegex))) << what << ": '" << text << "'";
+    return;
+  }
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_TRUE(j.is_array()) << what << ": '" << text << "'";
+  EXPECT_GE(j.size(), 2u) << what;
+  EXPECT_LE(j.size(), 4u) << what;
+  for (const auto& item : j) {
+    ASSERT_TRUE(item.is_object() && item.size() == 2) << what << ": '" << text << "'";
+    EXPECT_TRUE(item["id"].is_number_integer() && item["id"] >= 0 && item["id"] <= 99) << text;
+    const std::string tag = item["tag"].is_string() ? item["tag"].get<std::string>() : "";
+    EXPECT_TRUE(tag == "red" || tag == "green" || tag == "blue") << text;
+  }
+}
+
+void constrained_greedy_case(SpecMethod method, int requests, int pool_blocks) {
+  auto be = test::make_test_backend(2);
+  const ModelConfig cfg = test_models::tiny_config(Arch::llama, 64, 128, 256, 128);
+  auto model = make_model(*be, cfg, 11, 6.0f);
+  // As in greedy_case: the target as its own draft for odd counts, a rescaled copy otherwise.
+  std::unique_ptr<Transformer> other;
+  Transformer* draft = model.get();
+  if (method == SpecMethod::draft && requests % 2 == 0) {
+    other = make_model(*be, cfg, 11, 4.5f);
+    draft = other.get();
+  }
+  ByteLevelTokenizer tok;
+  structured::ConstraintCache cache(tok);
+  auto json_c = cache.get(structured::json_schema_to_gbnf(nlohmann::json::parse(kItemsSchema)));
+  auto regex_c = cache.get("root ::= " + structured::regex_to_gbnf(kTokensRegex, false));
+  std::mt19937 rng(uint32_t(requests * 13 + pool_blocks));
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<GenerationParams> params;
+  for (int i = 0; i < requests; ++i) {
+    GenerationParams gp;
+    gp.sampling = SamplingParams{0.0f, 0, 1.0f, 0};
+    gp.seeded = true;
+    gp.max_tokens = 50 + int(rng() % 30);
+    gp.constraint = i % 2 ? regex_c : json_c;
+    // Prompts holding text of the output's shape, for prompt lookup to find.
+    const std::string text =
+        i % 2 ? "token" + std::to_string(i % 10) + " token" + std::to_string(rng() % 10) + " stop "
+              : R"([{"id":)" + std::to_string(rng() % 100) + R"(,"tag":"red"},{"id":)" +
+                    std::to_string(i) + R"(,"tag":"blue"}] )";
+    prompts.push_back(tok.encode(text));
+    params.push_back(gp);
+  }
+  // Without speculation, in a pool that never preempts: the reference.
+  const RunResult plain =
+      run_engine(*model, tok, spec_engine(64, 1024, 128, SpecMethod::none, draft), prompts, params);
+  const RunResult r =
+      run_engine(*model, tok, spec_engine(64, pool_blocks, 128, method, draft), prompts, params);
+  const std::string what = std::string(method == SpecMethod::ngram ? "ngram" : "draft") + " " +
+                           std::to_string(requests) + " constrained requests, " +
+                           std::to_string(pool_blocks) + " blocks";
+  for (int i = 0; i < requests; ++i) {
+    EXPECT_EQ(r.tokens[size_t(i)], plain.tokens[size_t(i)]) << "request " << i << ": " << what;
+    check_constrained_output(tok.decode(r.tokens[size_t(i)]), i % 2 == 0,
+                             what + ", request " + std::to_string(i));
+  }
+  EXPECT_EQ(r.stats.kv_blocks_used, 0) << "KV blocks leaked: " << what;
+  EXPECT_EQ(r.stats.draft_kv_blocks_used, 0) << "draft KV blocks leaked: " << what;
+  EXPECT_GT(r.accepted, 0) << "no proposal accepted, the exactness is untested: " << what;
+  if (draft != model.get()) {
+    EXPECT_LT(r.accepted, r.proposed) << "no proposal rejected: " << what;
+  }
+  if (pool_blocks < 1024) {
+    EXPECT_GT(r.stats.preemptions, 0) << "pool was meant to force preemption: " << what;
+  }
+}
+
+}  // namespace
+
+TEST(SpeculativeEngine, ConstrainedGreedyMatchesWithoutSpeculation) {
+  // 36 blocks of 4 tokens: one max-length sequence and a little more, so the batch preempts.
+  for (SpecMethod m : {SpecMethod::ngram, SpecMethod::draft}) {
+    constrained_greedy_case(m, 1, 1024);
+    constrained_greedy_case(m, 16, 36);
+  }
+  constrained_greedy_case(SpecMethod::draft, 15, 36);  // the target as its own draft
+}
+
+namespace {
+
 // Upper 1e-4 quantiles of chi-square with 1..7 degrees of freedom: a correct sampler fails
 // one seeded run of this test with probability 1e-4 per statistic.
 double chi2_critical(int df) {
@@ -264,7 +401,7 @@ std::pair<double, int> chi_square(const std::vector<int>& counts, const std::vec
 
 // The exact law of generated tokens 2 and 3 without speculation, enumerating tokens 1 and 2:
 // every transform (penalties over the growing context, logit_bias, temperature, top-k/p,
-// min-p) applied by the same functions the engine uses.
+// min-p) and the structured-output mask applied by the same functions the engine uses.
 struct ExactLaw {
   std::vector<double> second, third;
 };
@@ -282,6 +419,14 @@ ExactLaw exact_law(Transformer& m, const std::vector<int32_t>& prompt, const Gen
     const float* raw = nullptr;
     const float* use = apply_logit_processors(gp, ctx, static_cast<int>(prompt.size()), host.data(),
                                               vocab, vocab, masked, work, raw);
+    if (gp.constraint) {  // the engine's mask after the tokens generated so far
+      structured::ConstraintMatcher matcher(gp.constraint);
+      for (size_t i = prompt.size(); i < ctx.size(); ++i) EXPECT_TRUE(matcher.accept(ctx[i]));
+      if (use != work.data()) work.assign(use, use + vocab);
+      use = work.data();
+      const int64_t generated = static_cast<int64_t>(ctx.size() - prompt.size());
+      EXPECT_TRUE(matcher.mask_logits(work.data(), vocab, gp.max_tokens - generated, {}));
+    }
     std::vector<double> p;
     sampler.distribution(use, vocab, p);
     return p;
@@ -317,40 +462,34 @@ struct SmallTokenizer : Tokenizer {
 };
 
 // Chi-square statistics (normalised by their critical values: > 1 rejects) of tokens 2 and 3
-// of `n` seeded requests under speculation with acceptance rule `accept`.
+// of `n` seeded requests under speculation with acceptance rule `accept`; `grammar`: a GBNF
+// structured-output constraint on every request (over the 8 one-byte tokens).
 std::pair<double, double> speculative_fit(SpecMethod method,
                                           std::function<bool(double, double, double)> accept,
-                                          const GenerationParams& base, int n) {
+                                          const GenerationParams& base, int n,
+                                          const std::string& grammar = "") {
   auto be = test::make_test_backend(2);
   const int V = 8;
   const ModelConfig cfg = test_models::tiny_config(Arch::llama, 32, 64, V, 64);
   auto model = make_model(*be, cfg, 5, 2.5f);
   auto draft = make_model(*be, cfg, 77, 2.5f);  // a different model: q differs from p
   SmallTokenizer tok;
+  GenerationParams common = base;
+  common.max_tokens = 4;  // token 1 from the prefill, tokens 2 and 3 proposed and verified
+  common.ignore_eos = true;
+  if (!grammar.empty()) common.constraint = structured::ConstraintCache(tok).get(grammar);
   // A repeating prompt: prompt lookup proposes its continuation at every step.
   const std::vector<int32_t> prompt = {1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2};
-  const ExactLaw exact = exact_law(*model, prompt, base, V);
+  const ExactLaw exact = exact_law(*model, prompt, common, V);
   std::vector<std::vector<int32_t>> prompts(size_t(n), prompt);
   std::vector<GenerationParams> params;
   for (int i = 0; i < n; ++i) {
-    GenerationParams gp = base;
+    GenerationParams gp = common;
     gp.seeded = true;
     gp.sampling.seed = 1000 + uint64_t(i);
-    gp.max_tokens = 4;  // token 1 from the prefill, tokens 2 and 3 proposed and verified
-    gp.ignore_eos = true;
     params.push_back(gp);
   }
-  EngineConfig ec;
-  ec.max_num_seqs = 64;
-  ec.max_batched_tokens = 256;
-  ec.block_size = 4;
-  ec.num_blocks = 512;
-  ec.max_model_len = 32;
-  ec.speculative.method = method;
-  ec.speculative.num_tokens = 4;
-  ec.speculative.disable_by_batch_size = 0;
-  ec.speculative.adaptive = false;  // tokens 2 and 3 always verified
-  ec.speculative.draft_model = draft.get();
+  EngineConfig ec = spec_engine(256, 512, 32, method, draft.get());  // tokens 2, 3 verified
   ec.speculative.accept = std::move(accept);
   const RunResult r = run_engine(*model, tok, ec, prompts, params);
   EXPECT_EQ(r.stats.kv_blocks_used, 0);
@@ -396,6 +535,25 @@ TEST(SpeculativeSampling, DraftModelKeepsTheTargetDistribution) {
   const auto [s2, s3] = speculative_fit(SpecMethod::draft, nullptr, every_transform(), 3000);
   EXPECT_LT(s2, 1.0) << "token 2: chi-square / critical value";
   EXPECT_LT(s3, 1.0) << "token 3: chi-square / critical value";
+}
+
+// Token 2 in {2, 3, 5, 6}, token 3 in {0, 1, 3, 4, 7}: prompt lookup's guesses (the prompt
+// repeats 1 2 3) are cut where they leave the grammar after token 1 = 3 (guess 1), kept
+// whole after 1 or 2; the draft model's q is masked the same way.
+const char* kSmallGrammar =
+    R"(root ::= [\x00-\x07] [\x02\x03\x05\x06] [\x00\x01\x03\x04\x07] [\x00-\x07]*)";
+
+TEST(SpeculativeSampling, ConstrainedKeepsTheConstrainedTargetDistribution) {
+  for (SpecMethod m : {SpecMethod::ngram, SpecMethod::draft}) {
+    const auto [s2, s3] = speculative_fit(m, nullptr, every_transform(), 3000, kSmallGrammar);
+    EXPECT_LT(s2, 1.0) << "token 2: chi-square / critical value";
+    EXPECT_LT(s3, 1.0) << "token 3: chi-square / critical value";
+  }
+  // Self-check: accepting every (grammar-valid) proposal is still caught.
+  const auto always = [](double, double, double) { return true; };
+  const auto [a2, a3] =
+      speculative_fit(SpecMethod::draft, always, every_transform(), 3000, kSmallGrammar);
+  EXPECT_GT(std::max(a2, a3), 1.0) << "always-accept went undetected under a grammar";
 }
 
 TEST(SpeculativeSampling, SelfCheckRejectsWrongAcceptanceRules) {

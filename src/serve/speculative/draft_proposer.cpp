@@ -36,11 +36,13 @@ void DraftProposer::release(Sequence& s) {
   s.spec.draft_history.clear();
 }
 
-void DraftProposer::propose(const std::vector<Sequence*>& seqs, const std::vector<int>& want) {
+void DraftProposer::propose(const std::vector<Sequence*>& seqs, const std::vector<int>& want,
+                            const std::vector<ProposalGrammar*>& grammars) {
   const int V = model_.config().vocab, bs = lim_.block_size;
   struct Work {
     Sequence* s;
     int want;
+    ProposalGrammar* grammar;
   };
   std::vector<Work> work;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -60,7 +62,7 @@ void DraftProposer::propose(const std::vector<Sequence*>& seqs, const std::vecto
     st.draft_history.resize(keep);
     kv_.trim(st.draft_kv, static_cast<int>(keep));
     if (!kv_.ensure(st.draft_kv, static_cast<int>(L) + want[i] - 1)) continue;
-    work.push_back({&s, want[i]});
+    work.push_back({&s, want[i], i < grammars.size() ? grammars[i] : nullptr});
   }
   // Passes: each runs, for every sequence still drafting, its tokens not yet in the draft's
   // cache (a whole catch-up the first time, then the one token drafted last), within the
@@ -119,6 +121,7 @@ void DraftProposer::propose(const std::vector<Sequence*>& seqs, const std::vecto
         any_greedy ? runner_->argmax_rows() : std::vector<int32_t>();
     for (size_t r = 0; r < rows.size(); ++r) {
       Sequence& s = *rows[r]->s;
+      ProposalGrammar* grammar = rows[r]->grammar;
       if (!needs_distribution(s.params)) {
         s.spec.draft.push_back(greedy[r]);
         continue;
@@ -131,9 +134,23 @@ void DraftProposer::propose(const std::vector<Sequence*>& seqs, const std::vecto
       const float* raw = nullptr;
       const float* use = apply_logit_processors(s.params, context, s.prompt_len, row.data(), V,
                                                 lim_.sample_vocab, masked, processed, raw);
+      if (grammar) {
+        // q masked as the target's row will be at this position: the token is drawn from it.
+        if (use != processed.data()) processed.assign(use, use + V);
+        use = processed.data();
+        if (!grammar->mask(processed.data(), V)) {
+          rows[r]->want = static_cast<int>(s.spec.draft.size());
+          continue;
+        }
+      }
       s.sampler->distribution(use, V, q);
-      s.spec.draft.push_back(s.sampler->draw(q));
+      const int32_t token = s.sampler->draw(q);
+      s.spec.draft.push_back(token);
       s.spec.draft_probs.push_back(q);
+      if (grammar) {
+        LLMRUN_CHECK(grammar->take(token), "a draft token outside the grammar's mask");
+        if (grammar->ended()) rows[r]->want = static_cast<int>(s.spec.draft.size());
+      }
     }
   }
 }

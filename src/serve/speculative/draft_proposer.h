@@ -12,6 +12,7 @@
 #include "serve/kv_block_manager.h"
 #include "serve/model_runner.h"
 #include "serve/sequence.h"
+#include "serve/speculative/proposal_grammar.h"
 
 namespace llmrun {
 
@@ -26,7 +27,11 @@ class DraftProposer {
 
   // Proposes up to want[i] tokens for seqs[i] into its spec.draft (and spec.draft_probs for a
   // sampled sequence). A sequence whose draft KV cannot be grown proposes nothing.
-  void propose(const std::vector<Sequence*>& seqs, const std::vector<int>& want);
+  // grammars[i] (empty, or null for an unconstrained sequence): the sequence's structured-
+  // output grammar, which masks every draft row and takes every drafted token; drafting stops
+  // where it allows nothing or the sequence would end.
+  void propose(const std::vector<Sequence*>& seqs, const std::vector<int>& want,
+               const std::vector<ProposalGrammar*>& grammars = {});
   // Gives back a finished or preempted sequence's draft KV blocks.
   void release(Sequence& s);
   int blocks_in_use() const { return kv_.num_referenced(); }
