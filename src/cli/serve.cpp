@@ -30,7 +30,7 @@ struct ServeArgs {
   std::string kv_dtype = "f32";
   std::vector<std::string> loras;  // NAME=DIR
   bool enable_lora = false;
-  int max_loras = 8, max_lora_rank = 64;
+  int max_loras = 8, max_cpu_loras = 0, max_lora_rank = 64;
 };
 
 int serve(ServeArgs& a) {
@@ -77,8 +77,13 @@ int serve(ServeArgs& a) {
   ec.speculative = make_speculative_config(a.speculative, m, *backend, draft);
   std::unique_ptr<LoraRegistry> loras;
   if (a.enable_lora || !a.loras.empty()) {
-    loras =
-        std::make_unique<LoraRegistry>(*m.model, a.server.model_name, a.max_loras, a.max_lora_rank);
+    if (a.max_cpu_loras > 0 && a.max_cpu_loras < a.max_loras)
+      throw UserError("--max-cpu-loras " + std::to_string(a.max_cpu_loras) +
+                      " is below --max-loras " + std::to_string(a.max_loras) +
+                      " (a batch's adapters must all be loaded)");
+    loras = std::make_unique<LoraRegistry>(*m.model, a.server.model_name, a.max_cpu_loras,
+                                           a.max_lora_rank);
+    ec.max_loras = a.max_loras;
     for (const std::string& spec : a.loras) {
       const size_t eq = spec.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
@@ -155,8 +160,14 @@ Command add_serve_command(CLI::App& root) {
   app->add_flag(
       "--enable-lora", a->enable_lora,
       "Serve LoRA adapters loaded at runtime (/v1/load_lora_adapter) even with no --lora");
-  app->add_option("--max-loras", a->max_loras, "LoRA adapters loaded at once at most")
+  app->add_option("--max-loras", a->max_loras,
+                  "Distinct LoRA adapters in one batch at most (as vLLM); requests for more "
+                  "adapters wait their turn")
       ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app->add_option("--max-cpu-loras", a->max_cpu_loras,
+                  "LoRA adapters loaded at once at most (0: no limit; else >= --max-loras)")
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   app->add_option("--max-lora-rank", a->max_lora_rank, "Largest LoRA rank accepted")
       ->check(CLI::Range(1, 4096))

@@ -37,6 +37,7 @@ LoraAdapters::LoraAdapters(Transformer& base, const LoraSection& sec, const Stor
   for (const BucketLayout& b : base.layout()) extent = std::max(extent, written_extent(b));
   base_grad_scratch_ = be_.allocate(size_t(std::max<int64_t>(extent, 1)) * 4);
   base_grad_refs_.assign(base.layout().size(), 0);
+  if (sec.base_dtype == "bf16") bf16_base_ = std::make_unique<Bf16FrozenBase>(base);
   base_.set_frozen_base(true);
   base_.set_linear_runner(this);
   base_.set_hooks(this);
@@ -90,8 +91,14 @@ void LoraAdapters::reduce_partial_grads(int b) {
   }
 }
 
+size_t LoraAdapters::base_bytes() const {
+  if (!bf16_base_) return base_.params().resident_bytes();
+  return bf16_base_->held_bytes() + bf16_base_->peak_working_bytes();
+}
+
 void LoraAdapters::acquire(int b, Phase phase) {
   if (hooks_) hooks_->acquire(b, phase);
+  if (bf16_base_) bf16_base_->acquire(b);
   if (phase == Phase::backward && base_grad_refs_[size_t(b)]++ == 0) {
     // The view claims the bucket's size, but only written_extent() of it is ever touched.
     base_.grads().attach(b, Tensor(base_grad_scratch_.data(), DType::f32,
@@ -101,6 +108,7 @@ void LoraAdapters::acquire(int b, Phase phase) {
 
 void LoraAdapters::release(int b, Phase phase) {
   if (phase == Phase::backward && --base_grad_refs_[size_t(b)] == 0) base_.grads().detach(b);
+  if (bf16_base_) bf16_base_->release(b);
   if (hooks_) hooks_->release(b, phase);
 }
 

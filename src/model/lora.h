@@ -12,9 +12,11 @@
 // are placed block-diagonally (by GEMMs with constant selector matrices, so every step runs on
 // any backend) and one more GEMM adds the product to the fused output's columns.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "model/lora_frozen_base.h"
 #include "model/lora_layout.h"
 #include "model/transformer.h"
 
@@ -24,7 +26,8 @@ class LoraAdapters final : public TrainableParams, public BucketHooks, public Li
  public:
   // `base` must have been built without gradient storage (StoreOptions::allocate_grads =
   // false); the adapters become its linear runner and, once an optimizer sets its hooks, its
-  // bucket hooks. `tp` is the model's tensor-parallel group (null: none).
+  // bucket hooks. `tp` is the model's tensor-parallel group (null: none). With
+  // sec.base_dtype bf16 the base's parameters move into a Bf16FrozenBase (frozen_base()).
   LoraAdapters(Transformer& base, const LoraSection& sec, const StoreOptions& stores,
                Communicator* tp);
   ~LoraAdapters() override;
@@ -39,6 +42,11 @@ class LoraAdapters final : public TrainableParams, public BucketHooks, public Li
   void set_dropout_active(bool active) { dropout_active_ = active; }
   const LoraLayout& lora() const { return lora_; }
   Transformer& base() { return base_; }
+  // The bf16 base (finetune.base_dtype: bf16), else null.
+  Bf16FrozenBase* frozen_base() { return bf16_base_.get(); }
+  // The frozen base's bytes on this rank: its fp32 store, or the bf16 buckets plus the most
+  // fp32 working copies held at once so far.
+  size_t base_bytes() const;
 
   // TrainableParams
   Backend& backend() override { return be_; }
@@ -81,6 +89,7 @@ class LoraAdapters final : public TrainableParams, public BucketHooks, public Li
   LoraLayout lora_;
   BucketStore params_, grads_;
   BucketHooks* hooks_ = nullptr;
+  std::unique_ptr<Bf16FrozenBase> bf16_base_;
   Buffer base_grad_scratch_;  // the frozen base's norm gradients land here and are dropped
   std::vector<int> base_grad_refs_;
   std::vector<Buffer> scratch_;

@@ -31,11 +31,8 @@ void read_finetune(const MapReader& top, Locator& loc, const std::filesystem::pa
   l.dropout = f.number("dropout").value_or(l.dropout);
   if (!(l.dropout >= 0 && l.dropout < 1)) loc.fail("finetune.dropout", "must be in [0, 1)");
   l.base_dtype = f.string("base_dtype").value_or(l.base_dtype);
-  if (l.base_dtype != "fp32")
-    loc.fail("finetune.base_dtype",
-             "'" + l.base_dtype +
-                 "' is not one of fp32 (the backends' training GEMMs read fp32 weights; a bf16 "
-                 "base needs mixed-dtype GEMMs, which no backend has yet)");
+  if (l.base_dtype != "fp32" && l.base_dtype != "bf16")
+    loc.fail("finetune.base_dtype", "'" + l.base_dtype + "' is not one of fp32, bf16");
   const std::vector<std::string> valid = lora_target_names(r.model);
   if (!f.has("targets")) loc.fail("finetune.targets", "missing (required: " + joined(valid) + ")");
   const YAML::Node list = f.node("targets");

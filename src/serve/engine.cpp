@@ -34,7 +34,7 @@ Engine::Engine(Transformer& model, const Tokenizer& tok, const EngineConfig& cfg
       tok_(tok),
       cfg_(cfg),
       kv_(cfg.num_blocks, cfg.block_size, cfg.prefix_caching),
-      scheduler_(kv_, {cfg.max_num_seqs, cfg.max_batched_tokens}) {
+      scheduler_(kv_, {cfg.max_num_seqs, cfg.max_batched_tokens, cfg.max_loras}) {
   // One sequence alone must always fit, or preemption could never make room for it.
   if (int64_t(cfg_.num_blocks) * cfg_.block_size < cfg_.max_model_len)
     throw UserError("the KV cache holds " +
@@ -179,6 +179,8 @@ void Engine::publish_stats() {
   stats_.prefix_queries = kv_.prefix_queries();
   stats_.prefix_hits = kv_.prefix_hits();
   stats_.preemptions = scheduler_.preemptions();
+  stats_.lora_max_per_step = scheduler_.max_step_loras();
+  stats_.lora_waits = scheduler_.lora_waits();
   stats_.draft_kv_blocks_used = drafter_ ? drafter_->blocks_in_use() : 0;
   stats_.prompt_tokens = stats_prompt_tokens_;
   stats_.generation_tokens = stats_generation_tokens_;

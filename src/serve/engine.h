@@ -44,6 +44,8 @@ struct EngineConfig {
   // Multi-LoRA serving (serve/lora_runner.h): > 0 applies each sequence's adapter
   // (GenerationParams::lora), whose stacked A is at most this wide; 0: adapters are refused.
   int64_t max_lora_width = 0;
+  // Distinct adapters the running batch may mix (--max-loras; 0: no limit): see scheduler.h.
+  int max_loras = 0;
 };
 
 // KV pool blocks that fit `bytes` for this model (k and v, every layer, in kv_dtype).
@@ -56,6 +58,9 @@ struct EngineStats {
   int64_t prefix_queries = 0, prefix_hits = 0, preemptions = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0, steps = 0;
   int draft_kv_blocks_used = 0;  // the draft model's pool (--speculative draft)
+  // Multi-LoRA: the most distinct adapters one step has run; admissions held back by --max-loras.
+  int lora_max_per_step = 0;
+  int64_t lora_waits = 0;
 };
 
 class Engine {

@@ -223,6 +223,12 @@ struct HttpServer::Impl {
     counter("llmrun:num_preemptions_total",
             "Sequences preempted (recomputed later) for lack of KV blocks.",
             double(st.preemptions));
+    gauge("llmrun:lora_max_adapters_per_step",
+          "The most distinct LoRA adapters one step has run (at most --max-loras).",
+          st.lora_max_per_step);
+    counter("llmrun:lora_admission_waits_total",
+            "Steps whose admission waited because a request's adapter exceeded --max-loras.",
+            double(st.lora_waits));
     counter("llmrun:prompt_tokens_total", "Prompt tokens received.", double(st.prompt_tokens));
     counter("llmrun:generation_tokens_total", "Tokens generated.", double(st.generation_tokens));
     counter("llmrun:engine_steps_total", "Model steps run.", double(st.steps));

@@ -5,8 +5,11 @@
 
 namespace llmrun {
 
-LoraRegistry::LoraRegistry(Transformer& model, std::string base_name, int max_loras, int max_rank)
-    : model_(model), base_name_(std::move(base_name)), max_loras_(max_loras), max_rank_(max_rank) {}
+LoraRegistry::LoraRegistry(Transformer& model, std::string base_name, int max_loaded, int max_rank)
+    : model_(model),
+      base_name_(std::move(base_name)),
+      max_loaded_(max_loaded),
+      max_rank_(max_rank) {}
 
 void LoraRegistry::load(const std::string& name, const std::string& dir) {
   if (name.empty() || name.size() > 256)
@@ -15,9 +18,9 @@ void LoraRegistry::load(const std::string& name, const std::string& dir) {
     throw UserError("LoRA adapter name '" + name + "' is the base model's name");
   auto taken = [&] {
     if (by_name_.count(name)) throw UserError("LoRA adapter '" + name + "' is already loaded");
-    if (int(by_name_.size()) >= max_loras_)
-      throw UserError("cannot load LoRA adapter '" + name + "': " + std::to_string(max_loras_) +
-                      " adapters are loaded (--max-loras); unload one first");
+    if (max_loaded_ > 0 && int(by_name_.size()) >= max_loaded_)
+      throw UserError("cannot load LoRA adapter '" + name + "': " + std::to_string(max_loaded_) +
+                      " adapters are loaded (--max-cpu-loras); unload one first");
   };
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -16,9 +16,10 @@ namespace llmrun {
 
 class LoraRegistry {
  public:
-  // base_name: the served model's own name (no adapter may take it); max_loras: adapters held
-  // at once; max_rank: the largest rank accepted.
-  LoraRegistry(Transformer& model, std::string base_name, int max_loras, int max_rank);
+  // base_name: the served model's own name (no adapter may take it); max_loaded: adapters held
+  // at once (--max-cpu-loras; 0: no limit); max_rank: the largest rank accepted. How many
+  // adapters one batch mixes is the scheduler's limit (--max-loras), not this one.
+  LoraRegistry(Transformer& model, std::string base_name, int max_loaded, int max_rank);
 
   // Loads DIR as `name`. UserError (one line, the adapter named) for a bad name, a name in
   // use, a full registry or an adapter that does not fit the model; the registry is then
@@ -36,7 +37,7 @@ class LoraRegistry {
  private:
   Transformer& model_;
   std::string base_name_;
-  int max_loras_, max_rank_;
+  int max_loaded_, max_rank_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const ServedLora>> by_name_;
 };

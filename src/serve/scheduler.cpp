@@ -23,6 +23,23 @@ void Scheduler::remove(Sequence* s) {
   kv_.release(s->kv);
 }
 
+int distinct_adapters(const std::vector<Sequence*>& seqs) {
+  std::vector<const ServedLora*> seen;
+  for (const Sequence* s : seqs) {
+    const ServedLora* a = s->params.lora.get();
+    if (a != nullptr && std::find(seen.begin(), seen.end(), a) == seen.end()) seen.push_back(a);
+  }
+  return static_cast<int>(seen.size());
+}
+
+bool Scheduler::adapter_fits(const Sequence* s) const {
+  const ServedLora* a = s->params.lora.get();
+  if (limits_.max_loras <= 0 || a == nullptr) return true;
+  for (const Sequence* r : running_)
+    if (r->params.lora.get() == a) return true;
+  return distinct_adapters(running_) < limits_.max_loras;
+}
+
 std::vector<ScheduledChunk> Scheduler::schedule() {
   std::vector<ScheduledChunk> out;
   int budget = limits_.max_batched_tokens;
@@ -56,6 +73,10 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   while (!preempted && budget > 0 && !waiting_.empty() &&
          static_cast<int>(running_.size()) < limits_.max_num_seqs) {
     Sequence* s = waiting_.front();
+    if (!adapter_fits(s)) {  // first come first served: it waits, and so does everyone after it
+      ++lora_waits_;
+      break;
+    }
     const int len = static_cast<int>(s->tokens.size());
     // At least the last token is always computed: its logits pick the next one.
     s->computed = kv_.acquire_prefix(s->kv, s->tokens, len - 1, s->prefix_seed);
@@ -74,6 +95,9 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     out.push_back({s, s->computed, n, s->computed + n == len});
     budget -= n;
   }
+  std::vector<Sequence*> stepped;
+  for (const ScheduledChunk& c : out) stepped.push_back(c.seq);
+  max_step_loras_ = std::max(max_step_loras_, distinct_adapters(stepped));
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include "ckpt/peft_adapter.h"
 #include "comm/collective_transport.h"
 #include "parallel/model_partition.h"
+#include "train/lora_base_load.h"
 #include "train/training_run.h"
 #include "util/allocation_phase.h"
 
@@ -79,20 +80,25 @@ void TrainingRun::build_model() {
   parallel.shard.ep_rank = topo.ep().rank();
   const StoreOptions stores =
       ZeroOptimizer::store_options(r.parallel.zero, r.parallel.dp * r.parallel.cp);
-  // LoRA: the base is frozen and whole on every data-parallel rank, with no gradients.
-  const StoreOptions base_stores = r.finetune.enabled ? StoreOptions{1, true, false} : stores;
+  // LoRA: the base is frozen and whole on every data-parallel rank, with no gradients; a bf16
+  // base is held by the adapters (loaded below), not in the model's fp32 store.
+  const bool bf16_base = r.finetune.enabled && r.finetune.base_dtype == "bf16";
+  const StoreOptions base_stores = r.finetune.enabled ? StoreOptions{1, !bf16_base, false} : stores;
   model = std::make_unique<Transformer>(*backend, r.model, base_stores, parallel);
   // Context parallelism: ring attention, real token positions; gradients reduce over dp x cp.
   model->set_distributed_attention(context_parallel.get());
   model->set_recompute(r.memory.recompute);
   if (!r.finetune.enabled) model->init_weights(r.train.seed);
+  if (r.finetune.enabled) build_adapters(stores);
   if (!r.model_from.empty()) {
     const HfWeightFiles weights(r.model_from);
     check_weights_explained(weights, r.model);
-    import_hf_tensors(*backend, model->params(), weights, topo.world().rank() == 0);
-    spdlog::info("initialised from {}", r.model_from);
+    if (bf16_base)
+      load_bf16_base(*backend, model->layout(), *lora->frozen_base(), weights);
+    else
+      import_hf_tensors(*backend, model->params(), weights, topo.world().rank() == 0);
+    spdlog::info("initialised from {}{}", r.model_from, bf16_base ? " (frozen base in bf16)" : "");
   }
-  if (r.finetune.enabled) build_adapters(stores);
 }
 
 // finetune: lora: the adapters over the frozen base, fresh or from finetune.init_adapter.

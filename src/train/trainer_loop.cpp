@@ -55,7 +55,7 @@ StepReport run_one_step(TrainingRun& run, int64_t s, Clock::time_point t_start) 
   rep.pipeline_idle = rep.stats.pipeline_idle_s / rep.step_seconds;
   rep.memory = run.opt->memory();
   // LoRA: the optimizer holds the adapters; the frozen base is held beside them.
-  if (run.lora) rep.memory.params += run.model->params().resident_bytes();
+  if (run.lora) rep.memory.params += run.lora->base_bytes();
   rep.activation_bytes = run.model->activation_bytes() +
                          (run.pipeline ? run.pipeline->buffer_bytes() : 0) +
                          (run.context_parallel ? run.context_parallel->buffer_bytes() : 0);

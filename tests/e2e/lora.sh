@@ -5,7 +5,8 @@
 # dir (format checked against PEFT's layout); `convert --merge-lora` writes a model whose
 # weights are base + (alpha/r) B A and whose logits equal base + adapter in PyTorch; a run
 # continuing the adapter (finetune.init_adapter) starts from exactly the merged model's loss;
-# an unknown target is refused with the valid names.
+# an unknown target is refused with the valid names; a bf16 frozen base (finetune.base_dtype)
+# holds the bytes plan shows.
 source "$(dirname "$0")/common.bash"
 cd "$WORK"
 for i in $(seq 150); do printf 'lora sample %d: the quick brown fox jumps over the lazy dog. ' $i; done > text.txt
@@ -141,6 +142,40 @@ PY
 grep -qE "stage 0: frozen base .* adapters 8192 parameters: params 32.8 KB, grads 32.8 KB, optimizer 65.5 KB" plan.txt ||
   { cat plan.txt; fail "plan lacks LoRA memory"; }
 grep -q "0.008M trainable" llama-r1.log || fail "trainer's adapter count differs from plan's"
+
+# finetune.base_dtype: bf16 (GPT-2: tied table; Llama: untied): the base is held in bf16 plus
+# fp32 copies of the buckets in use. The run's measured base bytes (mem_params minus the
+# adapters) equal plan's byte for byte, below the fp32 base's; it trains, and its losses stay
+# near the fp32 base's (they differ by the base's bf16 rounding, which oracle.lora_*-bf16 checks).
+for arch in gpt2 llama; do
+  run $arch-bf16 $arch.yaml 1 finetune.base_dtype=bf16
+  grep -q "frozen base in bf16" $arch-bf16.log || fail "$arch: no bf16 base in the log"
+  "$LLMRUN" plan $arch.yaml --set finetune.base_dtype=bf16 > plan-$arch-bf16.txt 2>&1 ||
+    { cat plan-$arch-bf16.txt; fail "plan bf16"; }
+  "$LLMRUN" plan $arch.yaml > plan-$arch-fp32.txt 2>&1 || { cat plan-$arch-fp32.txt; fail "plan fp32"; }
+  /usr/bin/python3 - $arch plan-$arch-bf16.txt plan-$arch-fp32.txt $arch-bf16.jsonl $arch-r1.jsonl <<'PY' ||
+import json, re, sys
+arch, plan_bf16, plan_fp32, run, fp32_run = sys.argv[1:]
+text = open(plan_bf16).read()
+m = re.search(r"stage 0: frozen base .*? \(([\d.]+\w?) bf16 weights .*?, (\d+) bytes, no gradients.*?adapters (\d+) parameters", text)
+assert m, text
+planned, adapters = int(m.group(2)), int(m.group(3))
+fp32_line = re.search(r"stage 0: frozen base .*", open(plan_fp32).read()).group(0)
+recs = [json.loads(l) for l in open(run) if '"mem_params"' in l]
+assert len(recs) == 6, len(recs)
+measured = recs[-1]["mem_params"] - 4 * adapters
+assert measured == planned, f"{arch}: run holds {measured} base bytes, plan says {planned}"
+fp32_measured = [json.loads(l) for l in open(fp32_run) if '"mem_params"' in l][-1]["mem_params"] - 4 * adapters
+assert planned < fp32_measured, (planned, fp32_measured, fp32_line)
+a = [r["loss"] for r in recs]
+b = [json.loads(l)["loss"] for l in open(fp32_run) if '"loss"' in l]
+assert a[-1] < a[0], f"bf16 base did not train: {a}"
+worst = max(abs(x - y) / y for x, y in zip(a, b))
+assert 0 < worst < 1e-2, f"bf16 base losses differ from fp32's by {worst:.2e}"
+print(f"{arch} bf16 base: {measured} bytes held = plan (fp32 base {fp32_measured}); losses within {worst:.1e} of fp32's")
+PY
+    fail "$arch bf16 base"
+done
 
 expect_exit 2 "finetune.targets.1.*'qkv' is not a linear module of llama .*q_proj, k_proj" \
   "$LLMRUN" train llama.yaml --dry-run --set 'finetune.targets=[q_proj, qkv]'

@@ -4,7 +4,8 @@
 # model; a concurrent batch mixing the base and both adapters gives every request its text
 # alone; the prefix cache never shares a prompt's blocks across adapters; /v1/models lists the
 # adapters; unknown models get 404; /v1/load_lora_adapter and /v1/unload_lora_adapter (curl)
-# load and unload at runtime, and refuse bad paths, ranks and targets with 400 while serving on.
+# load and unload at runtime, and refuse bad paths, ranks and targets with 400 while serving on;
+# --max-loras caps the distinct adapters of a step (vLLM's meaning), --max-cpu-loras the loaded.
 source "$(dirname "$0")/common.bash"
 cd "$WORK"
 for i in $(seq 80); do printf 'lora serve %d: the quick brown fox jumps over the lazy dog. ' $i; done > text.txt
@@ -59,7 +60,8 @@ done
 "$LLMRUN" serve pre/model --served-model-name tiny --lora a=ft/adapter --lora b=b --block-size 4 \
   --max-lora-rank 4 --host 127.0.0.1 --port 0 2>server.log &
 SERVER_PID=$!
-trap 'kill $SERVER_PID 2>/dev/null; wait $SERVER_PID 2>/dev/null; rm -rf "$WORK"' EXIT
+stop_server() { kill $SERVER_PID 2>/dev/null || true; wait $SERVER_PID 2>/dev/null || true; }
+trap 'stop_server; rm -rf "$WORK"' EXIT
 for _ in $(seq 200); do
   PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' server.log | grep -o '[0-9]*$' || true)
   [ -n "$PORT" ] && break
@@ -118,6 +120,10 @@ steps1, tokens1 = counters()
 # the prefills). How many requests share a step depends on when the threads arrive, so the bound
 # is not tighter: a loaded machine spreads them out.
 assert steps1 - steps0 < tokens1 - tokens0, (steps1 - steps0, tokens1 - tokens0)
+with urllib.request.urlopen(url + "/metrics") as resp:
+    mixed = float(next(l.split()[1] for l in resp.read().decode().splitlines()
+                       if l.startswith("llmrun:lora_max_adapters_per_step ")))
+assert mixed == 2, f"the default --max-loras 8 ran at most {mixed} adapters in a step"
 print(f"mixed batches give every request its text alone ({tokens1 - tokens0:.0f} tokens in {steps1 - steps0:.0f} steps)")
 
 # Prefix cache: a long prompt computed under a is never found under b or the base; the same
@@ -168,6 +174,60 @@ import json
 got = json.load(open('b.json'))['choices'][0]['text']
 assert got and open('gen-merged-b-2.txt', errors='replace').read().rstrip('\n').endswith(got), got" || fail "b after refusals"
 echo "load/unload endpoints OK"
+
+stop_server
+
+# --max-loras 2 (vLLM's meaning): 4 adapters are loaded (c and d are a and b loaded again, so
+# distinct adapters with known texts), but no step runs more than 2 of them; the requests of
+# the others wait their turn and every request still gets its text alone. /metrics shows the
+# cap (the most adapters in a step) and that admissions waited for it.
+"$LLMRUN" serve pre/model --served-model-name tiny --lora a=ft/adapter --lora b=b --lora c=ft/adapter \
+  --lora d=b --max-loras 2 --block-size 4 --max-lora-rank 4 --host 127.0.0.1 --port 0 2>server2.log &
+SERVER_PID=$!
+PORT=
+for _ in $(seq 200); do
+  PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' server2.log | grep -o '[0-9]*$' || true)
+  [ -n "$PORT" ] && break
+  kill -0 $SERVER_PID 2>/dev/null || { cat server2.log; fail "server --max-loras 2 exited during startup"; }
+  sleep 0.1
+done
+[ -n "$PORT" ] || { cat server2.log; fail "server --max-loras 2 did not start"; }
+/usr/bin/python3 - "http://127.0.0.1:$PORT" "$P1" "$P2" <<'PY' || { cat server2.log; fail "--max-loras"; }
+import json, sys, threading, urllib.request
+url, prompts = sys.argv[1], sys.argv[2:]
+def complete(model, p):
+    body = {"model": model, "prompt": p, "max_tokens": 24, "temperature": 0}
+    req = urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        return json.loads(r.read())["choices"][0]["text"]
+merged = {"tiny": "pre", "a": "merged-a", "b": "merged-b", "c": "merged-a", "d": "merged-b"}
+want = {(m, i): open(f"gen-{d}-{i + 1}.txt", errors="replace").read().rstrip("\n")
+        for m, d in merged.items() for i in range(2)}
+out, threads = {}, []
+for _ in range(2):
+    for m in merged:
+        for i, p in enumerate(prompts):
+            threads.append(threading.Thread(
+                target=lambda m=m, i=i, p=p: out.setdefault((m, i), []).append(complete(m, p))))
+for t in threads: t.start()
+for t in threads: t.join()
+for k, texts in out.items():
+    assert len(texts) == 2 and all(t and want[k].endswith(t) for t in texts), (k, texts, want[k])
+with urllib.request.urlopen(url + "/metrics") as resp:
+    lines = resp.read().decode().splitlines()
+get = lambda n: float(next(l.split()[1] for l in lines if l.startswith(n + " ")))
+most, waits = get("llmrun:lora_max_adapters_per_step"), get("llmrun:lora_admission_waits_total")
+assert most == 2, f"a step ran {most} adapters under --max-loras 2"
+assert waits > 0, "20 concurrent requests over 4 adapters never waited for --max-loras 2"
+print(f"--max-loras 2: 4 adapters loaded, at most {most:.0f} per step, {waits:.0f} admission waits; "
+      "every request got its text alone")
+PY
+stop_server
+expect_exit 2 "--max-cpu-loras 1 is below --max-loras 2" "$LLMRUN" serve pre/model --lora a=ft/adapter \
+  --max-loras 2 --max-cpu-loras 1 --port 0
+expect_exit 2 "cannot load LoRA adapter 'b'.*--max-cpu-loras" "$LLMRUN" serve pre/model --lora a=ft/adapter \
+  --lora b=b --max-loras 1 --max-cpu-loras 1 --max-lora-rank 4 --port 0
 
 # A bad --lora at startup is a one-line error, exit 2.
 expect_exit 2 "rank 8 exceeds --max-lora-rank 4" "$LLMRUN" serve pre/model --lora x=rank8 --max-lora-rank 4 --port 0

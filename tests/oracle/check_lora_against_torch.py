@@ -112,8 +112,10 @@ class LlamaLora(LoraMixin, torch_models.Llama):
         return super()._lin(x, name) + self._delta(x, name)
 
 
-def build(config, weights, adapter, cfg):
+def build(config, weights, adapter, cfg, base_dtype="fp32"):
     base = {n: torch.as_tensor(np.array(w)) for n, w in weights.items()}  # frozen: no grad
+    if base_dtype == "bf16":  # finetune.base_dtype: bf16 holds the frozen base rounded to bf16
+        base = {n: w.to(torch.bfloat16).float() for n, w in base.items()}
     adapters = {n: torch.as_tensor(np.array(w)).clone().requires_grad_(True) for n, w in adapter.items()}
     cls = GPT2Lora if torch_models.arch_of(config) == "gpt2" else LlamaLora
     model = cls(config, base)
@@ -121,11 +123,11 @@ def build(config, weights, adapter, cfg):
     return model, adapters
 
 
-def compute(config, weights, adapter, cfg, tokens, hp):
+def compute(config, weights, adapter, cfg, tokens, hp, base_dtype="fp32"):
     tokens = torch.as_tensor(np.asarray(tokens)).long()
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     out = {}
-    model, adapters = build(config, weights, adapter, cfg)
+    model, adapters = build(config, weights, adapter, cfg, base_dtype)
     logits = model.forward(inputs)
     loss = torch_models.cross_entropy_loss(logits, targets)
     loss.backward()
@@ -133,7 +135,7 @@ def compute(config, weights, adapter, cfg, tokens, hp):
     out["loss"] = np.array([loss.item()], dtype=np.float32)
     for n, p in adapters.items():
         out["grad." + n] = p.grad.numpy().copy()
-    model, adapters = build(config, weights, adapter, cfg)
+    model, adapters = build(config, weights, adapter, cfg, base_dtype)
     opt = torch.optim.AdamW(list(adapters.values()), lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]),
                             eps=hp["eps"], weight_decay=hp["weight_decay"])
     for _ in range(2):
@@ -160,7 +162,11 @@ def check(out_dir):
     if failures:
         return failures
     hp = {k: float(meta[k]) for k in ("lr", "beta1", "beta2", "eps", "weight_decay", "clip")}
-    mine = compute(config, weights, adapter, cfg, ref["tokens"], hp)
+    base_dtype = meta.get("base_dtype", "fp32")
+    if base_dtype not in ("fp32", "bf16"):
+        return [f"reference.safetensors: unknown base_dtype {base_dtype!r}"]
+    print(f"base    {base_dtype}")
+    mine = compute(config, weights, adapter, cfg, ref["tokens"], hp, base_dtype)
     expected = set(mine) | {"tokens"}
     for n in sorted(expected - set(ref)):
         failures.append(f"reference.safetensors missing {n}")

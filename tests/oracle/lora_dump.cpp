@@ -61,10 +61,14 @@ void perturb(Backend& be, BucketStore& store, uint64_t seed, float std, bool vec
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s gpt2|llama OUT_DIR\n", argv[0]);
+    std::fprintf(stderr, "usage: %s gpt2|llama[-bf16] OUT_DIR\n", argv[0]);
     return 2;
   }
-  const std::string arch = argv[1];
+  // ARCH-bf16: the frozen base is held in bf16 (finetune.base_dtype); the oracle rounds the
+  // base weights to bf16 and must then agree as closely as with an fp32 base.
+  std::string arch = argv[1];
+  const bool bf16_base = arch.size() > 5 && arch.substr(arch.size() - 5) == "-bf16";
+  if (bf16_base) arch.resize(arch.size() - 5);
   const std::filesystem::path out = argv[2];
   std::filesystem::create_directories(out);
   auto be = make_backend(BackendKind::cpu, 2);
@@ -79,11 +83,16 @@ int main(int argc, char** argv) {
   sec.enabled = true;
   sec.rank = 4;
   sec.alpha = 8;
+  sec.base_dtype = bf16_base ? "bf16" : "fp32";
   // GPT-2: every linear; Llama: a subset, so fused GEMMs have columns without an adapter.
   sec.targets = arch == "gpt2" ? std::vector<std::string>{"c_attn", "c_proj", "c_fc"}
                                : std::vector<std::string>{"q_proj", "v_proj", "o_proj", "gate_proj",
                                                           "down_proj"};
   LoraAdapters lora(model, sec, StoreOptions{}, nullptr);
+  if (bf16_base && (lora.frozen_base() == nullptr || model.params().resident_bytes() != 0)) {
+    std::fprintf(stderr, "base_dtype bf16: the fp32 base is still held\n");
+    return 1;
+  }
   lora.init_weights(5);
   perturb(*be, lora.params(), 17, 0.05f, false);  // B != 0: A's gradients are not zero
   write_peft_adapter(out / "adapter", export_hf_tensors(*be, lora.params()), sec, cfg,
@@ -139,7 +148,8 @@ int main(int argc, char** argv) {
                   {"eps", "1e-8"},
                   {"weight_decay", "0.1"},
                   {"clip", clip_text},
-                  {"arch", arch_name(cfg.arch)}});
+                  {"arch", arch_name(cfg.arch)},
+                  {"base_dtype", sec.base_dtype}});
   w.write(out / "reference.safetensors");
   std::printf("wrote %s (loss %.6f, adapter grad norm %.6f)\n", out.c_str(), loss, norm);
   return 0;

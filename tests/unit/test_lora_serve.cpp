@@ -1,7 +1,8 @@
 // Multi-LoRA serving pieces below the HTTP layer: the prefix cache keyed per adapter, the
-// registry's refusals, and LoraBatchRunner's per-row-group delta checked against a host
-// computation of x W^T + (alpha / r) x A^T B^T (fused q|k|v GEMM, adapters on q and v only, so
-// the block-diagonal placement of B is exercised) with base rows left exactly as the base.
+// registry's refusals, the scheduler's --max-loras rule (adapters per batch), and LoraBatchRunner's
+// per-row-group delta checked against a host computation of x W^T + (alpha / r) x A^T B^T (fused
+// q|k|v GEMM, adapters on q and v only, so the block-diagonal placement of B is exercised) with
+// base rows left exactly as the base.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "serve/kv_block_manager.h"
 #include "serve/lora_registry.h"
 #include "serve/lora_runner.h"
+#include "serve/scheduler.h"
 #include "tiny_model.h"
 #include "util/error.h"
 
@@ -91,7 +93,7 @@ TEST(LoraServe, RegistryRefusesBadAdaptersAndKeepsTheGoodOnes) {
     EXPECT_NE(std::string(e.what()).find("rank 2 exceeds --max-lora-rank 1"), std::string::npos);
   }
   reg.load("b", (f.dir / "a").string());
-  refused("c", f.dir / "a", "--max-loras");
+  refused("c", f.dir / "a", "--max-cpu-loras");
   EXPECT_TRUE(reg.unload("b"));
   EXPECT_FALSE(reg.unload("b"));
   ASSERT_EQ(reg.list().size(), 1u);
@@ -99,6 +101,78 @@ TEST(LoraServe, RegistryRefusesBadAdaptersAndKeepsTheGoodOnes) {
   reg.load("b", (f.dir / "a").string());
   EXPECT_NE(reg.find("a")->prefix_seed(), reg.find("b")->prefix_seed());
   EXPECT_NE(reg.find("a")->prefix_seed(), kPrefixChainSeed);
+}
+
+// Runs `seqs` (submitted in order) through a Scheduler to completion: each step's scheduled
+// chunks are computed and a sampling chunk appends a token; a sequence stops after `gen`
+// tokens. Returns the most distinct adapters of any step, and checks that admission stayed
+// first come first served (no sequence is first admitted before one submitted earlier).
+int run_to_completion(Scheduler& sched, std::vector<std::unique_ptr<Sequence>>& seqs, int gen) {
+  for (auto& s : seqs) sched.add(s.get());
+  std::vector<Sequence*> admitted;
+  int most = 0, finished = 0;
+  for (int step = 0; finished < int(seqs.size()); ++step) {
+    EXPECT_LT(step, 1000) << "sequences starve";
+    if (step >= 1000) break;
+    const std::vector<ScheduledChunk> chunks = sched.schedule();
+    EXPECT_FALSE(chunks.empty()) << "a step with work waiting scheduled nothing";
+    std::vector<Sequence*> stepped;
+    for (const ScheduledChunk& c : chunks) stepped.push_back(c.seq);
+    most = std::max(most, distinct_adapters(stepped));
+    for (const ScheduledChunk& c : chunks) {
+      Sequence* s = c.seq;
+      if (std::find(admitted.begin(), admitted.end(), s) == admitted.end()) admitted.push_back(s);
+      s->computed = c.start + c.n;
+      if (!c.samples) continue;
+      s->tokens.push_back(int32_t(s->tokens.size() % 7));
+      if (s->generated() == gen) {
+        sched.remove(s);
+        ++finished;
+      }
+    }
+  }
+  EXPECT_EQ(sched.num_running() + sched.num_waiting(), 0);
+  for (size_t i = 0; i < admitted.size(); ++i)
+    EXPECT_EQ(admitted[i], seqs[i].get()) << "admission " << i << " overtook an earlier request";
+  return most;
+}
+
+TEST(LoraServe, SchedulerMixesAtMostMaxLorasAdaptersPerStep) {
+  Fixture f;
+  LoraRegistry reg(f.model, "base", 0, 2);  // no limit on adapters loaded
+  std::vector<std::shared_ptr<const ServedLora>> adapters;
+  for (const char* name : {"a", "b", "c", "d"}) {
+    reg.load(name, (f.dir / "a").string());
+    adapters.push_back(reg.find(name));
+  }
+  // 14 requests over 4 adapters and the base, interleaved, more adapters than --max-loras 2.
+  auto make = [&] {
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    for (int i = 0; i < 14; ++i) {
+      auto s = std::make_unique<Sequence>();
+      s->id = uint64_t(i);
+      s->tokens.assign(size_t(3 + i % 4), int32_t(i));
+      s->prompt_len = int(s->tokens.size());
+      if (i % 5 != 4) s->params.lora = adapters[size_t(i % 5 % 4)];
+      seqs.push_back(std::move(s));
+    }
+    return seqs;
+  };
+  for (int max_loras : {2, 1, 3}) {
+    KvBlockManager kv(256, 4, false);
+    Scheduler sched(kv, {64, 512, max_loras});
+    auto seqs = make();
+    EXPECT_EQ(run_to_completion(sched, seqs, 5), max_loras) << "--max-loras " << max_loras;
+    EXPECT_EQ(sched.max_step_loras(), max_loras);
+    EXPECT_GT(sched.lora_waits(), 0) << "--max-loras " << max_loras << " held nothing back";
+  }
+  // Without the limit the same requests put every adapter into one step: the cap above is the
+  // scheduler's doing.
+  KvBlockManager kv(256, 4, false);
+  Scheduler unlimited(kv, {64, 512, 0});
+  auto seqs = make();
+  EXPECT_EQ(run_to_completion(unlimited, seqs, 5), 4);
+  EXPECT_EQ(unlimited.lora_waits(), 0);
 }
 
 TEST(LoraServe, RunnerAddsEachRowGroupsOwnDelta) {
