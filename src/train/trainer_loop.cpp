@@ -70,7 +70,8 @@ void gather_logged(TrainingRun& run, int64_t s, StepReport& rep) {
   if (run.fp8) {
     if (run.topo.is_logger() && spdlog::should_log(spdlog::level::debug))
       spdlog::debug("fp8 after step {}: {}", s, run.fp8->describe());
-    const Fp8Counts c = run.fp8->take_counts(run.topo.world(), run.topo.tp().rank());
+    const Fp8Counts c =
+        run.fp8->take_counts(run.topo.world(), run.topo.tp().rank(), run.topo.cp().rank());
     rep.fp8 = true;
     rep.fp8_overflows = c.overflows;
     rep.fp8_underflows = c.underflows;
