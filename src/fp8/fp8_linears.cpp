@@ -75,7 +75,8 @@ Fp8Linears::Fp8Linears(const Fp8Section& recipe, const ModelConfig& cfg, Backend
                           role == grad_output ? grad_format : Fp8Format::e4m3,
                           DelayedScaling(recipe.amax_history),
                           {},
-                          role == whole});
+                          role == whole,
+                          role == weight});
   };
   for (int l = 0; l < layers_; ++l)
     for (int k = 0; k < kBlockKinds; ++k)
@@ -238,10 +239,11 @@ void Fp8Linears::end_step(Communicator& ranks) {
   }
 }
 
-Fp8Counts Fp8Linears::take_counts(Communicator& ranks, int tp_rank) {
+Fp8Counts Fp8Linears::take_counts(Communicator& ranks, int tp_rank, int cp_rank) {
   Fp8Counts c;
   for (const TensorState& t : tensors_) {
     if (t.whole_on_tp_ranks && tp_rank != 0) continue;
+    if (t.is_weight && cp_rank != 0) continue;
     c.overflows += t.counts.overflows;
     c.underflows += t.counts.underflows;
   }

@@ -67,8 +67,10 @@ class Fp8Linears final : public LinearRunner {
   // Over/underflows counted since the previous call, summed over `ranks` (a collective). A
   // tensor every tensor-parallel rank casts whole (a column-parallel linear's input, a
   // row-parallel one's output gradient) is counted on tp rank 0 only, so the sum is what one
-  // rank would count; sharded tensors add up.
-  Fp8Counts take_counts(Communicator& ranks, int tp_rank = 0);
+  // rank would count; sharded tensors add up. Context-parallel ranks run every micro-batch on
+  // their own tokens: inputs and output gradients add up, but each casts the same weights, so
+  // weights count on cp rank 0 only.
+  Fp8Counts take_counts(Communicator& ranks, int tp_rank = 0, int cp_rank = 0);
   // Every tensor's scale, latest amax and counts since the previous take_counts (for a debug log
   // line).
   std::string describe() const;
@@ -93,6 +95,7 @@ class Fp8Linears final : public LinearRunner {
     DelayedScaling scaling;
     Fp8Counts counts;
     bool whole_on_tp_ranks = false;  // replicated over tensor-parallel ranks (see take_counts)
+    bool is_weight = false;          // the same on every context-parallel rank (see take_counts)
   };
   // First of the site's three tensors in tensors_, or -1 when the site runs in fp32.
   int first_tensor(LinearSite site) const;

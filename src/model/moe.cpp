@@ -133,9 +133,27 @@ MoeScratch allocate_moe_scratch(const ModelConfig& cfg, int64_t n, const MoeAllo
   return s;
 }
 
+namespace {
+// Context parallelism: the router losses' sums over every cp rank's tokens of the micro-batch.
+// Gathered as raw doubles and added in rank order, so every rank holds the same totals to the
+// bit (an f32 all-reduce would round them).
+void share_router_totals(Communicator& group, const MoeConfig& cfg, MoeRouting& r) {
+  std::vector<double> mine = router_sums(r);
+  const size_t m = mine.size();
+  const int64_t words = int64_t(m * sizeof(double) / sizeof(int32_t));
+  std::vector<double> all(m * size_t(group.size()));
+  group.all_gather(Tensor(mine.data(), DType::i32, {words}),
+                   Tensor(all.data(), DType::i32, {words * group.size()}));
+  std::vector<double> total(m, 0.0);
+  for (int p = 0; p < group.size(); ++p)
+    for (size_t i = 0; i < m; ++i) total[i] += all[size_t(p) * m + i];
+  set_router_totals(r, cfg, total);
+}
+}  // namespace
+
 void moe_forward(Backend& be, const MoeConfig& cfg, const MoeTensors& w, MoeActivations& a,
                  const Tensor& x, const Tensor& residual, Tensor output, bool inference,
-                 Communicator* ep) {
+                 Communicator* ep, Communicator* tokens) {
   const int64_t n = x.rows(), d = x.cols();
   const int K = cfg.top_k;
   const Tensor logits = a.logits.slice(0, n);
@@ -144,6 +162,7 @@ void moe_forward(Backend& be, const MoeConfig& cfg, const MoeTensors& w, MoeActi
     HostF32 host_logits(be, logits, true);
     *a.routing = route_tokens(host_logits.data(), int(n), cfg, !inference);
   }
+  if (tokens != nullptr && tokens->size() > 1) share_router_totals(*tokens, cfg, *a.routing);
   const MoeRouting& r = *a.routing;
   const int64_t R = r.rows();
 

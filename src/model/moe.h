@@ -67,10 +67,12 @@ MoeScratch allocate_moe_scratch(const ModelConfig& cfg, int64_t n, const MoeAllo
 
 // output = residual + moe(x) for x [N, d]. `inference` routes dropless and runs the GEMMs
 // batch-invariantly (Backend::linear_rows). `ep`: the expert-parallel group (null or one rank:
-// w holds every expert); every rank of it must call this together.
+// w holds every expert); every rank of it must call this together. `tokens`: the ranks holding
+// the other tokens of x's sequences (context parallelism's cp group; null: x is all of them),
+// over which the router losses and statistics are taken; every rank of it calls this together.
 void moe_forward(Backend& be, const MoeConfig& cfg, const MoeTensors& w, MoeActivations& a,
                  const Tensor& x, const Tensor& residual, Tensor output, bool inference,
-                 Communicator* ep = nullptr);
+                 Communicator* ep = nullptr, Communicator* tokens = nullptr);
 
 // dy = dL/d(output) [N, d]; dx = dL/dx [N, d] (overwritten). Parameter gradients accumulate
 // into g; the router losses' gradients enter scaled by s.loss_scale.

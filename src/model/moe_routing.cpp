@@ -22,7 +22,6 @@ MoeRouting route_tokens(const float* logits, int n, const MoeConfig& cfg, bool c
   r.row.assign(size_t(n) * K, -1);
   r.routed.assign(size_t(E), 0);
   std::vector<int> order(static_cast<size_t>(E));
-  double z_sum = 0;
   for (int t = 0; t < n; ++t) {
     const float* x = logits + size_t(t) * E;
     float* p = r.probs.data() + size_t(t) * E;
@@ -31,7 +30,6 @@ MoeRouting route_tokens(const float* logits, int n, const MoeConfig& cfg, bool c
     for (int e = 0; e < E; ++e) sum += std::exp(double(x[e]) - mx);
     for (int e = 0; e < E; ++e) p[e] = float(std::exp(double(x[e]) - mx) / sum);
     r.lse[size_t(t)] = float(mx + std::log(sum));
-    z_sum += double(r.lse[size_t(t)]) * r.lse[size_t(t)];
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + K, order.end(),
                       [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
@@ -63,27 +61,53 @@ MoeRouting route_tokens(const float* logits, int n, const MoeConfig& cfg, bool c
       r.row[size_t(t) * K + k] = int32_t(next[size_t(e)]);
       r.src_token[size_t(next[size_t(e)]++)] = t;
     }
-  // Losses.
-  double aux = 0;
+  set_router_totals(r, cfg, router_sums(r));
+  return r;
+}
+
+std::vector<double> router_sums(const MoeRouting& r) {
+  const int n = r.tokens, E = r.experts;
+  std::vector<double> sums(size_t(2 * E + 2), 0.0);
   for (int e = 0; e < E; ++e) {
+    sums[size_t(e)] = double(r.routed[size_t(e)]);
     double P = 0;
     for (int t = 0; t < n; ++t) P += r.probs[size_t(t) * E + e];
-    aux += double(r.routed[size_t(e)]) / (double(n) * K) * (P / n);
+    sums[size_t(E + e)] = P;
+  }
+  double z = 0;
+  for (int t = 0; t < n; ++t) z += double(r.lse[size_t(t)]) * r.lse[size_t(t)];
+  sums[size_t(2 * E)] = z;
+  sums[size_t(2 * E + 1)] = n;
+  return sums;
+}
+
+void set_router_totals(MoeRouting& r, const MoeConfig& cfg, const std::vector<double>& sums) {
+  const int E = r.experts, K = r.top_k;
+  LLMRUN_CHECK(sums.size() == size_t(2 * E + 2), "set_router_totals: expected 2 E + 2 sums");
+  const double n = sums[size_t(2 * E + 1)];
+  r.group_tokens = int64_t(n);
+  r.group_routed.resize(size_t(E));
+  double aux = 0;
+  for (int e = 0; e < E; ++e) {
+    r.group_routed[size_t(e)] = int64_t(sums[size_t(e)]);
+    aux += sums[size_t(e)] / (n * K) * (sums[size_t(E + e)] / n);
   }
   r.aux = n > 0 ? cfg.aux_loss * E * aux : 0;
-  r.z = n > 0 ? cfg.z_loss * z_sum / n : 0;
-  return r;
+  r.z = n > 0 ? cfg.z_loss * sums[size_t(2 * E)] / n : 0;
 }
 
 void router_backward(const MoeRouting& r, const MoeConfig& cfg, const float* d_weight,
                      float loss_scale, float* d_logits) {
   const int n = r.tokens, E = r.experts, K = r.top_k;
   std::vector<double> dp(static_cast<size_t>(E));
-  // d aux / d p[t, e] is the same for every token.
+  // d aux / d p[t, e] is the same for every token. aux is a mean over the group's G tokens,
+  // weighted by G where loss_scale weighs n: scale G / n times aux's 1 / G leaves 1 / n (the
+  // z-loss likewise).
+  const double G = double(r.group_tokens);
   std::vector<double> aux_dp(static_cast<size_t>(E));
   for (int e = 0; e < E; ++e)
     aux_dp[size_t(e)] =
-        double(loss_scale) * cfg.aux_loss * E * double(r.routed[size_t(e)]) / (double(n) * K) / n;
+        double(loss_scale) * cfg.aux_loss * E * double(r.group_routed[size_t(e)]) / (G * K) / n;
   for (int t = 0; t < n; ++t) {
     const float* p = r.probs.data() + size_t(t) * E;
     const int32_t* c = r.choice.data() + size_t(t) * K;
@@ -113,11 +137,12 @@ void MoeStats::add(const MoeRouting& r) {
   aux += r.aux;
   z += r.z;
   dropped += r.dropped;
-  const int64_t slots_here = int64_t(r.tokens) * r.top_k;
-  slots += slots_here;
+  slots += int64_t(r.tokens) * r.top_k;
   ++routings;
+  // Expert shares over the routing group's slots (the whole micro-batch under cp).
+  const int64_t slots_here = r.group_tokens * r.top_k;
   if (slots_here == 0) return;
-  for (int64_t c : r.routed) {
+  for (int64_t c : r.group_routed) {
     const float share = float(double(c) / double(slots_here));
     min_share = std::min(min_share, share);
     max_share = std::max(max_share, share);

@@ -12,6 +12,11 @@
 //         P_e = mean over tokens of p_e (Switch Transformer; Megatron's top-k normalisation,
 //         so that a perfectly balanced router gives aux_loss)
 //   z   = z_loss * mean over tokens of logsumexp(logits)^2 (ST-MoE)
+//
+// Context parallelism splits a micro-batch's tokens over the cp ranks: f_e, P_e and the z mean
+// are then taken over the whole group's tokens (router_sums, all-gathered, then
+// set_router_totals), so every rank has the one-rank losses and its tokens their one-rank
+// gradients (Megatron reduces the tokens-per-expert statistics over the cp group likewise).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -34,6 +39,10 @@ struct MoeRouting {
   // Expert parallelism: the rows every ep rank sent to each expert, [ep, E] (moe_forward).
   std::vector<int32_t> ep_counts;
   double aux = 0, z = 0;  // the losses above, coefficients applied
+  // The routing group's tokens and slots per expert (before any drop): this routing's own
+  // unless context parallelism spreads the micro-batch over ranks (set_router_totals).
+  int64_t group_tokens = 0;
+  std::vector<int64_t> group_routed;  // [E]
 
   int64_t rows() const { return offsets.empty() ? 0 : offsets.back(); }
 };
@@ -43,8 +52,16 @@ struct MoeRouting {
 // other sequences in its batch.
 MoeRouting route_tokens(const float* logits, int n, const MoeConfig& cfg, bool capacity);
 
+// The sums the losses take over tokens, [2 E + 2]: slots routed to each expert, each expert's
+// summed probability, the summed squared logsumexp, and the token count.
+std::vector<double> router_sums(const MoeRouting& r);
+// Sets aux, z, group_tokens and group_routed from the sums over the routing group's tokens
+// (router_sums added up over its ranks; route_tokens applies this rank's own).
+void set_router_totals(MoeRouting& r, const MoeConfig& cfg, const std::vector<double>& sums);
+
 // d_logits [N, E] = dL/dlogits given d_weight [N, K] = dL/d(combine weight) (0 for dropped
-// slots), plus loss_scale times the gradients of aux and z.
+// slots), plus loss_scale times the gradients of aux and z. loss_scale weighs this rank's N
+// tokens; the losses' means over the group's tokens are weighted by all of them.
 void router_backward(const MoeRouting& r, const MoeConfig& cfg, const float* d_weight,
                      float loss_scale, float* d_logits);
 

@@ -189,7 +189,7 @@ void block_forward(Backend& be, const ModelConfig& cfg, const BlockTensors& w, B
   norm_forward(be, cfg, a.norm2, a.norm2_mean, a.norm2_rstd, a.mid, w.norm2_w, w.norm2_b);
   if (w.moe.active()) {  // routed experts in place of the MLP (tensor parallelism is refused)
     moe_forward(be, cfg.moe, w.moe, a.moe, a.norm2, a.mid, a.output, &lin == &inference_linear(),
-                comm.ep);
+                comm.ep, comm.attention ? &comm.attention->token_group() : nullptr);
     return;
   }
   // Plain fp32 GEMMs (no FP8 or LoRA runner) let the backend fuse GPT-2's GELU into the

@@ -11,6 +11,7 @@
 // attention runs per rank, and a second all-to-all swaps back; the backward mirrors it.
 // Everything outside attention (norms, MLPs, embeddings, loss) runs on the local tokens.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -28,6 +29,7 @@ class ContextParallel final : public DistributedAttention {
 
   const CpChunks& chunks() const { return chunks_; }
   int position(int local_token) const override { return chunks_.position(local_token); }
+  Communicator& token_group() override { return comm_; }
   // local: batch sequences of local_len() tokens (this rank's two chunks each).
   // qkv [batch*local_len, qkv_cols] after RoPE; attn [batch*local_len, heads*head_dim];
   // lse [batch*heads*local_len] in this class's own (chunk-major) order, read by backward().
@@ -108,6 +110,15 @@ class ContextParallel final : public DistributedAttention {
   // (this rank's heads of every token, in global token order); heads_to_seq is its inverse.
   void seq_to_heads(Tensor dst, const Tensor& src, const HeadGroups& widths);
   void heads_to_seq(Tensor dst, const Tensor& src, const HeadGroups& widths);
+  // Visits the exchange buffer `buf` by rank p and head group: the [batch*local_len, width]
+  // block holding rank p's share of the group; in_block is the widths of the earlier groups
+  // (the group's first column in the head-split layout).
+  using ShareVisitor = std::function<void(int p, int64_t in_block, int64_t width, const Tensor&)>;
+  void for_each_share(const Tensor& buf, const HeadGroups& widths, const ShareVisitor& visit) const;
+  // Visits rank `rank`'s chunks of every sequence: the first row of each in the whole-sequence
+  // layout (global) and in that rank's local layout.
+  using ChunkVisitor = std::function<void(int64_t global, int64_t local)>;
+  void for_each_chunk(int rank, const ChunkVisitor& visit) const;
   // All-to-all of a2a_send_ into a2a_recv_, `block` floats for and from each rank
   // (Communicator::all_to_allv with equal counts).
   void exchange(int64_t block);

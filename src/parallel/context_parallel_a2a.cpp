@@ -8,6 +8,7 @@
 // Query head j of a rank's share uses key/value head j / (heads/kv_heads) of the same share,
 // because both split contiguously: GQA groups never straddle ranks.
 #include <chrono>
+#include <vector>
 
 #include "parallel/context_parallel.h"
 
@@ -16,6 +17,11 @@ namespace llmrun {
 namespace {
 double seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+int64_t sum(const std::vector<int64_t>& widths) {
+  int64_t w = 0;
+  for (int64_t g : widths) w += g;
+  return w;
 }
 }  // namespace
 
@@ -50,66 +56,56 @@ void ContextParallel::exchange(int64_t block) {
   exposed_s_ += seconds() - t0;  // nothing computes while the all-to-all runs
 }
 
-void ContextParallel::seq_to_heads(Tensor dst, const Tensor& src, const HeadGroups& widths) {
-  const int n = chunks_.cp;
-  const int64_t L = local_.seq, S = heads_.seq, C = chunk_.seq;
-  const int64_t rows = int64_t(local_.batch) * L;
-  int64_t w = 0;
-  for (int64_t g : widths) w += g;
-  const int64_t block = rows * w;  // what one rank sends to one other
-  for (int p = 0; p < n; ++p) {
+void ContextParallel::for_each_share(const Tensor& buf, const HeadGroups& widths,
+                                     const ShareVisitor& visit) const {
+  const int64_t rows = int64_t(local_.batch) * local_.seq;
+  const int64_t block = rows * sum(widths);  // what one rank sends to one other
+  for (int p = 0; p < chunks_.cp; ++p) {
     int64_t in_block = 0;  // columns of the earlier groups (their floats: rows * in_block)
     for (int64_t g : widths) {
-      const Tensor part = a2a_send_.flat(p * block + rows * in_block, rows * g).view({rows, g});
-      be_.copy_cols(part, src, n * in_block + p * g);
-      in_block += g;
-    }
-  }
-  exchange(block);
-  for (int s = 0; s < n; ++s) {  // rank s's tokens: its two chunks of every sequence
-    int64_t in_block = 0;
-    for (int64_t g : widths) {
-      const Tensor part = a2a_recv_.flat(s * block + rows * in_block, rows * g).view({rows, g});
-      for (int64_t b = 0; b < local_.batch; ++b)
-        for (int c = 0; c < 2; ++c) {
-          const int64_t to = b * S + int64_t(chunks_.chunk_of(s, c)) * C;
-          be_.copy_into_cols(dst.slice(to, to + C), part.slice(b * L + c * C, b * L + (c + 1) * C),
-                             in_block);
-        }
+      visit(p, in_block, g, buf.flat(p * block + rows * in_block, rows * g).view({rows, g}));
       in_block += g;
     }
   }
 }
 
+void ContextParallel::for_each_chunk(int rank, const ChunkVisitor& visit) const {
+  const int64_t L = local_.seq, S = heads_.seq, C = chunk_.seq;
+  for (int64_t b = 0; b < local_.batch; ++b)
+    for (int c = 0; c < 2; ++c)
+      visit(b * S + int64_t(chunks_.chunk_of(rank, c)) * C, b * L + c * C);
+}
+
+void ContextParallel::seq_to_heads(Tensor dst, const Tensor& src, const HeadGroups& widths) {
+  const int n = chunks_.cp;
+  const int64_t C = chunk_.seq;
+  // Send rank p its heads' columns of every group.
+  for_each_share(a2a_send_, widths, [&](int p, int64_t in_block, int64_t g, const Tensor& part) {
+    be_.copy_cols(part, src, n * in_block + p * g);
+  });
+  exchange(int64_t(local_.batch) * local_.seq * sum(widths));
+  // Rank s's tokens (its two chunks of every sequence) into their global rows.
+  for_each_share(a2a_recv_, widths, [&](int s, int64_t in_block, int64_t, const Tensor& part) {
+    for_each_chunk(s, [&](int64_t global, int64_t local) {
+      be_.copy_into_cols(dst.slice(global, global + C), part.slice(local, local + C), in_block);
+    });
+  });
+}
+
 void ContextParallel::heads_to_seq(Tensor dst, const Tensor& src, const HeadGroups& widths) {
   const int n = chunks_.cp;
-  const int64_t L = local_.seq, S = heads_.seq, C = chunk_.seq;
-  const int64_t rows = int64_t(local_.batch) * L;
-  int64_t w = 0;
-  for (int64_t g : widths) w += g;
-  const int64_t block = rows * w;
-  for (int s = 0; s < n; ++s) {  // rank s gets its chunks' rows, in its local order
-    int64_t in_block = 0;
-    for (int64_t g : widths) {
-      const Tensor part = a2a_send_.flat(s * block + rows * in_block, rows * g).view({rows, g});
-      for (int64_t b = 0; b < local_.batch; ++b)
-        for (int c = 0; c < 2; ++c) {
-          const int64_t from = b * S + int64_t(chunks_.chunk_of(s, c)) * C;
-          be_.copy_cols(part.slice(b * L + c * C, b * L + (c + 1) * C), src.slice(from, from + C),
-                        in_block);
-        }
-      in_block += g;
-    }
-  }
-  exchange(block);
-  for (int p = 0; p < n; ++p) {  // rank p's heads of my tokens
-    int64_t in_block = 0;
-    for (int64_t g : widths) {
-      const Tensor part = a2a_recv_.flat(p * block + rows * in_block, rows * g).view({rows, g});
-      be_.copy_into_cols(dst, part, n * in_block + p * g);
-      in_block += g;
-    }
-  }
+  const int64_t C = chunk_.seq;
+  // Send rank s its chunks' rows, in its local order.
+  for_each_share(a2a_send_, widths, [&](int s, int64_t in_block, int64_t, const Tensor& part) {
+    for_each_chunk(s, [&](int64_t global, int64_t local) {
+      be_.copy_cols(part.slice(local, local + C), src.slice(global, global + C), in_block);
+    });
+  });
+  exchange(int64_t(local_.batch) * local_.seq * sum(widths));
+  // Rank p's heads of my tokens.
+  for_each_share(a2a_recv_, widths, [&](int p, int64_t in_block, int64_t g, const Tensor& part) {
+    be_.copy_into_cols(dst, part, n * in_block + p * g);
+  });
 }
 
 void ContextParallel::forward_a2a(Tensor attn, Tensor lse, const Tensor& qkv) {

@@ -59,6 +59,19 @@ std::optional<LayoutProblem> layout_problem(const TrainingShape& s, const Traini
     return LayoutProblem{"parallel.tp", tp + " exceeds model.vocab=" + std::to_string(m.vocab) +
                                             " (each rank holds a slice of the vocabulary)"};
   if (const auto problem = expert_parallel_problem(m, l)) return problem;
+  // Context parallelism takes the router's losses over the whole micro-batch (moe.h), but a
+  // capacity limit keeps each expert's first slots in the order of all its tokens, which cp
+  // scatters over ranks: a rank-local cut would drop other slots than one rank does.
+  if (m.moe.enabled() && m.moe.capacity_factor > 0 && l.cp > 1)
+    return LayoutProblem{"parallel.cp",
+                         "cp=" + std::to_string(l.cp) +
+                             " with model.moe.capacity_factor: a capacity limit drops slots in "
+                             "the order of the whole micro-batch's tokens, which cp splits over "
+                             "ranks; use capacity_factor: null (dropless routing) with cp > 1"};
+  if (l.cp > 1 && s.cuda_backend)
+    return LayoutProblem{"parallel.cp",
+                         "context parallelism runs on the CPU backend only: the CUDA backend has "
+                         "no block attention"};
   if (const auto problem = cp_split_problem(m.seq_len, l.cp))
     return LayoutProblem{"parallel.cp", *problem};
   if (l.cp_comm == CpComm::a2a)

@@ -16,6 +16,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The router statistics of every data-parallel rank's micro-batches (each routes its own; cp
+// ranks share theirs already, pipeline stages are gathered with the stage reports).
+MoeStats dp_moe_stats(MoeStats m, Communicator& dp) {
+  if (dp.size() <= 1) return m;
+  m.aux = dp.all_reduce_scalar(m.aux, ReduceOp::sum);
+  m.z = dp.all_reduce_scalar(m.z, ReduceOp::sum);
+  m.dropped = int64_t(dp.all_reduce_scalar(double(m.dropped), ReduceOp::sum));
+  m.slots = int64_t(dp.all_reduce_scalar(double(m.slots), ReduceOp::sum));
+  m.routings = int(dp.all_reduce_scalar(double(m.routings), ReduceOp::sum));
+  m.min_share = float(-dp.all_reduce_scalar(-double(m.min_share), ReduceOp::max));
+  m.max_share = float(dp.all_reduce_scalar(double(m.max_share), ReduceOp::max));
+  return m;
+}
+
 // The router statistics of one step (model.moe): per micro-batch means of the summed losses.
 void report_moe(const MoeStats& m, const Transformer& model, StepReport& rep) {
   const ModelConfig& cfg = model.config();
@@ -42,7 +56,9 @@ StepReport run_one_step(TrainingRun& run, int64_t s, Clock::time_point t_start) 
   run.model->take_moe_stats();  // drops validation forwards' routings
   rep.stats =
       run.step->run([&](int32_t* windows) { run.batches->next(windows, r.train.micro_batch); });
-  report_moe(run.model->take_moe_stats(), *run.model, rep);
+  MoeStats moe = run.model->take_moe_stats();
+  if (r.model.moe.enabled()) moe = dp_moe_stats(moe, run.topo.dp());
+  report_moe(moe, *run.model, rep);
   if (run.fp8) run.fp8->end_step(run.topo.world());
   const auto t1 = Clock::now();
   const int world = run.topo.world().size();
@@ -70,7 +86,8 @@ void gather_logged(TrainingRun& run, int64_t s, StepReport& rep) {
   if (run.fp8) {
     if (run.topo.is_logger() && spdlog::should_log(spdlog::level::debug))
       spdlog::debug("fp8 after step {}: {}", s, run.fp8->describe());
-    const Fp8Counts c = run.fp8->take_counts(run.topo.world(), run.topo.tp().rank());
+    const Fp8Counts c =
+        run.fp8->take_counts(run.topo.world(), run.topo.tp().rank(), run.topo.cp().rank());
     rep.fp8 = true;
     rep.fp8_overflows = c.overflows;
     rep.fp8_underflows = c.underflows;

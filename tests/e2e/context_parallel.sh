@@ -5,9 +5,11 @@
 # the single-rank run: losses at each of 10 steps within 1e-5 (relative), the same exported
 # weights; so do recompute, pp, sequence parallelism, validation and the packed sampler. The
 # plan's activation memory matches the trainer's within 10%, and plan --search offers cp for
-# long sequences. A checkpoint saved at cp2 x dp2 resumes at cp1, cp4 and under a2a with the
-# single-rank losses, one saved under a2a on the p2p ring; a sequence length that does not
-# split into 2 x cp chunks, or heads that a2a cannot split over cp, are refused with the reason.
+# long sequences (not on the CUDA backend, which training refuses cp on). A checkpoint saved
+# at cp2 x dp2 resumes at cp1, cp4 and under a2a with the single-rank losses, one saved under
+# a2a on the p2p ring; a sequence length that does not split into 2 x cp chunks, or heads that
+# a2a cannot split over cp, are refused with the reason. (MoE and FP8 with cp:
+# context_parallel_moe.sh, context_parallel_fp8.sh.)
 source "$(dirname "$0")/common.bash"
 source "$(dirname "$0")/layout_common.bash"
 cd "$WORK"
@@ -76,6 +78,12 @@ grep -q "context-parallel ring" plan-cp4.txt || fail "plan does not price the ri
 grep -E "^1 .* cp[24] " search-long.txt || { cat search-long.txt; fail "no cp layout ranks first at seq 4096"; }
 "$LLMRUN" plan llama.yaml --search --nproc 4 --top 1000 >search-short.txt || fail "plan --search at seq 32"
 ! grep -qE " cp[24] " search-short.txt || fail "plan --search offered cp for a 32-token sequence"
+# Training refuses cp on the CUDA backend, so the search on it ranks no cp layout and says why.
+"$LLMRUN" plan llama.yaml --search --nproc 4 --top 1000 --set model.seq_len=4096 --set train.micro_batch=1 \
+  --set launch.backend=cuda >search-cuda.txt || { cat search-cuda.txt; fail "plan --search on cuda"; }
+! grep -qE "^[0-9]+ .* cp[24] " search-cuda.txt || { cat search-cuda.txt; fail "plan --search offered cp on cuda"; }
+grep -q "parallel.cp: context parallelism runs on the CPU backend only" search-cuda.txt ||
+  { cat search-cuda.txt; fail "plan --search does not say why cp is left out on cuda"; }
 
 # Checkpoints reshard across cp: saved at step 5 under cp2 x dp2 (ZeRO-1 partitions over
 # dp x cp), the last 5 steps at cp1 and at cp4 give the single-rank losses.
