@@ -57,14 +57,6 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   if (path.empty()) return;
   write_file_atomic(path, j.dump(2) + "\n");
 }
-// The recipe's training shape on the backend `llmrun train` would pick here (launch.backend,
-// auto: CUDA when a device is visible), whose limits the layouts must respect.
-TrainingShape shape_on_backend(const Recipe& r) {
-  TrainingShape s = training_shape(r);
-  s.cuda_backend = resolve_backend_kind(parse_backend_kind(r.launch.backend)) == BackendKind::cuda;
-  return s;
-}
-
 }  // namespace
 
 Command add_plan_command(CLI::App& root) {
@@ -118,7 +110,7 @@ Command add_plan_command(CLI::App& root) {
             overrides.push_back(o);
           overrides.push_back("parallel.cp=1");  // the search picks cp (long sequences) too
           const Recipe r = load_recipe(a->recipe, overrides);
-          const LayoutSearch s = search_layouts(shape_on_backend(r), a->nproc,
+          const LayoutSearch s = search_layouts(training_shape(r), a->nproc,
                                                 r.memory.budget_bytes, assumptions(*a, a->nproc));
           std::fputs(search_text(s, a->nproc, a->top).c_str(), stdout);
           write_json(a->json_out, search_json(s));
@@ -129,7 +121,7 @@ Command add_plan_command(CLI::App& root) {
         }
         if (a->nproc > 0) overrides.push_back("launch.nproc=" + std::to_string(a->nproc));
         const Recipe r = load_recipe(a->recipe, overrides);
-        const Plan p = make_plan(r.source, shape_on_backend(r), training_layout(r),
+        const Plan p = make_plan(r.source, training_shape(r), training_layout(r),
                                  assumptions(*a, r.launch.nproc), r.memory.budget_bytes);
         std::fputs(plan_text(p).c_str(), stdout);
         std::fputs(lora_memory_text(r).c_str(), stdout);

@@ -68,10 +68,6 @@ std::optional<LayoutProblem> layout_problem(const TrainingShape& s, const Traini
                              " with model.moe.capacity_factor: a capacity limit drops slots in "
                              "the order of the whole micro-batch's tokens, which cp splits over "
                              "ranks; use capacity_factor: null (dropless routing) with cp > 1"};
-  if (l.cp > 1 && s.cuda_backend)
-    return LayoutProblem{"parallel.cp",
-                         "context parallelism runs on the CPU backend only: the CUDA backend has "
-                         "no block attention"};
   if (const auto problem = cp_split_problem(m.seq_len, l.cp))
     return LayoutProblem{"parallel.cp", *problem};
   if (l.cp_comm == CpComm::a2a)

@@ -40,8 +40,6 @@ struct TrainingShape {
   Offload offload_optimizer = Offload::none;
   Offload offload_params = Offload::none;   // ZeRO-3 parameter shards
   int64_t offload_buffer_bytes = 64 << 20;  // nvme staging memory
-  // Trains on the CUDA backend, which has no block attention: context parallelism is refused.
-  bool cuda_backend = false;
 };
 
 // Micro-batches each data-parallel rank (and so the pipeline) runs per step.
