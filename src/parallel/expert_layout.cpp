@@ -23,8 +23,9 @@ std::optional<LayoutProblem> expert_parallel_problem(const ModelConfig& m,
                                             "with dp a multiple of ep)"};
   if (l.cp > 1)
     return LayoutProblem{"parallel.ep", ep + " with cp=" + std::to_string(l.cp) +
-                                            ": context parallelism with expert parallelism is "
-                                            "not supported (use cp=1)"};
+                                            ": expert gradients reduce over the expert-data-"
+                                            "parallel group, which does not span the cp ranks; "
+                                            "use ep with cp=1, or cp with ep=1"};
   return std::nullopt;
 }
 
