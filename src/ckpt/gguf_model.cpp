@@ -413,7 +413,7 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
       if (g.find(tag) != std::string::npos) return LinearSite{layer, kind};
     return std::nullopt;
   };
-  std::map<std::pair<int, int>, std::vector<quant::QuantMatrix>> sites;
+  quant::QuantizedLinear::SiteParts sites;
   std::vector<float> host;
   const auto& layout = m.model->layout();
   for (int b = 0; b < int(layout.size()); ++b)
@@ -464,12 +464,7 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
       backend.copy(params.tensor(b, pi).view({spec.numel()}),
                    Tensor(host.data(), DType::f32, {spec.numel()}));
     }
-  if (!dequantize) {
-    for (auto& [key, parts] : sites)
-      weights->runner.set({key.first, LinearKind(key.second)}, parts);
-    m.model->set_inference_linear(&weights->runner);
-    m.model->set_linear_runner(&weights->runner);  // eval's forward runs the training path
-  }
+  if (!dequantize) weights->runner.attach(*m.model, sites);
   m.tokenizer = read_gguf_tokenizer(r);
   if (m.tokenizer->vocab_size() > cfg.vocab)
     throw UserError(where + ": the tokenizer has ids up to " +

@@ -202,7 +202,7 @@ LoadedModel load_hf_quantized_weights(const fs::path& dir, const ModelConfig& cf
         packed.insert(stem(spec.hf_name));
   check_names(files, layout, packed);
 
-  std::map<std::pair<int, int>, std::vector<quant::QuantMatrix>> sites;
+  quant::QuantizedLinear::SiteParts sites;
   std::map<std::string, int> counts;  // block type -> linears
   std::vector<float> host;
   for (int b = 0; b < int(layout.size()); ++b)
@@ -258,14 +258,9 @@ LoadedModel load_hf_quantized_weights(const fs::path& dir, const ModelConfig& cf
       backend.copy(params.tensor(b, pi).view({spec.numel()}),
                    Tensor(host.data(), DType::f32, {spec.numel()}));
     }
-  if (!dequantize) {
-    // Every linear is here, packed or not (an unquantized lm_head as F32 rows): the fp32
-    // store holds no linear weights.
-    for (auto& [key, parts] : sites)
-      weights->runner.set({key.first, LinearKind(key.second)}, parts);
-    m.model->set_inference_linear(&weights->runner);
-    m.model->set_linear_runner(&weights->runner);  // eval's forward runs the training path
-  }
+  // Every linear is in `sites`, packed or not (an unquantized lm_head as F32 rows): the fp32
+  // store holds no linear weights.
+  if (!dequantize) weights->runner.attach(*m.model, sites);
   std::string summary;
   for (const auto& [name, n] : counts)
     summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + name;

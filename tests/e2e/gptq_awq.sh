@@ -9,17 +9,12 @@
 #    of its logit (a near tie the activation quantization may flip), and at least 3/4 exactly;
 # and unsupported configurations are refused, naming the key.
 source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/byte_tokenizer.bash"
 cd "$WORK"
 PY="/usr/bin/python3 $SRC/tests/oracle/hf_interop.py"
 QZ="/usr/bin/python3 $SRC/tests/oracle/gptq_awq.py"
 for i in $(seq 12); do printf 'Quantized check %d: the quick brown fox jumps over the lazy dog. ' $i; done > text.txt
-cat > tok.yaml <<'YAML'
-model: {arch: gpt2, layers: 1, d_model: 16, heads: 2, seq_len: 16}
-data: {tokenizer: byte, train: [{path: text.txt}]}
-train: {steps: 1, micro_batch: 1}
-checkpoint: {dir: tok}
-YAML
-"$LLMRUN" train tok.yaml 2>/dev/null || fail "tokenizer run failed"
+make_byte_tokenizer text.txt
 $QZ make fp || fail "make failed"
 cp tok/model/tokenizer.json tok/model/tokenizer_config.json fp/
 field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
