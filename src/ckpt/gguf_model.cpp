@@ -3,7 +3,6 @@
 #include "ckpt/gguf_model.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/mman.h>
 
 #include <cstring>
 #include <fstream>
@@ -14,8 +13,10 @@
 #include "ckpt/gguf_file.h"
 #include "ckpt/gguf_rope_freqs.h"
 #include "ckpt/gguf_tokenizer.h"
+#include "ckpt/hf_quantized.h"
 #include "ckpt/hf_weight_files.h"
 #include "ckpt/hf_weights.h"
+#include "ckpt/reserved_params.h"
 #include "model/hf_config.h"
 #include "model/param_layout.h"
 #include "quant/quant_dot.h"
@@ -151,26 +152,11 @@ uint32_t file_type(GgufQuant q) {
   return 0;
 }
 
-// Memory the fp32 parameter store points at: reserved, not committed. Only the tensors
-// written (norms, biases, embeddings) ever get pages; the linear weights' ranges stay
-// untouched because the quantized runner never reads them.
-struct Reservation {
-  void* p = nullptr;
-  size_t bytes = 0;
-  Reservation(size_t n) : bytes(n) {
-    p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
-             0);
-    if (p == MAP_FAILED) throw UserError("cannot reserve " + std::to_string(n) + " bytes");
-  }
-  ~Reservation() { munmap(p, bytes); }
-  Reservation(const Reservation&) = delete;
-};
-
 // What a loaded GGUF model keeps alive beside the Transformer.
 struct GgufWeights {
   std::shared_ptr<GgufReader> reader;
-  std::vector<std::unique_ptr<Reservation>> reserved;
-  std::vector<std::vector<uint8_t>> owned;  // q/k rows reordered for llama
+  std::unique_ptr<ReservedParams> reserved;  // the fp32 store (norms, biases, tables)
+  std::vector<std::vector<uint8_t>> owned;   // q/k rows reordered for llama
   quant::QuantizedLinear runner;
 };
 
@@ -279,6 +265,10 @@ void hf_to_gguf(const fs::path& model_dir, const fs::path& out, GgufQuant q) {
   std::error_code ec;
   if (!fs::is_directory(model_dir, ec))
     throw UserError(model_dir.string() + ": not a model directory");
+  if (is_hf_quantized_dir(model_dir))
+    throw UserError(model_dir.string() +
+                    ": config.json has a quantization_config (GPTQ/AWQ); `convert --to hf` "
+                    "dequantizes it into a dir that --to gguf reads");
   const ModelConfig cfg = load_model_config(model_dir);
   const std::string arch = arch_of(cfg, model_dir);
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(model_dir);
@@ -403,12 +393,7 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
   LoadedModel m;
   m.model = std::make_unique<Transformer>(backend, cfg, stores);
   BucketStore& params = m.model->params();
-  if (!dequantize)
-    for (int b = 0; b < params.num_buckets(); ++b) {
-      const size_t bytes = size_t(std::max<int64_t>(params.padded_numel(b), 1)) * 4;
-      weights->reserved.push_back(std::make_unique<Reservation>(bytes));
-      params.attach(b, Tensor(weights->reserved.back()->p, DType::f32, {params.padded_numel(b)}));
-    }
+  if (!dequantize) weights->reserved = std::make_unique<ReservedParams>(params);
 
   // The linears: by HF name, which site and which part they are.
   auto linear_site = [&](const std::string& g) -> std::optional<LinearSite> {
@@ -428,7 +413,7 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
       if (g.find(tag) != std::string::npos) return LinearSite{layer, kind};
     return std::nullopt;
   };
-  std::map<std::pair<int, int>, std::vector<quant::QuantMatrix>> sites;
+  quant::QuantizedLinear::SiteParts sites;
   std::vector<float> host;
   const auto& layout = m.model->layout();
   for (int b = 0; b < int(layout.size()); ++b)
@@ -479,12 +464,7 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
       backend.copy(params.tensor(b, pi).view({spec.numel()}),
                    Tensor(host.data(), DType::f32, {spec.numel()}));
     }
-  if (!dequantize) {
-    for (auto& [key, parts] : sites)
-      weights->runner.set({key.first, LinearKind(key.second)}, parts);
-    m.model->set_inference_linear(&weights->runner);
-    m.model->set_linear_runner(&weights->runner);  // eval's forward runs the training path
-  }
+  if (!dequantize) weights->runner.attach(*m.model, sites);
   m.tokenizer = read_gguf_tokenizer(r);
   if (m.tokenizer->vocab_size() > cfg.vocab)
     throw UserError(where + ": the tokenizer has ids up to " +

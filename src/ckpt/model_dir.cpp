@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "ckpt/gguf_model.h"
+#include "ckpt/hf_quantized.h"
 #include "ckpt/hf_weight_files.h"
 #include "ckpt/hf_weights.h"
 #include "ckpt/safetensors.h"
@@ -39,17 +40,21 @@ void save_model_dir(const std::string& dir, Transformer& model, const Tokenizer&
   out.commit();
 }
 
-LoadedModel load_model_dir(const std::string& dir, Backend& backend) {
+LoadedModel load_model_dir(const std::string& dir, Backend& backend, bool dequantize) {
   const std::filesystem::path root(dir);
-  if (is_gguf_file(root)) return load_gguf_model(root, backend);
+  if (is_gguf_file(root)) return load_gguf_model(root, backend, dequantize);
   if (!std::filesystem::is_directory(root)) throw UserError(dir + ": not a model directory");
   ModelConfig cfg = load_model_config(root);
   set_allocation_phase("the model in " + dir);  // named in an out-of-memory error
-  const HfWeightFiles weights(root);
-  check_weights_explained(weights, cfg);  // a config with fewer layers than the weights is refused
   LoadedModel m;
-  m.model = std::make_unique<Transformer>(backend, cfg);
-  import_hf_tensors(backend, m.model->params(), weights);
+  if (is_hf_quantized_dir(root)) {
+    m = load_hf_quantized_weights(root, cfg, backend, dequantize);
+  } else {
+    const HfWeightFiles weights(root);
+    check_weights_explained(weights, cfg);  // fewer layers than the weights: refused
+    m.model = std::make_unique<Transformer>(backend, cfg);
+    import_hf_tensors(backend, m.model->params(), weights);
+  }
   m.tokenizer = load_tokenizer(root);
   // An id past the embedding table would index outside it at the first such token.
   if (m.tokenizer->vocab_size() > cfg.vocab)

@@ -26,7 +26,8 @@ struct LoadedModel {
 };
 
 // Reads a Hugging Face model directory (GPT-2, Llama, Mistral or Qwen 2 config;
-// F32/F16/BF16 weights), or a GGUF file (load_gguf_model).
-LoadedModel load_model_dir(const std::string& dir, Backend& backend);
+// F32/F16/BF16 weights, or GPTQ/AWQ: ckpt/hf_quantized.h), or a GGUF file (load_gguf_model).
+// dequantize: quantized weights are expanded into fp32 parameters (convert --to hf).
+LoadedModel load_model_dir(const std::string& dir, Backend& backend, bool dequantize = false);
 
 }  // namespace llmrun

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ckpt/gguf_model.h"
+#include "ckpt/hf_quantized.h"
 #include "ckpt/lora_merge.h"
 #include "cli/commands.h"
 #include "util/error.h"
@@ -37,6 +38,8 @@ int convert(const ConvertArgs& a) {
     hf_to_gguf(a.input, a.output, parse_gguf_quant(a.quantize));
   } else if (a.to == "hf" && is_gguf_file(a.input)) {
     gguf_to_hf(a.input, a.output);
+  } else if (a.to == "hf" && is_hf_quantized_dir(a.input)) {
+    hf_quantized_to_hf(a.input, a.output);
   } else if (a.to == "hf") {
     const DType dtype = a.dtype == "bf16"   ? DType::bf16
                         : a.dtype == "fp16" ? DType::f16
@@ -57,9 +60,11 @@ Command add_convert_command(CLI::App& root) {
                           "Convert a training checkpoint to a Hugging Face model dir "
                           "(--to hf) or back (--to checkpoint); a Hugging Face model "
                           "dir to a GGUF file (--to gguf) or a GGUF file back (--to hf)");
-  app->add_option("input", args->input,
-                  "Checkpoint dir or step dir, or a GGUF file (--to hf); Hugging Face model dir "
-                  "(--to checkpoint, --to gguf); with --merge-lora the output dir");
+  app->add_option(
+      "input", args->input,
+      "Checkpoint dir or step dir, or a GGUF file or GPTQ/AWQ dir (--to hf, dequantizing); "
+      "Hugging Face model dir "
+      "(--to checkpoint, --to gguf); with --merge-lora the output dir");
   app->add_option("--to", args->to, "Output kind")
       ->required()
       ->check(CLI::IsMember({"hf", "checkpoint", "gguf"}));

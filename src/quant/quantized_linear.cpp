@@ -1,12 +1,19 @@
 // QuantizedLinear: the per-site quantized plans behind the inference LinearRunner seam.
 #include "quant/quantized_linear.h"
 
+#include "model/transformer.h"
 #include "util/error.h"
 
 namespace llmrun::quant {
 
 void QuantizedLinear::set(LinearSite site, std::vector<QuantMatrix> parts) {
   sites_.insert_or_assign({site.layer, int(site.kind)}, QuantPlan(parts));
+}
+
+void QuantizedLinear::attach(Transformer& model, const SiteParts& sites) {
+  for (const auto& [key, parts] : sites) set({key.first, LinearKind(key.second)}, parts);
+  model.set_inference_linear(this);
+  model.set_linear_runner(this);
 }
 
 bool QuantizedLinear::has(LinearSite site) const {

@@ -10,11 +10,21 @@
 #include "model/linear.h"
 #include "quant/quant_matmul.h"
 
+namespace llmrun {
+class Transformer;
+}
+
 namespace llmrun::quant {
 
 class QuantizedLinear final : public LinearRunner {
  public:
+  // Each site's parts, keyed by (layer, int(kind)).
+  using SiteParts = std::map<std::pair<int, int>, std::vector<QuantMatrix>>;
+
   void set(LinearSite site, std::vector<QuantMatrix> parts);
+  // Sets every site of `sites`, then becomes `model`'s linear runner, for inference and for
+  // eval's forward (which runs the training path).
+  void attach(Transformer& model, const SiteParts& sites);
   bool has(LinearSite site) const;
   void forward(Backend& be, LinearSite site, Tensor y, const Tensor& x, const Tensor& W,
                const Tensor* bias, bool accumulate) override;

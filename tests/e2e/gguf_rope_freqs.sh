@@ -8,17 +8,12 @@
 #  - `convert FILE.gguf --to hf` gives back config.json's rope_scaling;
 #  - a factor table no llama3 scaling produces is refused, naming the tensor.
 source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/byte_tokenizer.bash"
 cd "$WORK"
 PY="/usr/bin/python3 $SRC/tests/oracle/hf_interop.py"
 RF="/usr/bin/python3 $SRC/tests/oracle/gguf_rope_freqs.py"
 for i in $(seq 30); do printf 'Rope check %d: the quick brown fox jumps over the lazy dog. ' $i; done > text.txt
-cat > tok.yaml <<'YAML'
-model: {arch: gpt2, layers: 1, d_model: 16, heads: 2, seq_len: 16}
-data: {tokenizer: byte, train: [{path: text.txt}]}
-train: {steps: 1, micro_batch: 1}
-checkpoint: {dir: tok}
-YAML
-"$LLMRUN" train tok.yaml 2>/dev/null || fail "tokenizer run failed"
+make_byte_tokenizer text.txt
 $PY make hf llama31
 cp tok/model/tokenizer.json tok/model/tokenizer_config.json hf/
 # 128-token context, theta 10000: two of the 8 frequencies fall in the blended band, so a

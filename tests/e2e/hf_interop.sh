@@ -6,17 +6,11 @@
 #  - `llmrun eval` on the exported dir (fp32 and bf16) gives PyTorch's loss on the same text;
 #  - model.from starts training from the HF weights; a conflicting recipe field is refused.
 source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/byte_tokenizer.bash"
 cd "$WORK"
 PY="/usr/bin/python3 $SRC/tests/oracle/hf_interop.py"
 for i in $(seq 30); do printf 'Interop check %d: the quick brown fox jumps over the lazy dog. ' $i; done > text.txt
-# the byte-level tokenizer files, as llmrun writes them
-cat > tok.yaml <<'YAML'
-model: {arch: gpt2, layers: 1, d_model: 16, heads: 2, seq_len: 16}
-data: {tokenizer: byte, train: [{path: text.txt}]}
-train: {steps: 1, micro_batch: 1}
-checkpoint: {dir: tok}
-YAML
-"$LLMRUN" train tok.yaml 2>/dev/null || fail "tokenizer run failed"
+make_byte_tokenizer text.txt
 
 close() { /usr/bin/python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a-b) <= 1e-6*abs(b) else 1)" "$1" "$2"; }
 field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }

@@ -1,0 +1,35 @@
+#pragma once
+// Hugging Face model dirs quantized by GPTQ (AutoGPTQ / transformers, checkpoint format
+// "gptq") or AWQ (AutoAWQ, version "gemm"): config.json's `quantization_config` names the
+// method, and each quantized linear is stored as `qweight`, `qzeros`, `scales` (and GPTQ's
+// `g_idx`) in place of `weight` (layouts: quant/packed_int_weights.h).
+//
+// `generate/serve/eval/bench DIR` run such dirs on the CPU backend: every packed linear is
+// requantized, exactly, into Q4_0 (symmetric 4-bit GPTQ) or Q8_0 (AWQ, asymmetric GPTQ) blocks
+// and runs through quant::QuantizedLinear; linears left unquantized (lm_head,
+// modules_to_not_convert) keep their fp32 weights. `convert DIR --to hf OUT` writes the
+// dequantized model in fp32.
+//
+// Accepted: Llama-family models (Llama, Mistral, Qwen 2, Phi-3) without experts; GPTQ bits 4
+// or 8, any group_size whose groups are whole blocks of 32 inputs (or -1), desc_act when
+// g_idx keeps each block of 32 inputs in one group; AWQ bits 4 with zero points. Anything
+// else is refused, naming the key.
+#include <filesystem>
+
+#include "ckpt/model_dir.h"
+#include "model/config.h"
+
+namespace llmrun {
+
+// True for a directory whose config.json has a quantization_config object.
+bool is_hf_quantized_dir(const std::filesystem::path& dir);
+
+// The model of `cfg` with its weights from `dir` (tokenizer and eos ids are load_model_dir's
+// part). dequantize = true fills fp32 parameters instead (any backend; for --to hf).
+LoadedModel load_hf_quantized_weights(const std::filesystem::path& dir, const ModelConfig& cfg,
+                                      Backend& backend, bool dequantize);
+
+// A GPTQ/AWQ dir -> a Hugging Face model dir in fp32.
+void hf_quantized_to_hf(const std::filesystem::path& dir, const std::filesystem::path& out);
+
+}  // namespace llmrun

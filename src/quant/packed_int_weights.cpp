@@ -1,0 +1,150 @@
+// GPTQ / AWQ unpacking and the exact requantization into ggml blocks (layouts in the header).
+#include "quant/packed_int_weights.h"
+
+#include <cstring>
+
+#include "util/error.h"
+
+namespace llmrun::quant {
+
+namespace {
+
+int32_t word_at(const void* base, int64_t index) {
+  int32_t w;
+  std::memcpy(&w, static_cast<const uint8_t*>(base) + index * 4, 4);
+  return w;
+}
+
+uint16_t half_at(const void* base, int64_t index) {
+  uint16_t h;
+  std::memcpy(&h, static_cast<const uint8_t*>(base) + index * 2, 2);
+  return h;
+}
+
+// Value k of a packed word.
+int field(int32_t word, int bits, int k) {
+  return int((uint32_t(word) >> (bits * k)) & ((1u << bits) - 1));
+}
+
+// AWQ's interleave: nibble k of a word holds output 8w + kAwqOrder[k], so output 8w + j sits
+// in nibble kAwqSlot[j].
+constexpr int kAwqSlot[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+
+int64_t groups_of(int64_t in, int64_t group_size) { return (in + group_size - 1) / group_size; }
+
+}  // namespace
+
+PackedShapes packed_shapes(PackedFormat f, int bits, int64_t in, int64_t out, int64_t group_size) {
+  const int64_t per = 32 / bits, groups = groups_of(in, group_size);
+  if (f == PackedFormat::awq) return {{in, out / per}, {groups, out / per}, {groups, out}};
+  return {{in / per, out}, {groups, out / per}, {groups, out}};
+}
+
+GroupedInts unpack_packed_linear(const PackedLinear& p) {
+  const std::string& n = p.name;
+  const int64_t per = 32 / p.bits, groups = groups_of(p.in, p.group_size);
+  if (p.in % 32 || p.in % per || p.out % per)
+    throw UserError(n + ": " + std::to_string(p.out) + " x " + std::to_string(p.in) +
+                    " is not whole blocks of 32 inputs and whole packed words");
+  GroupedInts g;
+  g.out = p.out;
+  g.in = p.in;
+  g.q.resize(size_t(p.out * p.in));
+  const int64_t blocks = p.in / 32;
+  g.zero.resize(size_t(p.out * blocks));
+  g.scale.resize(size_t(p.out * blocks));
+
+  std::vector<int64_t> group(size_t(p.in));
+  for (int64_t i = 0; i < p.in; ++i) {
+    group[size_t(i)] = p.g_idx ? word_at(p.g_idx, i) : i / p.group_size;
+    if (group[size_t(i)] < 0 || group[size_t(i)] >= groups)
+      throw UserError(n + ".g_idx[" + std::to_string(i) + "] is " +
+                      std::to_string(group[size_t(i)]) + ", not a group below " +
+                      std::to_string(groups));
+  }
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t i = b * 32; i < b * 32 + 32; ++i)
+      if (group[size_t(i)] != group[size_t(b * 32)])
+        throw UserError(n + ".g_idx puts inputs " + std::to_string(b * 32) + ".." +
+                        std::to_string(b * 32 + 31) + " in groups " +
+                        std::to_string(group[size_t(b * 32)]) + " and " +
+                        std::to_string(group[size_t(i)]) +
+                        " (desc_act: act-order); llmrun needs each block of 32 inputs in one "
+                        "group");
+
+  const int64_t words_per_row = p.out / per;  // qzeros (both) and AWQ's qweight
+  for (int64_t c = 0; c < p.out; ++c) {
+    const int slot = p.format == PackedFormat::awq ? kAwqSlot[c % 8] : int(c % per);
+    uint8_t* qrow = g.q.data() + c * p.in;
+    for (int64_t i = 0; i < p.in; ++i)
+      qrow[i] =
+          p.format == PackedFormat::awq
+              ? uint8_t(field(word_at(p.qweight, i * words_per_row + c / per), p.bits, slot))
+              : uint8_t(field(word_at(p.qweight, (i / per) * p.out + c), p.bits, int(i % per)));
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t gi = group[size_t(b * 32)];
+      const int stored = field(word_at(p.qzeros, gi * words_per_row + c / per), p.bits, slot);
+      g.zero[size_t(c * blocks + b)] =
+          int16_t(p.format == PackedFormat::gptq ? stored + 1 : stored);  // GPTQ v1: zero - 1
+      g.scale[size_t(c * blocks + b)] = half_at(p.scales, gi * p.out + c);
+    }
+  }
+  return g;
+}
+
+QType exact_block_type(const GroupedInts& g, int bits) {
+  bool all_eight = bits == 4;
+  for (int16_t z : g.zero) all_eight = all_eight && z == 8;
+  if (all_eight) return QType::q4_0;
+  const int64_t blocks = g.in / 32;
+  for (int64_t c = 0; c < g.out; ++c)
+    for (int64_t i = 0; i < g.in; ++i) {
+      const int v = int(g.q[size_t(c * g.in + i)]) - g.zero[size_t(c * blocks + i / 32)];
+      if (v < -128 || v > 127) return QType::f32;
+    }
+  return QType::q8_0;
+}
+
+std::vector<uint8_t> to_block_rows(const GroupedInts& g, QType t) {
+  const size_t rb = row_bytes(t, g.in);
+  std::vector<uint8_t> out(rb * size_t(g.out));
+  const int64_t blocks = g.in / 32;
+  if (t == QType::f32) {
+    std::vector<float> w(size_t(g.out * g.in));
+    dequantize_grouped(g, w.data());
+    std::memcpy(out.data(), w.data(), out.size());
+    return out;
+  }
+  LLMRUN_CHECK(t == QType::q4_0 || t == QType::q8_0, "to_block_rows: Q4_0, Q8_0 or F32");
+  for (int64_t c = 0; c < g.out; ++c) {
+    const uint8_t* q = g.q.data() + c * g.in;
+    for (int64_t b = 0; b < blocks; ++b, q += 32) {
+      uint8_t* blk = out.data() + size_t(c) * rb + size_t(b) * block_bytes(t);
+      const uint16_t d = g.scale[size_t(c * blocks + b)];
+      const int z = g.zero[size_t(c * blocks + b)];
+      std::memcpy(blk, &d, 2);
+      if (t == QType::q4_0) {  // element j low nibble of qs[j], j + 16 its high nibble
+        LLMRUN_CHECK(z == 8, "Q4_0 holds zero point 8 only");
+        for (int j = 0; j < 16; ++j) blk[2 + j] = uint8_t(q[j] | (q[j + 16] << 4));
+      } else {
+        for (int j = 0; j < 32; ++j) {
+          const int v = int(q[j]) - z;
+          LLMRUN_CHECK(v >= -128 && v <= 127, "Q8_0 holds int8 values only");
+          blk[2 + j] = uint8_t(int8_t(v));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void dequantize_grouped(const GroupedInts& g, float* w) {
+  const int64_t blocks = g.in / 32;
+  for (int64_t c = 0; c < g.out; ++c)
+    for (int64_t i = 0; i < g.in; ++i) {
+      const size_t k = size_t(c * blocks + i / 32);
+      w[c * g.in + i] = from_f16(g.scale[k]) * float(int(g.q[size_t(c * g.in + i)]) - g.zero[k]);
+    }
+}
+
+}  // namespace llmrun::quant

@@ -1,0 +1,78 @@
+#pragma once
+// GPTQ and AWQ linears (Hugging Face dirs with `quantization_config`) turned into ggml blocks
+// that hold the same values exactly, so they run on the existing kernels.
+//
+// Packed layouts (int32 words, little-endian; value k of a word at bits [b*k, b*k + b)):
+//   GPTQ (AutoGPTQ / transformers, checkpoint format "gptq", bits b = 4 or 8, p = 32/b):
+//     qweight [in/p, out]   word (r, c) holds inputs r*p .. r*p+p-1 of output c, in order
+//     qzeros  [groups, out/p]   word (g, w) holds the zero points of outputs w*p .. w*p+p-1,
+//                               stored minus one ("v1": zero = stored + 1, so 0..2^b)
+//     scales  f16 [groups, out]
+//     g_idx   int32 [in]    the group of each input (i / group_size unless desc_act)
+//   AWQ (AutoAWQ "gemm", 4 bits):
+//     qweight [in, out/8]   word (i, w) holds outputs w*8 .. w*8+7 of input i, in the
+//                           interleaved order 0 2 4 6 1 3 5 7 (nibble k holds output
+//                           w*8 + order[k])
+//     qzeros  [groups, out/8] the same interleave, zero = stored
+//     scales  f16 [groups, out]; the group of input i is i / group_size
+//   Both: w[out c, in i] = scale[g(i), c] * (q[i, c] - zero[g(i), c]).
+//
+// Requantization: every block of 32 inputs lies in one group (group sizes are multiples of
+// 32; act-order g_idx is accepted when it keeps blocks whole), so a block has one f16 scale s
+// and one integer zero z, and the values s * (q - z) are held exactly by
+//   Q4_0 (d = s, nibble = q) when b = 4 and z = 8 (symmetric GPTQ: 4.5 bits a weight),
+//   Q8_0 (d = s, int8 = q - z) otherwise when q - z fits int8 (AWQ and asymmetric GPTQ:
+//        ggml has no 4-bit block with an integer zero point; 8.5 bits a weight),
+//   F32 rows (asymmetric 8-bit GPTQ, whose q - z can leave int8).
+// f16 * (a 9-bit integer) is exact in fp32, so dequantize() equals the formats' formula.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "quant/block_formats.h"
+
+namespace llmrun::quant {
+
+enum class PackedFormat { gptq, awq };
+
+// One packed linear as its safetensors hold it; pointers into the mapped files (unaligned).
+struct PackedLinear {
+  std::string name;  // the linear's prefix ("model.layers.0.self_attn.q_proj"), for messages
+  PackedFormat format = PackedFormat::gptq;
+  int bits = 4;
+  int64_t in = 0, out = 0;  // W is [out, in]: y = x W^T
+  int64_t group_size = 0;   // inputs per group (in, for a config's -1)
+  const void* qweight = nullptr;
+  const void* qzeros = nullptr;
+  const void* scales = nullptr;  // f16 bits
+  const void* g_idx = nullptr;   // int32 [in], GPTQ only; null: i / group_size
+};
+
+// The shapes PackedLinear's tensors must have: {qweight, qzeros, scales} as Hugging Face
+// stores them.
+struct PackedShapes {
+  std::vector<int64_t> qweight, qzeros, scales;
+};
+PackedShapes packed_shapes(PackedFormat f, int bits, int64_t in, int64_t out, int64_t group_size);
+
+// The integer form: q per weight, and per (output, block of 32 inputs) one f16 scale and one
+// zero point.
+struct GroupedInts {
+  int64_t out = 0, in = 0;
+  std::vector<uint8_t> q;       // [out, in]
+  std::vector<int16_t> zero;    // [out, in / 32]
+  std::vector<uint16_t> scale;  // [out, in / 32], f16 bits
+};
+
+// UserError naming the linear when a block of 32 inputs spans two groups (act-order that
+// scatters a block), a g_idx entry is out of range, or in is not a multiple of 32.
+GroupedInts unpack_packed_linear(const PackedLinear& p);
+
+// Q4_0, Q8_0 or F32: the narrowest type above that holds every value exactly.
+QType exact_block_type(const GroupedInts& g, int bits);
+// Rows of `out` blocks of type t (exact_block_type's, or one it allows).
+std::vector<uint8_t> to_block_rows(const GroupedInts& g, QType t);
+// w [out, in] in fp32.
+void dequantize_grouped(const GroupedInts& g, float* w);
+
+}  // namespace llmrun::quant
