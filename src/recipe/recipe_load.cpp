@@ -7,6 +7,7 @@
 #include "model/hf_config.h"
 #include "recipe/recipe_internal.h"
 #include "util/error.h"
+#include "util/json_file.h"
 
 namespace llmrun {
 namespace fs = std::filesystem;
@@ -131,12 +132,20 @@ void read_model_from(const MapReader& m, Locator& loc, const fs::path& base, Rec
     loc.fail("model.from",
              r.model_from + " is not a directory (expected a Hugging Face model dir)");
   ModelConfig c;
+  const std::string cfg = fs::path(r.model_from) / "config.json";
+  bool quantized = false;
   try {
     c = load_model_config(r.model_from);
+    quantized = read_json_file(cfg).contains("quantization_config");
   } catch (const UserError& e) {
     loc.fail("model.from", e.what());
   }
-  const std::string cfg = fs::path(r.model_from) / "config.json";
+  // GPTQ/AWQ weights are packed integers with no fp32 tensors to train from.
+  if (quantized)
+    loc.fail("model.from", r.model_from +
+                               " is a quantized model (config.json has a quantization_config): "
+                               "training needs full-precision weights; `llmrun convert " +
+                               r.model_from + " --to hf OUT` writes them");
   auto agree = [&](const char* key, const std::string& recipe_value,
                    const std::string& config_value) {
     if (recipe_value != config_value)

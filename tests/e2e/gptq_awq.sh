@@ -88,4 +88,7 @@ g = t['model.layers.0.mlp.down_proj.g_idx']; g[0], g[200] = g[200], g[0]
 st.save('actorder/model.safetensors', t, meta)"
 expect_exit 2 "model.layers.0.mlp.down_proj.g_idx puts inputs 0..31 in groups" "$LLMRUN" eval actorder --text text.txt
 expect_exit 2 "gptq4: config.json has a quantization_config" "$LLMRUN" convert gptq4 --to gguf x.gguf
+# training from a quantized dir is refused up front (no fp32 tensors to train)
+printf 'model: {from: gptq4}\ndata: {train: [{path: text.txt}]}\ntrain: {steps: 1}\n' > from.yaml
+expect_exit 2 "model.from.*is a quantized model.*convert" "$LLMRUN" train from.yaml --dry-run
 echo "gptq_awq: ok"
