@@ -37,17 +37,7 @@ for name in z1toep4z2 z1to1; do
   grep -q "resumed from .*ep2dp2z1/step-0000005" $name.log || { cat $name.log; fail "$name did not resume the ZeRO-1 ep2 checkpoint"; }
 done
 grep -q "expert all-to-all" ep2.log || { cat ep2.log; fail "no all-to-all time reported"; }
-for name in ep2 ep2dp2 ep2dp2z1 ep2dp2z3 z1toep4z2 z1to1 pp2ep2 tp2 tp2ep2 tp2ep2to1 ep2to1 1toep2; do
-  /usr/bin/python3 - base.jsonl $name.jsonl <<'PY' || fail "$name loss curve differs from one rank"
-import json, sys
-a, b = ({r["step"]: r["loss"] for r in map(json.loads, open(f)) if "loss" in r} for f in sys.argv[1:])
-steps = sorted(b)  # the resumed runs log steps 6..10
-assert len(a) == 10 and len(b) >= 5 and set(b) <= set(a), (sorted(a), sorted(b))
-worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps)
-assert worst < 1e-5, f"{sys.argv[2]}: loss differs by {worst:.2e}"
-print(f"{sys.argv[2]}: losses of steps {steps[0]}-{steps[-1]} within {worst:.1e} of one rank")
-PY
-done
+compare_moe_losses ep2 ep2dp2 ep2dp2z1 ep2dp2z3 z1toep4z2 z1to1 pp2ep2 tp2 tp2ep2 tp2ep2to1 ep2to1 1toep2
 # The ep2 export holds every expert: it evaluates as the one-rank export does.
 base_eval=$("$LLMRUN" eval base/model --text text.txt --json) || fail "eval of the one-rank export"
 ep_eval=$("$LLMRUN" eval ep2/model --text text.txt --json) || fail "eval of the ep2 export"

@@ -121,15 +121,5 @@ for layout in "base 1" "dp2 2 parallel.dp=2 parallel.zero=2 checkpoint.every=5" 
     "${sets[@]}" > $name.log 2>&1 || { cat $name.log; fail "layout $name"; }
 done
 grep -q "resumed from .*step-0000005" resumed.log || { cat resumed.log; fail "no resume at step 5"; }
-for name in dp2 pp2 recompute resumed; do
-  /usr/bin/python3 - base.jsonl $name.jsonl <<'PY' || fail "$name loss curve differs from one rank"
-import json, sys
-a, b = ({r["step"]: r["loss"] for r in map(json.loads, open(f)) if "loss" in r} for f in sys.argv[1:])
-steps = sorted(b)  # the resumed run logs steps 6..10
-assert len(a) == 10 and len(b) >= 5 and set(b) <= set(a), (sorted(a), sorted(b))
-worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps)
-assert worst < 1e-5, f"{sys.argv[2]}: loss differs by {worst:.2e}"
-print(f"{sys.argv[2]}: losses of steps {steps[0]}-{steps[-1]} within {worst:.1e} of one rank")
-PY
-done
+compare_moe_losses dp2 pp2 recompute resumed
 echo "moe e2e: ok"

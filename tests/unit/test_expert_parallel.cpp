@@ -93,7 +93,7 @@ TEST(ExpertParallel, LayoutRulesSayWhy) {
   cp.ep = 2;
   cp.dp = 2;
   cp.cp = 2;
-  expect(cp, "parallel.ep", "context parallelism");
+  expect(cp, "parallel.ep", "does not span the cp ranks");
   TrainingShape dense = s;
   dense.model.moe = MoeConfig{};
   const auto p = layout_problem(dense, l);
