@@ -9,7 +9,7 @@
 # 8 heads, vocab 8192, context 256). Each gets a real byte-level BPE tokenizer.json (make_tiny_bpe.py, padded with
 # unused tokens to the model's vocab) so llama.cpp loads its vocabulary; llmrun writes the GGUF.
 # Per round, per file and thread count, A/B alternated (the order flips every round):
-#   llmrun:    generate FILE --prompt <~128 tokens> --max-tokens 65 --temperature 0 --timing
+#   llmrun:    generate FILE --prompt <the first 340 bytes of GPL-3: 128 tokens> --max-tokens 65 --temperature 0 --timing
 #              (prefill tokens/s of the prompt, decode tokens/s of 64 steps)
 #   llama.cpp: llama-bench -m FILE -p 128 -n 64 -t T -r 1 (pp128 and tg64 tokens/s)
 # Prints medians over rounds and the llmrun/llama.cpp ratio, with the load average.
@@ -44,7 +44,7 @@ for m in $MODELS; do
     [ -f $m-$q.gguf ] || "$L" convert $m-dir --to gguf $m-$q.gguf --quantize $q 2>/dev/null
   done
 done
-head -c 520 /usr/share/common-licenses/GPL-3 | tr '\n' ' ' >prompt.txt
+head -c 340 /usr/share/common-licenses/GPL-3 | tr '\n' ' ' >prompt.txt
 
 run_llmrun() {  # prints "prefill_tps decode_tps prompt_tokens"
   "$L" generate "$1" --prompt "$(cat prompt.txt)" --max-tokens 65 --temperature 0 --timing \

@@ -328,7 +328,7 @@ void hf_to_gguf(const fs::path& model_dir, const fs::path& out, GgufQuant q) {
   json tok_cfg;
   if (fs::is_regular_file(model_dir / "tokenizer_config.json"))
     tok_cfg = read_json_file(model_dir / "tokenizer_config.json");
-  write_gguf_tokenizer(w, *tokenizer, tok_cfg);
+  write_gguf_tokenizer(w, *tokenizer, tok_cfg, cfg.vocab);
 
   std::map<std::string, int> counts;
   for (const BucketLayout& b : layout)
