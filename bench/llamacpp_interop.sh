@@ -9,18 +9,21 @@
 #     llama.cpp-written GGUF (llama-quantize of llmrun's F32 file to Q8_0, Q4_0, Q4_K_M, Q6_K).
 #  3. Every file: perplexity of the held-out text (the last 6000 bytes of Apache-2.0) on the
 #     trained models, and greedy text of `llmrun generate --temperature 0` vs llama-simple
-#     (greedy) for 40 tokens on seeded random-weight models of the same shape and tokenizer
+#     (greedy) for 40 tokens on seeded random-weight models (2 layers, d 384) with the tokenizer
 #     (the 40-step models repeat one token greedily, random weights give varied tokens).
 # Perplexity windows are made identical: llmrun eval scores windows of seq_len+1 tokens
 # overlapping by one (seq_len inputs, every input's next token scored); llama-perplexity
 # --ppl-stride S -c C scores the last S predictions of C-token windows that start every S
-# tokens. llama.cpp pads n_ctx to a multiple of 32, so C = 128, S = 127, and the llmrun side
+# tokens (C here is the context llama.cpp ends with: it adds S/2 to -c and pads to a multiple
+# of 32, so -c 65 -b 65 --ppl-stride 127 gives C = 128, S = 127), and the llmrun side
 # runs with seq_len 127: for llama only config.json's max_position_embeddings changes (RoPE);
 # for gpt2 the position table loses its last row (llama.cpp's file keeps 128 rows because a
 # 128-token window reads position 127; the row is never used by a scored prediction's input
 # on the llmrun side and is F32 in every quantization, so the scored weights are identical).
-# The text's token count N must be 127k+2 for llama-perplexity to score the same 127k tokens,
-# so the text is cut to the longest such prefix (checked: both tools report N).
+# llama-perplexity scores tokens 1..127k of a text of 127k+2 tokens; llmrun scores every token
+# after the first, so it reads the longest prefix of 127k+1 tokens (held.txt) and llama.cpp the
+# longest of 127k+2 (held-cpp.txt), whose first 127k+1 tokens are the same (checked: the token
+# counts, and both tools report the same number of scored tokens).
 set -euo pipefail
 LB=$(realpath "$1") BUILD=$(realpath "$2") WORK=$3
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,10 +42,12 @@ YAML
   "$L" train $arch.yaml 2>train-$arch.log
 done
 
-# random-weight twins for the token comparison (tokenizer padded to the vocab of 960)
+# random-weight twins for the token comparison (tokenizer padded to the vocab of 960; d 384 so
+# the helper's FFN is 1024 and every row takes K-quant blocks: with FFN 672 llama-quantize
+# falls back to Q5_0 for ffn_down, a type llmrun refuses by name)
 for arch in llama gpt2; do
   rm -rf rand-$arch
-  "$BUILD/tests/llmrun_make_model_dir" rand-$arch $arch 2 256 4 128 960 1 >/dev/null
+  "$BUILD/tests/llmrun_make_model_dir" rand-$arch $arch 2 384 6 128 960 1 >/dev/null
   /usr/bin/python3 - tok.json rand-$arch/tokenizer.json 960 <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); n = int(sys.argv[3]); v = d["model"]["vocab"]
@@ -82,7 +87,15 @@ while [ $(((n - 2) % 127)) -ne 0 ]; do
   head -c $bytes held-full.txt >held.txt
   n=$("$L" eval l127 --text held.txt --json | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['tokens'])")
 done
-echo "held-out text: $bytes bytes, $n tokens (llmrun's count)"
+cp held.txt held-cpp.txt
+ncpp=$n
+while [ $(((n - 1) % 127)) -ne 0 ]; do
+  bytes=$((bytes - 1))
+  head -c $bytes held-full.txt >held.txt
+  n=$("$L" eval l127 --text held.txt --json | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['tokens'])")
+done
+[ $ncpp -eq $((n + 1)) ] || { echo "prefixes of $ncpp and $n tokens" >&2; exit 1; }
+echo "held-out text: $bytes bytes, $n tokens for llmrun, $ncpp for llama.cpp (llmrun's tokenizer)"
 
 for arch in llama gpt2; do
   for q in f32 f16 q8_0 q4_0 q4_k_m; do
@@ -105,10 +118,11 @@ PROMPT="the terms of this License"
 ppl_llmrun() { "$L" eval "$1" --text held.txt --json --threads 2 |
   /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print('%.4f %d' % (d['perplexity'], d['predicted']))"; }
 ppl_llama() {
-  "$LB/llama-perplexity" -m "$1" -f held.txt -c 128 --ppl-stride 127 -t 2 >ppl.out 2>ppl.err
+  "$LB/llama-perplexity" -m "$1" -f held-cpp.txt -c 65 -b 65 --ppl-stride 127 -t 2 >ppl.out 2>ppl.err
   local tok
   tok=$(grep -o 'have [0-9]* tokens' ppl.err | cut -d' ' -f2)
-  [ "$tok" = "$n" ] || { echo "llama.cpp tokenized $tok tokens, llmrun $n" >&2; exit 1; }
+  [ "$tok" = "$ncpp" ] || { echo "llama.cpp tokenized $tok tokens, llmrun $ncpp" >&2; exit 1; }
+  grep -q 'Calculation chunk = 128' ppl.err || { echo "llama.cpp window is not 128" >&2; exit 1; }
   tr ',' '\n' <ppl.out | grep -o '^\[[0-9]*\][0-9.]*' | tail -1 | cut -d']' -f2
 }
 printf '| arch | file (writer, type) | llmrun ppl | llama.cpp ppl | rel. diff | greedy 40 tokens equal (random twin) |\n|---|---|---|---|---|---|\n'
@@ -117,7 +131,8 @@ for arch in llama gpt2; do
     case $f in lq-*) writer="llama-quantize ${f#lq-}" ;; *) writer="llmrun $f" ;; esac
     read -r a pred < <(ppl_llmrun e-$arch-$f.gguf)
     b=$(ppl_llama $arch-$f.gguf)
-    ga=$("$L" generate r-$arch-$f.gguf --prompt "$PROMPT" --max-tokens 40 --temperature 0 2>/dev/null)
+    ga=$("$L" generate r-$arch-$f.gguf --prompt "$PROMPT" --max-tokens 40 --temperature 0 2>gen.err) ||
+      ga="llmrun refused: $(grep error gen.err)"
     gb=$("$LB/llama-simple" -m r-$arch-$f.gguf -n 40 "$PROMPT" 2>/dev/null)
     eq=yes
     if [ "$ga" != "$gb" ]; then
@@ -128,4 +143,4 @@ for arch in llama gpt2; do
       "$(/usr/bin/python3 -c "print('%.2e' % ($a / $b - 1))")" "$eq"
   done
 done
-echo "scored predictions per tool: $pred"
+echo "scored predictions: llmrun $pred, llama.cpp $(grep -o 'over [0-9]* chunks' ppl.err | cut -d' ' -f2) x 127"
