@@ -406,7 +406,9 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
   for (const BucketLayout& b : full)
     for (const ParamSpec& spec : b.params) used.insert(gguf_name(cfg, spec.hf_name));
   if (cfg.rope_scaling.type == RopeScaling::Type::llama3) used.insert("rope_freqs.weight");
-  if (cfg.tie_embeddings) used.insert("output.weight");  // a tied head's copy (duplicated_head)
+  // a tied head's copy; a different output.weight (llama-quantize gives it another type) is
+  // refused below rather than silently ignored
+  if (cfg.tie_embeddings && duplicated_head(r)) used.insert("output.weight");
   for (const GgufTensorInfo& t : r.tensors())
     if (!used.count(t.name))
       throw UserError(where + ": tensor " + t.name + " (" + quant::type_name(t.type) +

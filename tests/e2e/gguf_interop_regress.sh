@@ -63,4 +63,17 @@ a=$("$LLMRUN" eval g --text held.txt --json)
 b=$("$LLMRUN" eval g-f32.gguf --text held.txt --json)
 /usr/bin/python3 -c "import json,sys; a,b=(json.loads(x)['loss'] for x in sys.argv[1:]); sys.exit(abs(a/b-1) > 1e-9)" \
   "$a" "$b" || fail "gpt2 GGUF with output.weight evaluates differently: $b vs $a"
+# an output.weight that differs from token_embd (llama-quantize gives the head its own type) is
+# not a tied copy: refused by name, never silently ignored
+/usr/bin/python3 - g-f32.gguf "$SRC/tests/oracle" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+from gguf_rope_freqs import parse
+b = bytearray(open(sys.argv[1], "rb").read())
+_, _, tensors, _, data, _ = parse(sys.argv[1])
+off = [o for name, _, _, o in tensors if name == "output.weight"][0]
+b[len(b) - len(data) + off] ^= 0x40
+open("untied.gguf", "wb").write(b)
+PY
+expect_exit 2 "tensor output.weight \(F32\) is not part of a gpt2 model" "$LLMRUN" eval untied.gguf --text held.txt
 echo "padded vocab: 300 rows, 277 tokens + 23 [PAD] written; eval and greedy text unchanged"
