@@ -174,6 +174,15 @@ double meta_float(const GgufReader& r, const std::string& key, double fallback) 
   return v.get<double>();
 }
 
+// An output.weight that is a byte-for-byte copy of token_embd.weight (same type and shape): the
+// tied head as llama.cpp's gpt2 files (and llmrun's exports of them) store it.
+bool duplicated_head(const GgufReader& r) {
+  const GgufTensorInfo* out = r.find_tensor("output.weight");
+  const GgufTensorInfo* emb = r.find_tensor("token_embd.weight");
+  return out && emb && out->type == emb->type && out->ne == emb->ne && out->bytes == emb->bytes &&
+         std::memcmp(r.data(*out), r.data(*emb), out->bytes) == 0;
+}
+
 ModelConfig config_from_gguf(const GgufReader& r, std::string& arch) {
   const std::string where = r.path().string();
   const json& a = r.get("general.architecture");
@@ -220,7 +229,7 @@ ModelConfig config_from_gguf(const GgufReader& r, std::string& arch) {
     }
     if (r.find_tensor("rope_freqs.weight"))  // Llama 3.1: llama3 scaling as a factor table
       c.rope_scaling = read_gguf_rope_freqs(r, p, c.rope_theta, c.head_dim());
-    c.tie_embeddings = r.find_tensor("output.weight") == nullptr;
+    c.tie_embeddings = r.find_tensor("output.weight") == nullptr || duplicated_head(r);
     c.qkv_bias = r.find_tensor("blk.0.attn_q.bias") != nullptr;
   }
   const GgufTensorInfo& emb = r.tensor("token_embd.weight");
@@ -318,7 +327,7 @@ void hf_to_gguf(const fs::path& model_dir, const fs::path& out, GgufQuant q) {
   json tok_cfg;
   if (fs::is_regular_file(model_dir / "tokenizer_config.json"))
     tok_cfg = read_json_file(model_dir / "tokenizer_config.json");
-  write_gguf_tokenizer(w, *tokenizer, tok_cfg);
+  write_gguf_tokenizer(w, *tokenizer, tok_cfg, cfg.vocab);
 
   std::map<std::string, int> counts;
   for (const BucketLayout& b : layout)
@@ -329,33 +338,38 @@ void hf_to_gguf(const fs::path& model_dir, const fs::path& out, GgufQuant q) {
       const bool head = g == "output.weight" || (cfg.tie_embeddings && g == "token_embd.weight");
       const QType t = choose_type(q, g, head, row, spec.shape.size(), cfg.layers);
       ++counts[quant::type_name(t)];
-      w.add_tensor(
-          g, t, shape_text_ne(spec.shape),
-          [&cfg, &arch, weights, spec, g, t, row](std::vector<uint8_t>& bytes) {
-            std::vector<float> hf(size_t(spec.numel())), mine;
-            weights->find(spec.hf_name)->read_f32(spec.hf_name, hf.data(), spec.numel());
-            const float* src = hf.data();
-            if (spec.hf_transposed) {  // Hugging Face [in, out] -> [out, in]
-              ParamSpec hf_spec = spec;
-              hf_spec.shape = hf_shape(spec);
-              src = to_hf_layout(hf_spec, hf.data(), mine);
-            }
-            const int64_t rows = spec.numel() / row;
-            if (permuted(arch,
-                         g)) {  // into llama.cpp's interleaved order (rows, or a bias's values)
-              const int64_t hd = spec.shape[0] / heads_of(cfg, g), n = spec.shape[0];
-              const int64_t width = spec.numel() / n;
-              std::vector<float> out(size_t(spec.numel()));
-              for (int64_t i = 0; i < n; ++i)
-                std::memcpy(out.data() + i * width, src + hf_row_of_gguf_row(i, hd) * width,
-                            size_t(width) * 4);
-              mine = std::move(out);
-              src = mine.data();
-            }
-            const size_t rb = quant::row_bytes(t, row);
-            for (int64_t r = 0; r < rows; ++r)
-              quant::quantize_row(t, src + r * row, bytes.data() + size_t(r) * rb, row);
-          });
+      const auto fill = [&cfg, &arch, weights, spec, g, t, row](std::vector<uint8_t>& bytes) {
+        std::vector<float> hf(size_t(spec.numel())), mine;
+        weights->find(spec.hf_name)->read_f32(spec.hf_name, hf.data(), spec.numel());
+        const float* src = hf.data();
+        if (spec.hf_transposed) {  // Hugging Face [in, out] -> [out, in]
+          ParamSpec hf_spec = spec;
+          hf_spec.shape = hf_shape(spec);
+          src = to_hf_layout(hf_spec, hf.data(), mine);
+        }
+        const int64_t rows = spec.numel() / row;
+        if (permuted(arch,
+                     g)) {  // into llama.cpp's interleaved order (rows, or a bias's values)
+          const int64_t hd = spec.shape[0] / heads_of(cfg, g), n = spec.shape[0];
+          const int64_t width = spec.numel() / n;
+          std::vector<float> out(size_t(spec.numel()));
+          for (int64_t i = 0; i < n; ++i)
+            std::memcpy(out.data() + i * width, src + hf_row_of_gguf_row(i, hd) * width,
+                        size_t(width) * 4);
+          mine = std::move(out);
+          src = mine.data();
+        }
+        const size_t rb = quant::row_bytes(t, row);
+        for (int64_t r = 0; r < rows; ++r)
+          quant::quantize_row(t, src + r * row, bytes.data() + size_t(r) * rb, row);
+      };
+      w.add_tensor(g, t, shape_text_ne(spec.shape), fill);
+      // llama.cpp's gpt2 loader requires output.weight (its converter writes the tied head
+      // twice); the reader recognises the byte-identical copy as tied again.
+      if (arch == "gpt2" && cfg.tie_embeddings && g == "token_embd.weight") {
+        ++counts[quant::type_name(t)];
+        w.add_tensor("output.weight", t, shape_text_ne(spec.shape), fill);
+      }
     }
   w.write(out);
   std::string summary;
@@ -382,6 +396,9 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
   for (const BucketLayout& b : full)
     for (const ParamSpec& spec : b.params) used.insert(gguf_name(cfg, spec.hf_name));
   if (cfg.rope_scaling.type == RopeScaling::Type::llama3) used.insert("rope_freqs.weight");
+  // a tied head's copy; a different output.weight (llama-quantize gives it another type) is
+  // refused below rather than silently ignored
+  if (cfg.tie_embeddings && duplicated_head(r)) used.insert("output.weight");
   for (const GgufTensorInfo& t : r.tensors())
     if (!used.count(t.name))
       throw UserError(where + ": tensor " + t.name + " (" + quant::type_name(t.type) +

@@ -57,10 +57,14 @@ bool utf8_start(unsigned char c) { return (c & 0xC0) != 0x80; }
 
 }  // namespace
 
-void write_gguf_tokenizer(GgufWriter& w, const Tokenizer& tok, const json& tokenizer_config) {
+void write_gguf_tokenizer(GgufWriter& w, const Tokenizer& tok, const json& tokenizer_config,
+                          int32_t model_vocab) {
   const json doc = json::parse(tok.tokenizer_json().dump());
   const json& model = doc.at("model");
-  const int32_t n = tok.vocab_size();
+  // llama.cpp sizes token_embd/output by the token list and refuses a file whose tensors have
+  // more rows, so a model whose vocab is padded past its tokenizer (as many HF models are)
+  // gets unused [PAD<id>] tokens up to its row count, as llama.cpp's own converter writes.
+  const int32_t n = std::max(tok.vocab_size(), model_vocab);
   json tokens = json::array(), types = json::array();
   std::vector<std::string> text(static_cast<size_t>(n));
   std::vector<int32_t> type(static_cast<size_t>(n), kUnused);

@@ -15,9 +15,10 @@
 namespace llmrun {
 
 // `tokenizer_config`: the model dir's tokenizer_config.json (chat_template, bos/eos names), or
-// null.
+// null. `model_vocab`: the embedding's rows; a shorter token list is padded to it with unused
+// [PAD<id>] tokens (llama.cpp requires one token per row).
 void write_gguf_tokenizer(GgufWriter& w, const Tokenizer& tok,
-                          const nlohmann::json& tokenizer_config);
+                          const nlohmann::json& tokenizer_config, int32_t model_vocab);
 
 // prefer_hf_json = false ignores tokenizer.huggingface.json (tests of the ggml path).
 std::unique_ptr<Tokenizer> read_gguf_tokenizer(const GgufReader& r, bool prefer_hf_json = true);

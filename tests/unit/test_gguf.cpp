@@ -156,7 +156,8 @@ TEST(Gguf, TokenizerFromGgmlKeysEncodesAsTheOriginal) {
     special.eos_token = n == 0 ? "<|endoftext|>" : "</s>";
     const auto original = tokenizer_from_json(doc.dump(), "test", special);
     GgufWriter w;
-    write_gguf_tokenizer(w, *original, json{{"chat_template", "{{ messages }}"}});
+    write_gguf_tokenizer(w, *original, json{{"chat_template", "{{ messages }}"}},
+                         original->vocab_size());
     const auto path = tmp / ("t" + std::to_string(n++) + ".gguf");
     w.write(path);
     GgufReader r(path);
