@@ -33,8 +33,8 @@ __device__ __forceinline__ void row_dots(float (&s)[R], const float* rows, int r
 
 // Two row_dots in one pass over the columns (the backward's scores and dP = dO.V).
 __device__ __forceinline__ void row_dots2(float (&s)[R], float (&t)[R], const float* rows_s,
-                                          const float* rows_t, int r0, int d,
-                                          const float* lane_s, const float* lane_t) {
+                                          const float* rows_t, int r0, int d, const float* lane_s,
+                                          const float* lane_t) {
   LLMRUN_UNROLL
   for (int r = 0; r < R; ++r) s[r] = t[r] = 0.0f;
   for (int c = 0; c < d; ++c) {
