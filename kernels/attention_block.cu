@@ -341,16 +341,8 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
   a.kv_heads = kv_heads;
   a.head_dim = head_dim;
   a.causal = causal;
-  switch (attention_geometry::dims_per_lane(head_dim)) {
-    case 1:
-      return attention_detail::launch_fwd<1>(a, stream);
-    case 2:
-      return attention_detail::launch_fwd<2>(a, stream);
-    case 4:
-      return attention_detail::launch_fwd<4>(a, stream);
-    default:
-      return attention_detail::launch_fwd<8>(a, stream);
-  }
+  attention_detail::with_dims_per_lane(
+      head_dim, [&](auto dpl) { attention_detail::launch_fwd<decltype(dpl)::value>(a, stream); });
 }
 
 void attention_lse_merge(float* out, float* lse, const float* block_out, const float* block_lse,
@@ -403,16 +395,8 @@ void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, con
                      dim3(attention_detail::warp_per_row_head_blocks(batch, seq, heads)),
                      attention_geometry::kThreads, 0, stream)
   (a);
-  switch (attention_geometry::dims_per_lane(head_dim)) {
-    case 1:
-      return attention_detail::launch_bwd<1>(a, stream);
-    case 2:
-      return attention_detail::launch_bwd<2>(a, stream);
-    case 4:
-      return attention_detail::launch_bwd<4>(a, stream);
-    default:
-      return attention_detail::launch_bwd<8>(a, stream);
-  }
+  attention_detail::with_dims_per_lane(
+      head_dim, [&](auto dpl) { attention_detail::launch_bwd<decltype(dpl)::value>(a, stream); });
 }
 
 }  // namespace llmrun::kernels

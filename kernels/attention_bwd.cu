@@ -228,16 +228,8 @@ void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float
   LLMRUN_ATTN_LAUNCH(attention_detail::delta_kernel, dim3(geo::bwd_delta_blocks(batch, seq, heads)),
                      geo::kThreads, 0, stream)
   (a);
-  switch (geo::dims_per_lane(head_dim)) {
-    case 1:
-      return attention_detail::launch<1>(a, stream);
-    case 2:
-      return attention_detail::launch<2>(a, stream);
-    case 4:
-      return attention_detail::launch<4>(a, stream);
-    default:
-      return attention_detail::launch<8>(a, stream);
-  }
+  attention_detail::with_dims_per_lane(
+      head_dim, [&](auto dpl) { attention_detail::launch<decltype(dpl)::value>(a, stream); });
 }
 
 }  // namespace llmrun::kernels

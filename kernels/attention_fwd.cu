@@ -92,16 +92,7 @@ void launch(const FwdTileArgs& a, cudaStream_t stream) {
 
 void launch_fwd_tiles(const FwdTileArgs& a, cudaStream_t stream) {
   if (a.batch <= 0 || a.n_q <= 0) return;
-  switch (geo::dims_per_lane(a.head_dim)) {
-    case 1:
-      return launch<1>(a, stream);
-    case 2:
-      return launch<2>(a, stream);
-    case 4:
-      return launch<4>(a, stream);
-    default:
-      return launch<8>(a, stream);
-  }
+  with_dims_per_lane(a.head_dim, [&](auto dpl) { launch<decltype(dpl)::value>(a, stream); });
 }
 
 }  // namespace attention_detail
