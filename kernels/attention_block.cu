@@ -16,6 +16,7 @@
 #endif
 #include "attention_block_math.cuh"
 #include "attention_device.cuh"
+#include "attention_tiles.cuh"
 
 namespace llmrun::kernels {
 
@@ -79,12 +80,8 @@ __global__ void __launch_bounds__(geo::kThreads) block_fwd_kernel(BlockArgs a) {
   const int lane = threadIdx.x % geo::kWarpSize, r0 = (threadIdx.x / geo::kWarpSize) * R;
   float m[R], l[R], acc[R][DPL];
   LLMRUN_UNROLL
-  for (int r = 0; r < R; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-    LLMRUN_UNROLL
-    for (int x = 0; x < DPL; ++x) acc[r][x] = 0.0f;
-  }
+  for (int r = 0; r < R; ++r) m[r] = -INFINITY, l[r] = 0.0f;
+  zero_rows(acc);
 
   const int64_t key_end = bm::key_end(a.causal, q0, nq, a.nk);
   for (int64_t k0 = 0; k0 < key_end; k0 += geo::kTile) {
@@ -95,43 +92,16 @@ __global__ void __launch_bounds__(geo::kThreads) block_fwd_kernel(BlockArgs a) {
     __syncthreads();
 
     float s[R];
-    LLMRUN_UNROLL
-    for (int r = 0; r < R; ++r) s[r] = 0.0f;
-    const float* krow = sk + lane * kst;
-    for (int c = 0; c < d; ++c) {
-      const float kc = krow[c];
-      LLMRUN_UNROLL
-      for (int r = 0; r < R; ++r) s[r] = fmaf(sq[(r0 + r) * d + c], kc, s[r]);
-    }
+    row_dots(s, sq, r0, d, sk + lane * kst);
     const int64_t key = k0 + lane;
     LLMRUN_UNROLL
     for (int r = 0; r < R; ++r) {
       const bool visible =
           r0 + r < nq && lane < nkt && bm::key_visible(a.causal, q0 + r0 + r, key, a.nk);
-      const float sc = visible ? s[r] * scale : -INFINITY;
-      const float mnew = fmaxf(m[r], warp_max(sc));
-      const float p = bm::exp_masked(sc, mnew);
-      const float alpha = bm::exp_masked(m[r], mnew);  // 0 on the first visible tile
-      l[r] = l[r] * alpha + warp_sum(p);
-      m[r] = mnew;
-      LLMRUN_UNROLL
-      for (int x = 0; x < DPL; ++x) acc[r][x] *= alpha;
-      s[r] = p;
+      s[r] = visible ? s[r] * scale : -INFINITY;
     }
-    for (int j = 0; j < nkt; ++j) {
-      float pj[R];
-      LLMRUN_UNROLL
-      for (int r = 0; r < R; ++r) pj[r] = __shfl_sync(kFullMask, s[r], j);
-      LLMRUN_UNROLL
-      for (int x = 0; x < DPL; ++x) {
-        const int c = lane + x * geo::kWarpSize;
-        if (c < d) {
-          const float vc = sv[j * d + c];
-          LLMRUN_UNROLL
-          for (int r = 0; r < R; ++r) acc[r][x] = fmaf(pj[r], vc, acc[r][x]);
-        }
-      }
-    }
+    online_softmax_step(s, m, l, acc);
+    accumulate_rows(acc, s, sv, d, nkt, d, lane);
   }
 
   LLMRUN_UNROLL
@@ -181,16 +151,7 @@ __global__ void __launch_bounds__(geo::kThreads) merge_kernel(BlockArgs a) {
 __global__ void __launch_bounds__(geo::kThreads) block_delta_kernel(BlockArgs a) {
   const int64_t w = static_cast<int64_t>(blockIdx.x) * geo::kWarps + threadIdx.x / geo::kWarpSize;
   if (w >= static_cast<int64_t>(a.batch) * a.seq * a.heads) return;
-  const int lane = threadIdx.x % geo::kWarpSize, d = a.head_dim;
-  const int h = static_cast<int>(w % a.heads);
-  const int64_t row = w / a.heads;
-  const float* o = a.fin + row * a.hd() + static_cast<int64_t>(h) * d;
-  const float* g = a.dout + row * a.hd() + static_cast<int64_t>(h) * d;
-  float acc = 0.0f;
-  for (int c = lane; c < d; c += geo::kWarpSize) acc = fmaf(o[c], g[c], acc);
-  acc = warp_sum(acc);
-  const int64_t b = row / a.seq, t = row % a.seq;
-  if (lane == 0) a.delta[(b * a.heads + h) * a.seq + t] = acc;
+  delta_row(a.delta, a.fin, a.dout, w, a.hd(), a.seq, a.heads, a.head_dim);
 }
 
 // As attention_bwd.cu's dkv_kernel: one block per (key tile, kv head, batch entry); warp w owns
@@ -219,9 +180,8 @@ __global__ void __launch_bounds__(geo::kThreads) block_dkv_kernel(BlockArgs a) {
   const int lane = threadIdx.x % geo::kWarpSize, j0 = (threadIdx.x / geo::kWarpSize) * R;
   const float scale = 1.0f / sqrtf(static_cast<float>(d));
   float dk[R][DPL], dv[R][DPL];
-  LLMRUN_UNROLL
-  for (int r = 0; r < R; ++r) LLMRUN_UNROLL
-  for (int x = 0; x < DPL; ++x) dk[r][x] = dv[r][x] = 0.0f;
+  zero_rows(dk);
+  zero_rows(dv);
 
   const int qtiles = geo::tiles(a.seq);
   const int first_qt = a.causal ? geo::first_query_tile_for_key_tile(kt) : 0;
@@ -242,18 +202,7 @@ __global__ void __launch_bounds__(geo::kThreads) block_dkv_kernel(BlockArgs a) {
       __syncthreads();
 
       float s[R], dp[R];
-      LLMRUN_UNROLL
-      for (int r = 0; r < R; ++r) s[r] = dp[r] = 0.0f;
-      const float* qrow = sq + lane * st;
-      const float* grow = sg + lane * st;
-      for (int c = 0; c < d; ++c) {
-        const float qc = qrow[c], gc = grow[c];
-        LLMRUN_UNROLL
-        for (int r = 0; r < R; ++r) {
-          s[r] = fmaf(qc, sk[(j0 + r) * d + c], s[r]);
-          dp[r] = fmaf(gc, sv[(j0 + r) * d + c], dp[r]);
-        }
-      }
+      row_dots2(s, dp, sk, sv, j0, d, sq + lane * st, sg + lane * st);
       LLMRUN_UNROLL
       for (int r = 0; r < R; ++r) {
         const bool visible =
@@ -262,26 +211,7 @@ __global__ void __launch_bounds__(geo::kThreads) block_dkv_kernel(BlockArgs a) {
         s[r] = p;
         dp[r] = visible ? bm::block_dscore(p, dp[r], sdelta[lane]) : 0.0f;
       }
-      for (int i = 0; i < nq; ++i) {
-        float pi[R], dsi[R];
-        LLMRUN_UNROLL
-        for (int r = 0; r < R; ++r) {
-          pi[r] = __shfl_sync(kFullMask, s[r], i);
-          dsi[r] = __shfl_sync(kFullMask, dp[r], i);
-        }
-        LLMRUN_UNROLL
-        for (int x = 0; x < DPL; ++x) {
-          const int c = lane + x * geo::kWarpSize;
-          if (c < d) {
-            const float gc = sg[i * st + c], qc = sq[i * st + c];
-            LLMRUN_UNROLL
-            for (int r = 0; r < R; ++r) {
-              dv[r][x] = fmaf(pi[r], gc, dv[r][x]);
-              dk[r][x] = fmaf(dsi[r], qc, dk[r][x]);
-            }
-          }
-        }
-      }
+      accumulate_rows2(dv, s, sg, dk, dp, sq, st, nq, d, lane);
     }
   }
 
@@ -344,18 +274,7 @@ __global__ void __launch_bounds__(geo::kThreads) block_dq_kernel(BlockArgs a) {
     __syncthreads();
 
     float s[R], dp[R];
-    LLMRUN_UNROLL
-    for (int r = 0; r < R; ++r) s[r] = dp[r] = 0.0f;
-    const float* krow = sk + lane * st;
-    const float* vrow = sv + lane * st;
-    for (int c = 0; c < d; ++c) {
-      const float kc = krow[c], vc = vrow[c];
-      LLMRUN_UNROLL
-      for (int r = 0; r < R; ++r) {
-        s[r] = fmaf(sq[(r0 + r) * d + c], kc, s[r]);
-        dp[r] = fmaf(sg[(r0 + r) * d + c], vc, dp[r]);
-      }
-    }
+    row_dots2(s, dp, sq, sg, r0, d, sk + lane * st, sv + lane * st);
     const int64_t key = k0 + lane;
     LLMRUN_UNROLL
     for (int r = 0; r < R; ++r) {
@@ -364,20 +283,7 @@ __global__ void __launch_bounds__(geo::kThreads) block_dq_kernel(BlockArgs a) {
       const float p = visible ? bm::block_prob(s[r] * scale, lse[r]) : 0.0f;
       dp[r] = visible ? bm::block_dscore(p, dp[r], delta[r]) : 0.0f;
     }
-    for (int j = 0; j < nkt; ++j) {
-      float dsj[R];
-      LLMRUN_UNROLL
-      for (int r = 0; r < R; ++r) dsj[r] = __shfl_sync(kFullMask, dp[r], j);
-      LLMRUN_UNROLL
-      for (int x = 0; x < DPL; ++x) {
-        const int c = lane + x * geo::kWarpSize;
-        if (c < d) {
-          const float kc = sk[j * st + c];
-          LLMRUN_UNROLL
-          for (int r = 0; r < R; ++r) dq[r][x] = fmaf(dsj[r], kc, dq[r][x]);
-        }
-      }
-    }
+    accumulate_rows(dq, dp, sk, st, nkt, d, lane);
   }
 
   LLMRUN_UNROLL
@@ -435,16 +341,8 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
   a.kv_heads = kv_heads;
   a.head_dim = head_dim;
   a.causal = causal;
-  switch (attention_geometry::dims_per_lane(head_dim)) {
-    case 1:
-      return attention_detail::launch_fwd<1>(a, stream);
-    case 2:
-      return attention_detail::launch_fwd<2>(a, stream);
-    case 4:
-      return attention_detail::launch_fwd<4>(a, stream);
-    default:
-      return attention_detail::launch_fwd<8>(a, stream);
-  }
+  attention_detail::with_dims_per_lane(
+      head_dim, [&](auto dpl) { attention_detail::launch_fwd<decltype(dpl)::value>(a, stream); });
 }
 
 void attention_lse_merge(float* out, float* lse, const float* block_out, const float* block_lse,
@@ -497,16 +395,8 @@ void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, con
                      dim3(attention_detail::warp_per_row_head_blocks(batch, seq, heads)),
                      attention_geometry::kThreads, 0, stream)
   (a);
-  switch (attention_geometry::dims_per_lane(head_dim)) {
-    case 1:
-      return attention_detail::launch_bwd<1>(a, stream);
-    case 2:
-      return attention_detail::launch_bwd<2>(a, stream);
-    case 4:
-      return attention_detail::launch_bwd<4>(a, stream);
-    default:
-      return attention_detail::launch_bwd<8>(a, stream);
-  }
+  attention_detail::with_dims_per_lane(
+      head_dim, [&](auto dpl) { attention_detail::launch_bwd<decltype(dpl)::value>(a, stream); });
 }
 
 }  // namespace llmrun::kernels

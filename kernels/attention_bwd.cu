@@ -12,6 +12,7 @@
 #include "attention.cuh"
 #endif
 #include "attention_device.cuh"
+#include "attention_tiles.cuh"
 
 namespace llmrun::kernels {
 
@@ -36,16 +37,7 @@ struct BwdArgs {
 __global__ void __launch_bounds__(geo::kThreads) delta_kernel(BwdArgs a) {
   const int64_t w = static_cast<int64_t>(blockIdx.x) * geo::kWarps + threadIdx.x / geo::kWarpSize;
   if (w >= static_cast<int64_t>(a.batch) * a.seq * a.heads) return;
-  const int lane = threadIdx.x % geo::kWarpSize, d = a.head_dim;
-  const int h = static_cast<int>(w % a.heads);
-  const int64_t row = w / a.heads;
-  const float* o = a.out + row * a.hd + static_cast<int64_t>(h) * d;
-  const float* g = a.dout + row * a.hd + static_cast<int64_t>(h) * d;
-  float acc = 0.0f;
-  for (int c = lane; c < d; c += geo::kWarpSize) acc = fmaf(o[c], g[c], acc);
-  acc = warp_sum(acc);
-  const int64_t b = row / a.seq, t = row % a.seq;
-  if (lane == 0) a.delta[(b * a.heads + h) * a.seq + t] = acc;
+  delta_row(a.delta, a.out, a.dout, w, a.hd, a.seq, a.heads, a.head_dim);
 }
 
 // Warp w owns keys w*R .. w*R+R-1 of the key tile. For each query tile lane i is query i:
@@ -73,9 +65,8 @@ __global__ void __launch_bounds__(geo::kThreads) dkv_kernel(BwdArgs a) {
   const int lane = threadIdx.x % geo::kWarpSize, j0 = (threadIdx.x / geo::kWarpSize) * R;
   const float scale = 1.0f / sqrtf(static_cast<float>(d));
   float dk[R][DPL], dv[R][DPL];
-  LLMRUN_UNROLL
-  for (int r = 0; r < R; ++r) LLMRUN_UNROLL
-  for (int x = 0; x < DPL; ++x) dk[r][x] = dv[r][x] = 0.0f;
+  zero_rows(dk);
+  zero_rows(dv);
 
   const int qtiles = geo::tiles(a.seq);
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
@@ -97,18 +88,7 @@ __global__ void __launch_bounds__(geo::kThreads) dkv_kernel(BwdArgs a) {
       __syncthreads();
 
       float s[R], dp[R];
-      LLMRUN_UNROLL
-      for (int r = 0; r < R; ++r) s[r] = dp[r] = 0.0f;
-      const float* qrow = sq + lane * st;
-      const float* grow = sg + lane * st;
-      for (int c = 0; c < d; ++c) {
-        const float qc = qrow[c], gc = grow[c];
-        LLMRUN_UNROLL
-        for (int r = 0; r < R; ++r) {
-          s[r] = fmaf(qc, sk[(j0 + r) * d + c], s[r]);
-          dp[r] = fmaf(gc, sv[(j0 + r) * d + c], dp[r]);
-        }
-      }
+      row_dots2(s, dp, sk, sv, j0, d, sq + lane * st, sg + lane * st);
       const int64_t qpos = q0 + lane;
       LLMRUN_UNROLL
       for (int r = 0; r < R; ++r) {
@@ -117,26 +97,7 @@ __global__ void __launch_bounds__(geo::kThreads) dkv_kernel(BwdArgs a) {
         s[r] = p;
         dp[r] = visible ? p * (dp[r] - sdelta[lane]) : 0.0f;
       }
-      for (int i = 0; i < nq; ++i) {
-        float pi[R], dsi[R];
-        LLMRUN_UNROLL
-        for (int r = 0; r < R; ++r) {
-          pi[r] = __shfl_sync(kFullMask, s[r], i);
-          dsi[r] = __shfl_sync(kFullMask, dp[r], i);
-        }
-        LLMRUN_UNROLL
-        for (int x = 0; x < DPL; ++x) {
-          const int c = lane + x * geo::kWarpSize;
-          if (c < d) {
-            const float gc = sg[i * st + c], qc = sq[i * st + c];
-            LLMRUN_UNROLL
-            for (int r = 0; r < R; ++r) {
-              dv[r][x] = fmaf(pi[r], gc, dv[r][x]);
-              dk[r][x] = fmaf(dsi[r], qc, dk[r][x]);
-            }
-          }
-        }
-      }
+      accumulate_rows2(dv, s, sg, dk, dp, sq, st, nq, d, lane);
     }
   }
 
@@ -200,18 +161,7 @@ __global__ void __launch_bounds__(geo::kThreads) dq_kernel(BwdArgs a) {
     __syncthreads();
 
     float s[R], dp[R];
-    LLMRUN_UNROLL
-    for (int r = 0; r < R; ++r) s[r] = dp[r] = 0.0f;
-    const float* krow = sk + lane * st;
-    const float* vrow = sv + lane * st;
-    for (int c = 0; c < d; ++c) {
-      const float kc = krow[c], vc = vrow[c];
-      LLMRUN_UNROLL
-      for (int r = 0; r < R; ++r) {
-        s[r] = fmaf(sq[(r0 + r) * d + c], kc, s[r]);
-        dp[r] = fmaf(sg[(r0 + r) * d + c], vc, dp[r]);
-      }
-    }
+    row_dots2(s, dp, sq, sg, r0, d, sk + lane * st, sv + lane * st);
     const int64_t key = k0 + lane;
     LLMRUN_UNROLL
     for (int r = 0; r < R; ++r) {
@@ -219,20 +169,7 @@ __global__ void __launch_bounds__(geo::kThreads) dq_kernel(BwdArgs a) {
       const float p = visible ? expf(s[r] * scale - lse[r]) : 0.0f;
       dp[r] = visible ? p * (dp[r] - delta[r]) : 0.0f;
     }
-    for (int j = 0; j < nk; ++j) {
-      float dsj[R];
-      LLMRUN_UNROLL
-      for (int r = 0; r < R; ++r) dsj[r] = __shfl_sync(kFullMask, dp[r], j);
-      LLMRUN_UNROLL
-      for (int x = 0; x < DPL; ++x) {
-        const int c = lane + x * geo::kWarpSize;
-        if (c < d) {
-          const float kc = sk[j * st + c];
-          LLMRUN_UNROLL
-          for (int r = 0; r < R; ++r) dq[r][x] = fmaf(dsj[r], kc, dq[r][x]);
-        }
-      }
-    }
+    accumulate_rows(dq, dp, sk, st, nk, d, lane);
   }
 
   float* dbase = a.dqkv + static_cast<int64_t>(b) * a.seq * a.cols + static_cast<int64_t>(h) * d;
@@ -291,16 +228,8 @@ void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float
   LLMRUN_ATTN_LAUNCH(attention_detail::delta_kernel, dim3(geo::bwd_delta_blocks(batch, seq, heads)),
                      geo::kThreads, 0, stream)
   (a);
-  switch (geo::dims_per_lane(head_dim)) {
-    case 1:
-      return attention_detail::launch<1>(a, stream);
-    case 2:
-      return attention_detail::launch<2>(a, stream);
-    case 4:
-      return attention_detail::launch<4>(a, stream);
-    default:
-      return attention_detail::launch<8>(a, stream);
-  }
+  attention_detail::with_dims_per_lane(
+      head_dim, [&](auto dpl) { attention_detail::launch<decltype(dpl)::value>(a, stream); });
 }
 
 }  // namespace llmrun::kernels

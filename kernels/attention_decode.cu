@@ -188,20 +188,10 @@ void attention_cached(float* out, const float* q, const float* k_cache, const fl
     det::launch_fwd_tiles(a, stream);
     return;
   }
-  switch (geo::dims_per_lane(head_dim)) {
-    case 1:
-      return det::launch_cached<1>(out, q, k_cache, v_cache, n_q, start_pos, heads, kv_heads,
-                                   head_dim, stream);
-    case 2:
-      return det::launch_cached<2>(out, q, k_cache, v_cache, n_q, start_pos, heads, kv_heads,
-                                   head_dim, stream);
-    case 4:
-      return det::launch_cached<4>(out, q, k_cache, v_cache, n_q, start_pos, heads, kv_heads,
-                                   head_dim, stream);
-    default:
-      return det::launch_cached<8>(out, q, k_cache, v_cache, n_q, start_pos, heads, kv_heads,
-                                   head_dim, stream);
-  }
+  det::with_dims_per_lane(head_dim, [&](auto dpl) {
+    det::launch_cached<decltype(dpl)::value>(out, q, k_cache, v_cache, n_q, start_pos, heads,
+                                             kv_heads, head_dim, stream);
+  });
 }
 
 void paged_attention(float* out, const float* q, const float* k_pool, const float* v_pool,
@@ -211,24 +201,11 @@ void paged_attention(float* out, const float* q, const float* k_pool, const floa
   namespace geo = attention_geometry;
   namespace det = attention_detail;
   if (total_q <= 0 || num_seqs <= 0) return;
-  switch (geo::dims_per_lane(head_dim)) {
-    case 1:
-      return det::launch_paged<1>(out, q, k_pool, v_pool, block_tables, query_starts, context_lens,
-                                  num_seqs, max_blocks, total_q, block_size, heads, kv_heads,
-                                  head_dim, stream);
-    case 2:
-      return det::launch_paged<2>(out, q, k_pool, v_pool, block_tables, query_starts, context_lens,
-                                  num_seqs, max_blocks, total_q, block_size, heads, kv_heads,
-                                  head_dim, stream);
-    case 4:
-      return det::launch_paged<4>(out, q, k_pool, v_pool, block_tables, query_starts, context_lens,
-                                  num_seqs, max_blocks, total_q, block_size, heads, kv_heads,
-                                  head_dim, stream);
-    default:
-      return det::launch_paged<8>(out, q, k_pool, v_pool, block_tables, query_starts, context_lens,
-                                  num_seqs, max_blocks, total_q, block_size, heads, kv_heads,
-                                  head_dim, stream);
-  }
+  det::with_dims_per_lane(head_dim, [&](auto dpl) {
+    det::launch_paged<decltype(dpl)::value>(out, q, k_pool, v_pool, block_tables, query_starts,
+                                            context_lens, num_seqs, max_blocks, total_q, block_size,
+                                            heads, kv_heads, head_dim, stream);
+  });
 }
 
 }  // namespace llmrun::kernels

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "attention_geometry.cuh"
 
@@ -77,6 +78,23 @@ struct FwdTileArgs {
 
 // The tiled flash forward (attention_fwd.cu). attention_cached's prefill path calls it too.
 void launch_fwd_tiles(const FwdTileArgs& a, cudaStream_t stream);
+
+// Calls f(std::integral_constant<int, DPL>{}) with head_dim's bucket of head dims per lane
+// (geo::dims_per_lane: 1, 2, 4 or 8), the compile-time DPL every tiled kernel is
+// instantiated for: one switch for all the launchers.
+template <typename F>
+inline void with_dims_per_lane(int head_dim, F&& f) {
+  switch (geo::dims_per_lane(head_dim)) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
+  }
+}
 
 // Raises a kernel's dynamic shared-memory limit when it needs more than the default 48 KiB.
 template <typename Kernel>

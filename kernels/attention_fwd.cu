@@ -10,6 +10,7 @@
 #include "attention.cuh"
 #endif
 #include "attention_device.cuh"
+#include "attention_tiles.cuh"
 
 namespace llmrun::kernels {
 
@@ -42,12 +43,8 @@ __global__ void __launch_bounds__(geo::kThreads) fwd_kernel(FwdTileArgs a) {
   const int lane = threadIdx.x % geo::kWarpSize, r0 = (threadIdx.x / geo::kWarpSize) * R;
   float m[R], l[R], acc[R][DPL];
   LLMRUN_UNROLL
-  for (int r = 0; r < R; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-    LLMRUN_UNROLL
-    for (int x = 0; x < DPL; ++x) acc[r][x] = 0.0f;
-  }
+  for (int r = 0; r < R; ++r) m[r] = -INFINITY, l[r] = 0.0f;
+  zero_rows(acc);
 
   const int64_t key_end = geo::query_tile_key_end(a.pos0, q0, nq);
   for (int64_t k0 = 0; k0 < key_end; k0 += geo::kTile) {
@@ -58,42 +55,13 @@ __global__ void __launch_bounds__(geo::kThreads) fwd_kernel(FwdTileArgs a) {
     __syncthreads();
 
     float s[R];
-    LLMRUN_UNROLL
-    for (int r = 0; r < R; ++r) s[r] = 0.0f;
-    const float* krow = sk + lane * kst;
-    for (int c = 0; c < d; ++c) {
-      const float kc = krow[c];
-      LLMRUN_UNROLL
-      for (int r = 0; r < R; ++r) s[r] = fmaf(sq[(r0 + r) * d + c], kc, s[r]);
-    }
+    row_dots(s, sq, r0, d, sk + lane * kst);
     const int64_t key = k0 + lane;
     LLMRUN_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const bool visible = r0 + r < nq && key <= a.pos0 + q0 + r0 + r;
-      const float sc = visible ? s[r] * scale : -INFINITY;
-      const float mnew = fmaxf(m[r], warp_max(sc));
-      const float p = exp_shifted(sc, mnew);
-      const float alpha = exp_shifted(m[r], mnew);  // 0 on the first visible tile
-      l[r] = l[r] * alpha + warp_sum(p);
-      m[r] = mnew;
-      LLMRUN_UNROLL
-      for (int x = 0; x < DPL; ++x) acc[r][x] *= alpha;
-      s[r] = p;
-    }
-    for (int j = 0; j < nk; ++j) {
-      float pj[R];
-      LLMRUN_UNROLL
-      for (int r = 0; r < R; ++r) pj[r] = __shfl_sync(kFullMask, s[r], j);
-      LLMRUN_UNROLL
-      for (int x = 0; x < DPL; ++x) {
-        const int c = lane + x * geo::kWarpSize;
-        if (c < d) {
-          const float vc = sv[j * d + c];
-          LLMRUN_UNROLL
-          for (int r = 0; r < R; ++r) acc[r][x] = fmaf(pj[r], vc, acc[r][x]);
-        }
-      }
-    }
+    for (int r = 0; r < R; ++r)
+      s[r] = r0 + r < nq && key <= a.pos0 + q0 + r0 + r ? s[r] * scale : -INFINITY;
+    online_softmax_step(s, m, l, acc);
+    accumulate_rows(acc, s, sv, d, nk, d, lane);
   }
 
   LLMRUN_UNROLL
@@ -124,16 +92,7 @@ void launch(const FwdTileArgs& a, cudaStream_t stream) {
 
 void launch_fwd_tiles(const FwdTileArgs& a, cudaStream_t stream) {
   if (a.batch <= 0 || a.n_q <= 0) return;
-  switch (geo::dims_per_lane(a.head_dim)) {
-    case 1:
-      return launch<1>(a, stream);
-    case 2:
-      return launch<2>(a, stream);
-    case 4:
-      return launch<4>(a, stream);
-    default:
-      return launch<8>(a, stream);
-  }
+  with_dims_per_lane(a.head_dim, [&](auto dpl) { launch<decltype(dpl)::value>(a, stream); });
 }
 
 }  // namespace attention_detail

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/backend.h"
 #include "tensor/tensor.h"
 #include "util/error.h"
 
@@ -43,6 +44,25 @@ inline void check_paged_attention_shapes(const Tensor& out, const Tensor& q, con
   LLMRUN_CHECK(query_starts.numel() == num_seqs + 1 && block_tables.rows() == num_seqs,
                "paged_attention: " + std::to_string(num_seqs) + " sequences but query_starts " +
                    query_starts.shape_str() + " and block_tables " + block_tables.shape_str());
+}
+
+// attention_block_fwd / attention_block_bwd's tensors (see backend.h): q, out
+// [batch*seq, heads*hd]; k, v [batch*nk, kv_heads*hd]; lse [batch, heads, seq]; the causal
+// block is a chunk against itself (nk == seq).
+inline void check_attention_block_shapes(const char* op, const Tensor& q, const Tensor& k,
+                                         const Tensor& v, const Tensor& out, const Tensor& lse,
+                                         int nk, bool causal, const AttentionShape& s) {
+  LLMRUN_CHECK(s.batch > 0 && s.seq > 0 && nk > 0 && s.heads > 0 && s.kv_heads > 0 &&
+                   s.head_dim > 0 && s.heads % s.kv_heads == 0 && (!causal || nk == s.seq),
+               std::string(op) + ": bad shape");
+  const int64_t hd = int64_t(s.heads) * s.head_dim, kvd = int64_t(s.kv_heads) * s.head_dim;
+  const int64_t nq_rows = int64_t(s.batch) * s.seq, nk_rows = int64_t(s.batch) * nk;
+  LLMRUN_CHECK(q.rows() == nq_rows && q.cols() == hd && out.rows() == nq_rows && out.cols() == hd,
+               std::string(op) + ": q " + q.shape_str() + " out " + out.shape_str());
+  LLMRUN_CHECK(k.rows() == nk_rows && k.cols() == kvd && v.rows() == nk_rows && v.cols() == kvd,
+               std::string(op) + ": k " + k.shape_str() + " v " + v.shape_str());
+  LLMRUN_CHECK(lse.numel() == int64_t(s.batch) * s.heads * s.seq,
+               std::string(op) + ": lse " + lse.shape_str());
 }
 
 }  // namespace llmrun

@@ -15,39 +15,16 @@
 #include <vector>
 
 #include "../../kernels/attention_block_math.cuh"
+#include "attention_test_util.h"
 #include "backend/backend.h"
 
 using namespace llmrun;
+using namespace llmrun::attention_test;
 namespace bm = llmrun::kernels::attention_block_math;
 
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.0f) {
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = nd(rng);
-  return v;
-}
-
-Tensor t2(std::vector<float>& v, int64_t rows, int64_t cols) {
-  return Tensor(v.data(), DType::f32, {rows, cols});
-}
-Tensor t1(std::vector<float>& v) { return Tensor(v.data(), DType::f32, {int64_t(v.size())}); }
-
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rtol,
-                  double atol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const bool same_inf = std::isinf(want[i]) && got[i] == want[i];
-    if (!same_inf && !(std::fabs(double(got[i]) - want[i]) <= atol + rtol * std::fabs(want[i])) &&
-        bad++ < 5)
-      ADD_FAILURE() << what << " [" << i << "]: got " << got[i] << ", want " << want[i];
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " differ";
-}
 
 // One block problem: queries q [batch*seq, heads*d] against keys/values [batch*nk, kv*d].
 struct Block {

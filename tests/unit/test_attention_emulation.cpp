@@ -34,36 +34,13 @@ float smem[llmrun_emu::kSmemFloats];
 #include <string>
 #include <vector>
 
+#include "attention_test_util.h"
 #include "backend/backend.h"
 
 using namespace llmrun;
+using namespace llmrun::attention_test;
 
 namespace {
-
-std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.0f) {
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = nd(rng);
-  return v;
-}
-std::vector<float> poisoned(size_t n) {
-  return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());
-}
-
-void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rtol,
-                  double atol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (!(std::fabs(double(got[i]) - want[i]) <= atol + rtol * std::fabs(double(want[i]))) &&
-        bad++ < 5)
-      ADD_FAILURE() << what << " [" << i << "]: got " << got[i] << ", want " << want[i];
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " differ";
-}
-
-Tensor t2(std::vector<float>& v, int64_t rows, int64_t cols) {
-  return Tensor(v.data(), DType::f32, {rows, cols});
-}
 
 struct Shape {
   int batch, seq, heads, kv_heads, head_dim;

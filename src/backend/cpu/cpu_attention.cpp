@@ -14,6 +14,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
+#include "backend/op_shapes.h"
 
 namespace llmrun {
 
@@ -349,29 +350,11 @@ void CpuBackend::attention_cached(Tensor out, const Tensor& q, const Tensor& k_c
 
 // --- context parallelism: one (query chunk, key chunk) block of the ring ----------------------
 
-namespace {
-void check_block_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Tensor& out, const Tensor& lse, int nk, bool causal,
-                        const AttentionShape& s) {
-  LLMRUN_CHECK(s.batch > 0 && s.seq > 0 && nk > 0 && s.heads > 0 && s.kv_heads > 0 &&
-                   s.head_dim > 0 && s.heads % s.kv_heads == 0 && (!causal || nk == s.seq),
-               std::string(op) + ": bad shape");
-  const int64_t hd = int64_t(s.heads) * s.head_dim, kvd = int64_t(s.kv_heads) * s.head_dim;
-  const int64_t nq_rows = int64_t(s.batch) * s.seq, nk_rows = int64_t(s.batch) * nk;
-  LLMRUN_CHECK(q.rows() == nq_rows && q.cols() == hd && out.rows() == nq_rows && out.cols() == hd,
-               std::string(op) + ": q " + q.shape_str() + " out " + out.shape_str());
-  LLMRUN_CHECK(k.rows() == nk_rows && k.cols() == kvd && v.rows() == nk_rows && v.cols() == kvd,
-               std::string(op) + ": k " + k.shape_str() + " v " + v.shape_str());
-  LLMRUN_CHECK(lse.numel() == int64_t(s.batch) * s.heads * s.seq,
-               std::string(op) + ": lse " + lse.shape_str());
-}
-}  // namespace
-
 void CpuBackend::attention_block_fwd(Tensor out, Tensor lse, const Tensor& q, const Tensor& k,
                                      const Tensor& v, int nk, bool causal,
                                      const AttentionShape& s) {
   cpu::check_f32({&out, &lse, &q, &k, &v}, "attention_block_fwd operand");
-  check_block_shapes("attention_block_fwd", q, k, v, out, lse, nk, causal, s);
+  check_attention_block_shapes("attention_block_fwd", q, k, v, out, lse, nk, causal, s);
   const int d = s.head_dim, group = s.heads / s.kv_heads, qb = blocks(s.seq, kBq);
   const int64_t hd = int64_t(s.heads) * d, kvd = int64_t(s.kv_heads) * d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -434,7 +417,7 @@ void CpuBackend::attention_block_bwd(Tensor dq, Tensor dk, Tensor dv, const Tens
                                      const Tensor& k, const Tensor& v, int nk, bool causal,
                                      const AttentionShape& s) {
   cpu::check_f32({&dq, &dk, &dv, &dout, &out, &lse, &q, &k, &v}, "attention_block_bwd operand");
-  check_block_shapes("attention_block_bwd", q, k, v, out, lse, nk, causal, s);
+  check_attention_block_shapes("attention_block_bwd", q, k, v, out, lse, nk, causal, s);
   LLMRUN_CHECK(dq.numel() == q.numel() && dout.numel() == q.numel() && dk.numel() == k.numel() &&
                    dv.numel() == v.numel(),
                "attention_block_bwd: gradient shapes");

@@ -4,6 +4,7 @@
 // op context parallelism needs, is a strided copy in cuda_backend.cpp.
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/op_shapes.h"
 #include "kernels/attention_block.cuh"
 
 namespace llmrun {
@@ -13,24 +14,13 @@ using cuda::dev_f32;
 
 namespace {
 
-// As the CPU backend's check of a block: q, out [batch*seq, heads*hd]; k, v [batch*nk,
-// kv_heads*hd]; lse [batch, heads, seq]; the causal block is a chunk against itself.
+// The shape checks every backend makes (op_shapes.h), plus the kernels' head_dim limit.
 void check_block_shapes(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, int nk, bool causal,
                         const AttentionShape& s) {
-  LLMRUN_CHECK(s.batch > 0 && s.seq > 0 && nk > 0 && s.heads > 0 && s.kv_heads > 0 &&
-                   s.head_dim > 0 && s.heads % s.kv_heads == 0 && (!causal || nk == s.seq),
-               std::string(op) + ": bad shape");
+  check_attention_block_shapes(op, q, k, v, out, lse, nk, causal, s);
   LLMRUN_CHECK(s.head_dim <= 256, std::string(op) + ": head_dim " + std::to_string(s.head_dim) +
                                       " is above the kernels' 256");
-  const int64_t hd = int64_t(s.heads) * s.head_dim, kvd = int64_t(s.kv_heads) * s.head_dim;
-  const int64_t nq_rows = int64_t(s.batch) * s.seq, nk_rows = int64_t(s.batch) * nk;
-  LLMRUN_CHECK(q.rows() == nq_rows && q.cols() == hd && out.rows() == nq_rows && out.cols() == hd,
-               std::string(op) + ": q " + q.shape_str() + " out " + out.shape_str());
-  LLMRUN_CHECK(k.rows() == nk_rows && k.cols() == kvd && v.rows() == nk_rows && v.cols() == kvd,
-               std::string(op) + ": k " + k.shape_str() + " v " + v.shape_str());
-  LLMRUN_CHECK(lse.numel() == int64_t(s.batch) * s.heads * s.seq,
-               std::string(op) + ": lse " + lse.shape_str());
 }
 
 }  // namespace
