@@ -110,8 +110,8 @@ Command add_plan_command(CLI::App& root) {
             overrides.push_back(o);
           overrides.push_back("parallel.cp=1");  // the search picks cp (long sequences) too
           const Recipe r = load_recipe(a->recipe, overrides);
-          const LayoutSearch s = search_layouts(training_shape(r), a->nproc,
-                                                r.memory.budget_bytes, assumptions(*a, a->nproc));
+          const LayoutSearch s = search_layouts(training_shape(r), a->nproc, r.memory.budget_bytes,
+                                                assumptions(*a, a->nproc));
           std::fputs(search_text(s, a->nproc, a->top).c_str(), stdout);
           write_json(a->json_out, search_json(s));
           if (s.ranked.empty())
