@@ -7,6 +7,7 @@
 
 #include "model/param_layout.h"
 #include "parallel/expert_layout.h"
+#include "plan/comm_model.h"
 
 using namespace llmrun;
 
@@ -113,3 +114,30 @@ TEST(ExpertParallel, AllToAllBytes) {
 }
 
 }  // namespace
+
+// plan prices the experts' gradient all-reduce over the ranks holding the same experts: dp / ep
+// of them, times cp under context parallelism (every cp rank holds them too).
+TEST(ExpertParallel, ExpertGradientsArePricedOverEdpTimesCp) {
+  TrainingShape s;
+  s.model = moe_model();
+  s.model.seq_len = 32;
+  s.micro_batch = 1;
+  s.global_batch = 4;
+  TrainingLayout l;
+  l.dp = 2;
+  l.ep = 2;
+  auto expert_sent = [&](const TrainingLayout& lay) {
+    double sent = -1;
+    const std::vector<StageComm> comm = plan_communication(s, lay);
+    for (const CommItem& i : comm[0].items)
+      if (i.what.find("expert gradients") != std::string::npos) sent = i.sent;
+    return sent;
+  };
+  EXPECT_EQ(expert_sent(l), -1);  // dp2 ep2: each rank's experts are its own, nothing to reduce
+  TrainingLayout cp = l;
+  cp.cp = 2;
+  // Two routed layers of two local experts x 3 x 32 x 24 floats, all-reduced over 2 ranks.
+  EXPECT_DOUBLE_EQ(expert_sent(cp), 2 * 4.0 * 2 * 3 * 32 * 24 * 2 * 0.5);
+  cp.dp = 4;  // edp 2 x cp 2 = 4 ranks
+  EXPECT_DOUBLE_EQ(expert_sent(cp), 2 * 4.0 * 2 * 3 * 32 * 24 * 2 * 0.75);
+}
