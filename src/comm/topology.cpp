@@ -5,6 +5,34 @@
 
 namespace llmrun {
 
+GroupSplit group_split(const ParallelLayout& layout, int r, RankGroup group) {
+  const int tp = layout.tp, cp = layout.cp, pp = layout.pp, ep = layout.ep;
+  const int tp_rank = r % tp, cp_rank = (r / tp) % cp, pp_rank = (r / (tp * cp)) % pp,
+            dp_rank = r / (tp * cp * pp);
+  const int ep_rank = dp_rank % ep, edp_rank = dp_rank / ep;
+  const int place = tp_rank + tp * (cp_rank + cp * pp_rank);  // tp, cp, pp coordinates
+  const int places = tp * cp * pp;
+  // Members of one group share every other coordinate; the color encodes those.
+  switch (group) {
+    case RankGroup::tp:
+      return {cp_rank + cp * (pp_rank + pp * dp_rank), tp_rank};
+    case RankGroup::cp:
+      return {tp_rank + tp * (pp_rank + pp * dp_rank), cp_rank};
+    case RankGroup::pp:
+      return {tp_rank + tp * (cp_rank + cp * dp_rank), pp_rank};
+    case RankGroup::dp:
+      return {place, dp_rank};
+    case RankGroup::dp_cp:
+      return {tp_rank + tp * pp_rank, cp_rank + cp * dp_rank};
+    case RankGroup::ep:
+      return {place + places * edp_rank, ep_rank};
+    // Every cp rank holds the same experts too: edp spans cp as dp_cp does (ordered alike).
+    case RankGroup::edp:
+      return {tp_rank + tp * (pp_rank + pp * ep_rank), cp_rank + cp * edp_rank};
+  }
+  return {};
+}
+
 Topology Topology::single() {
   Topology t;
   t.world_ = make_self_communicator("world");
@@ -22,26 +50,21 @@ Topology Topology::build(std::unique_ptr<Communicator> world, const ParallelLayo
   if (world->size() == 1) return single();
   Topology t;
   t.layout_ = layout;
-  const int r = world->rank();
-  const int tp = layout.tp, cp = layout.cp, pp = layout.pp;
-  const int tp_rank = r % tp, cp_rank = (r / tp) % cp, pp_rank = (r / (tp * cp)) % pp,
-            dp_rank = r / (tp * cp * pp);
-  // Members of one group share every other coordinate; the color encodes those.
-  t.tp_ = split_mpi(*world, cp_rank + cp * (pp_rank + pp * dp_rank), tp_rank, "tp");
-  t.cp_ = split_mpi(*world, tp_rank + tp * (pp_rank + pp * dp_rank), cp_rank, "cp");
-  t.pp_ = split_mpi(*world, tp_rank + tp * (cp_rank + cp * dp_rank), pp_rank, "pp");
-  t.dp_ = split_mpi(*world, tp_rank + tp * (cp_rank + cp * pp_rank), dp_rank, "dp");
-  t.dp_cp_ = split_mpi(*world, tp_rank + tp * pp_rank, cp_rank + cp * dp_rank,
-                       cp > 1 ? "dp_cp" : "dp");  // named as users know it without cp
   const int ep = layout.ep;
-  LLMRUN_CHECK(ep >= 1 && layout.dp % ep == 0 && (ep == 1 || cp == 1),
-               "parallel.ep must divide dp (and needs cp = 1)");
+  LLMRUN_CHECK(ep >= 1 && layout.dp % ep == 0, "parallel.ep must divide dp");
+  auto split = [&](RankGroup g, const char* name) {
+    const GroupSplit s = group_split(layout, world->rank(), g);
+    return split_mpi(*world, s.color, s.key, name);
+  };
+  const bool cp = layout.cp > 1;
+  t.tp_ = split(RankGroup::tp, "tp");
+  t.cp_ = split(RankGroup::cp, "cp");
+  t.pp_ = split(RankGroup::pp, "pp");
+  t.dp_ = split(RankGroup::dp, "dp");
+  t.dp_cp_ = split(RankGroup::dp_cp, cp ? "dp_cp" : "dp");  // named as users know it without cp
   if (ep > 1) {
-    const int ep_rank = dp_rank % ep, edp_rank = dp_rank / ep;
-    const int place = tp_rank + tp * (cp_rank + cp * pp_rank);  // tp, cp, pp coordinates
-    const int places = tp * cp * pp;
-    t.ep_ = split_mpi(*world, place + places * edp_rank, ep_rank, "ep");
-    t.edp_ = split_mpi(*world, place + places * ep_rank, edp_rank, "edp");
+    t.ep_ = split(RankGroup::ep, "ep");
+    t.edp_ = split(RankGroup::edp, cp ? "edp_cp" : "edp");
   } else {
     t.ep_ = make_self_communicator("ep");
   }

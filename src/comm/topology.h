@@ -10,7 +10,11 @@
 // dp_rank % ep. The ep group (one such block) splits a MoE layer's experts and trades tokens
 // by all-to-all; the expert-data-parallel group edp (the dp ranks with the same ep_rank,
 // edp_rank = dp_rank / ep) holds the same experts and reduces their gradients, while dense
-// gradients still reduce over all of dp. ep = 1: the ep group is one rank and edp is dp_cp.
+// gradients still reduce over all of dp. Under context parallelism each cp rank trades its own
+// tokens with the ep peers at its cp index, and every cp rank holds the same experts, so edp
+// spans cp as dp_cp does (Megatron's expert-data-parallel group with cp): the ranks at the same
+// (tp, pp, ep_rank), edp rank cp_rank + cp * (dp_rank / ep); edp x ep is then dp_cp.
+// ep = 1: the ep group is one rank and edp is dp_cp.
 #include <functional>
 #include <memory>
 
@@ -24,6 +28,14 @@ struct ParallelLayout {
   int ep = 1;  // expert parallel: divides dp (not a factor of the world size)
   int world() const { return tp * pp * dp * cp; }
 };
+
+// The groups of a Topology, and how build() splits the world into each: ranks with the same
+// color form one group, ordered by key (the rank's place in it). Pure, so it is unit-tested.
+enum class RankGroup { tp, cp, pp, dp, dp_cp, ep, edp };
+struct GroupSplit {
+  int color = 0, key = 0;
+};
+GroupSplit group_split(const ParallelLayout& layout, int world_rank, RankGroup group);
 
 class Topology {
  public:
@@ -40,7 +52,7 @@ class Topology {
   Communicator& cp() const { return *cp_; }
   Communicator& dp_cp() const { return *dp_cp_; }               // the gradient reduction group
   Communicator& ep() const { return *ep_; }                     // splits the experts, trades tokens
-  Communicator& edp() const { return edp_ ? *edp_ : *dp_cp_; }  // reduces expert gradients
+  Communicator& edp() const { return edp_ ? *edp_ : *dp_cp_; }  // reduces expert grads (x cp)
   int rank() const { return world_->rank(); }
   bool is_logger() const { return world_->rank() == 0; }  // prints progress, writes metrics
   // Replaces the tp, pp, dp, cp, dp_cp, ep and edp (when ep > 1) communicators (in that order,

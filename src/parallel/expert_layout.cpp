@@ -21,11 +21,6 @@ std::optional<LayoutProblem> expert_parallel_problem(const ModelConfig& m,
                                             " (expert parallelism is carved out of the "
                                             "data-parallel ranks: launch dp x tp x pp x cp ranks "
                                             "with dp a multiple of ep)"};
-  if (l.cp > 1)
-    return LayoutProblem{"parallel.ep", ep + " with cp=" + std::to_string(l.cp) +
-                                            ": expert gradients reduce over the expert-data-"
-                                            "parallel group, which does not span the cp ranks; "
-                                            "use ep with cp=1, or cp with ep=1"};
   return std::nullopt;
 }
 

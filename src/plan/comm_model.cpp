@@ -47,9 +47,9 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
     // Data parallel: ZeRO decides what moves and how often.
     double g = 4.0 * double(st.param_elements);
     const double w = param_bytes * double(st.param_elements);
-    // Expert parallel: the experts' gradients reduce over the dp / ep ranks that hold them (at
-    // ZeRO 1-3 reduce-scatter and all-gather, about an all-reduce's bytes); the token rows cross
-    // the ep group by all-to-all, four times per MoE layer.
+    // Expert parallel: the experts' gradients reduce over the dp x cp / ep ranks that hold them
+    // (at ZeRO 1-3 reduce-scatter and all-gather, about an all-reduce's bytes); the token rows
+    // cross the ep group by all-to-all, four times per MoE layer.
     if (l.ep > 1) {
       double expert = 0, a2a = 0;
       for (int b : st.blocks)
@@ -58,8 +58,8 @@ std::vector<StageComm> plan_communication(const TrainingShape& s, const Training
           a2a += expert_all_to_all_bytes(m, l.ep, int64_t(n)) * M;
         }
       g -= expert;
-      add("dp", "all-reduce expert gradients over the dp/ep ranks holding them", expert,
-          2 * ring(l.dp / l.ep), true);
+      add("dp", "all-reduce expert gradients over the dp x cp / ep ranks holding them", expert,
+          2 * ring(l.dp * l.cp / l.ep), true);
       add("ep", "all-to-all of routed token rows (dispatch, combine, both gradients)", a2a, 1.0);
     }
     if (l.dp * l.cp > 1) {

@@ -124,7 +124,7 @@ void plan_persistent(const StagePlan& sp, StageMemory& st) {
   const int64_t group = int64_t(l.dp) * l.cp;  // ZeRO shards over dp x cp
   auto padded = [&](int64_t n) { return (n + group - 1) / group * group; };
   // Parameters, bucket by bucket.
-  // Expert parallelism at ZeRO 1-3: a routed block's bucket shards over the dp / ep ranks that
+  // Expert parallelism at ZeRO 1-3: a routed block's bucket shards over the dp x cp / ep ranks that
   // hold the same experts (train/zero_optimizer.h), the others over dp.
   std::vector<std::pair<int64_t, int64_t>> buckets;  // elements, ranks sharing its shards
   if (st.embedding)

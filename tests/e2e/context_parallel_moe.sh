@@ -6,8 +6,12 @@
 # one-rank run: losses at each of 10 steps within 1e-5 (relative), the same exported weights,
 # and the logged aux loss, z-loss and expert load shares of every step equal to one rank's.
 # Large router-loss coefficients make their gradients matter: a rank-local aux loss would
-# change the curve. A capacity limit (which drops slots in whole-batch token order) and
-# expert parallelism are refused with cp > 1, with the reason.
+# change the curve. Expert parallelism composes: cp2 x ep2 (dp2 holding ep2, each cp rank
+# trading its own tokens with its ep peer; expert gradients reduce over edp x cp) matches too,
+# at ZeRO 0 and 3, its checkpoint resumes on one rank with the one-rank losses of steps 6-10,
+# and plan's per-rank parameter, gradient and optimizer bytes equal what those runs allocated.
+# A capacity limit (which drops slots in whole-batch token order) is refused with cp > 1, and
+# an ep that does not divide dp with cp, each with the reason.
 source "$(dirname "$0")/common.bash"
 source "$(dirname "$0")/layout_common.bash"
 cd "$WORK"
@@ -50,7 +54,9 @@ for layout in "cp2 2 parallel.cp=2" \
               "cp2-a2a 2 parallel.cp=2 parallel.cp_comm=a2a" \
               "cp2-dp2 4 parallel.cp=2 parallel.dp=2" \
               "cp2-tp2 4 parallel.cp=2 parallel.tp=2" \
-              "cp2-recompute-full 2 parallel.cp=2 memory.recompute=full"; do
+              "cp2-recompute-full 2 parallel.cp=2 memory.recompute=full" \
+              "cp2-ep2 4 parallel.cp=2 parallel.dp=2 parallel.ep=2 checkpoint.every=5" \
+              "cp2-ep2-z3 4 parallel.cp=2 parallel.dp=2 parallel.ep=2 parallel.zero=3"; do
   set -- $layout
   name=llama-$1 nproc=$2; shift 2
   run $name llama.yaml $nproc "$@"
@@ -58,9 +64,34 @@ for layout in "cp2 2 parallel.cp=2" \
   router_matches $name
 done
 
+# The cp2 x ep2 checkpoint (each rank wrote its share of its experts) resumes on one rank.
+run llama-cp2-ep2-to1 llama.yaml 1 checkpoint.resume=$WORK/llama-cp2-ep2/step-0000005
+grep -q "resumed from .*llama-cp2-ep2/step-0000005" llama-cp2-ep2-to1.log ||
+  { cat llama-cp2-ep2-to1.log; fail "one rank did not resume the cp2 x ep2 checkpoint"; }
+compare llama-base llama-cp2-ep2-to1 6
+
+# plan prices cp2 x ep2: the routed blocks' ZeRO shards split over edp x cp (dp x cp / ep = 2
+# ranks), the rest over dp x cp (4), byte for byte what the runs allocated.
+for z in 0 3; do
+  name=llama-cp2-ep2; [ $z = 0 ] || name=$name-z$z
+  "$LLMRUN" plan llama.yaml --nproc 4 --set parallel.cp=2 --set parallel.dp=2 --set parallel.ep=2 \
+    --set parallel.zero=$z --peak-flops 1e11 --json $name.plan.json > $name.plan.txt ||
+    fail "plan cp2 x ep2 ZeRO-$z"
+  /usr/bin/python3 - $name.plan.json $name.jsonl <<'PY' || fail "plan under cp2 x ep2 ZeRO-$z disagrees with the run"
+import json, sys
+plan = json.load(open(sys.argv[1]))
+run = json.loads(open(sys.argv[2]).readline())
+st = plan["stages"][0]
+for key, field in [("params", "mem_params"), ("grads", "mem_grads"), ("optimizer", "mem_optimizer")]:
+    assert st[key] == run[field], f"{sys.argv[2]} {key}: predicted {st[key]:.0f}, measured {run[field]}"
+    print(f"{sys.argv[2]} {key}: predicted {st[key]:.0f}, measured {run[field]}")
+assert plan["communication"][0]["ep_sent"] > 0, plan["communication"][0]
+PY
+done
+
 # Bad inputs: refused before any rank starts, with the reason.
 expect_exit 2 "parallel.cp: cp=2 with model.moe.capacity_factor: a capacity limit drops slots" \
   "$LLMRUN" train llama.yaml --nproc 2 --set parallel.cp=2 --set model.moe.capacity_factor=1.0 --dry-run
-expect_exit 2 "parallel.ep: ep=2 with cp=2" \
-  "$LLMRUN" train llama.yaml --nproc 4 --set parallel.cp=2 --set parallel.ep=2 --dry-run
+expect_exit 2 "parallel.ep: ep=4 must divide dp=2" \
+  "$LLMRUN" train llama.yaml --nproc 4 --set parallel.cp=2 --set parallel.ep=4 --dry-run
 echo "context parallel moe: every layout matches the single-rank run and its router losses"

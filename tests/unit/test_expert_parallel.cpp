@@ -7,6 +7,7 @@
 
 #include "model/param_layout.h"
 #include "parallel/expert_layout.h"
+#include "plan/comm_model.h"
 
 using namespace llmrun;
 
@@ -89,11 +90,13 @@ TEST(ExpertParallel, LayoutRulesSayWhy) {
   TrainingLayout zero = l;  // ZeRO shards the routed blocks over edp: allowed
   zero.zero = 3;
   EXPECT_FALSE(layout_problem(s, zero).has_value());
-  TrainingLayout cp = l;
+  TrainingLayout cp = l;  // expert gradients reduce over edp x cp: allowed, ZeRO too
   cp.ep = 2;
   cp.dp = 2;
   cp.cp = 2;
-  expect(cp, "parallel.ep", "does not span the cp ranks");
+  EXPECT_FALSE(layout_problem(s, cp).has_value());
+  cp.zero = 1;
+  EXPECT_FALSE(layout_problem(s, cp).has_value());
   TrainingShape dense = s;
   dense.model.moe = MoeConfig{};
   const auto p = layout_problem(dense, l);
@@ -111,3 +114,30 @@ TEST(ExpertParallel, AllToAllBytes) {
 }
 
 }  // namespace
+
+// plan prices the experts' gradient all-reduce over the ranks holding the same experts: dp / ep
+// of them, times cp under context parallelism (every cp rank holds them too).
+TEST(ExpertParallel, ExpertGradientsArePricedOverEdpTimesCp) {
+  TrainingShape s;
+  s.model = moe_model();
+  s.model.seq_len = 32;
+  s.micro_batch = 1;
+  s.global_batch = 4;
+  TrainingLayout l;
+  l.dp = 2;
+  l.ep = 2;
+  auto expert_sent = [&](const TrainingLayout& lay) {
+    double sent = -1;
+    const std::vector<StageComm> comm = plan_communication(s, lay);
+    for (const CommItem& i : comm[0].items)
+      if (i.what.find("expert gradients") != std::string::npos) sent = i.sent;
+    return sent;
+  };
+  EXPECT_EQ(expert_sent(l), -1);  // dp2 ep2: each rank's experts are its own, nothing to reduce
+  TrainingLayout cp = l;
+  cp.cp = 2;
+  // Two routed layers of two local experts x 3 x 32 x 24 floats, all-reduced over 2 ranks.
+  EXPECT_DOUBLE_EQ(expert_sent(cp), 2 * 4.0 * 2 * 3 * 32 * 24 * 2 * 0.5);
+  cp.dp = 4;  // edp 2 x cp 2 = 4 ranks
+  EXPECT_DOUBLE_EQ(expert_sent(cp), 2 * 4.0 * 2 * 3 * 32 * 24 * 2 * 0.75);
+}
