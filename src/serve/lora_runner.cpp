@@ -1,11 +1,41 @@
 // LoraBatchRunner: per-row-group LoRA deltas over the base GEMM (see the header).
 #include "serve/lora_runner.h"
 
+#include <omp.h>
+
+#include <optional>
 #include <string>
 
 #include "util/error.h"
 
 namespace llmrun {
+
+namespace {
+
+// A step's deltas of one GEMM smaller than this (multiply-adds over all its row groups) run
+// on the calling thread. Each delta is two small products per adapter (decode at 16 sequences
+// of a 256-wide model: 4 rows x 48 x 256), and the CPU backend gives a product above ~131k
+// multiply-adds an OpenMP parallel region of its own. On the loaded 2-core VM a region costs
+// far more than such a product (the other thread must be scheduled before the region ends):
+// measured there, the deltas took as long as the base GEMMs with a region per product.
+// Below this size the whole delta (~1 ms single-threaded) is cheaper than one region.
+constexpr int64_t kSerialMacs = int64_t(1) << 22;
+
+// While alive, OpenMP parallel regions on this thread run with one thread (no team is woken).
+// The CPU backend's kernels compute every output element the same way at any thread count,
+// so the results are unchanged; other backends do not use OpenMP for their kernels.
+class SerialRegions {
+ public:
+  SerialRegions() : saved_(omp_get_max_active_levels()) { omp_set_max_active_levels(0); }
+  ~SerialRegions() { omp_set_max_active_levels(saved_); }
+  SerialRegions(const SerialRegions&) = delete;
+  SerialRegions& operator=(const SerialRegions&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace
 
 LoraBatchRunner::LoraBatchRunner(Transformer& model, int max_tokens, int64_t max_width)
     : model_(model),
@@ -40,7 +70,14 @@ void LoraBatchRunner::forward(Backend& be, LinearSite site, Tensor y, const Tens
                               const Tensor& W, const Tensor* bias, bool accumulate) {
   inner_.forward(be, site, y, x, W, bias, accumulate);
   // Only the step's token rows carry adapters (the LM head's gathered rows never do).
-  if (x.rows() != rows_) return;
+  if (x.rows() != rows_ || groups_.empty()) return;
+  int64_t macs = 0;
+  for (const RowGroup& g : groups_)
+    if (const ServedLora::Site* s = g.lora->site(site))
+      macs += (g.end - g.begin) * s->a.rows() * (s->a.cols() + s->b.rows());
+  if (macs == 0) return;
+  std::optional<SerialRegions> serial;
+  if (be.device() == Device::cpu && macs < kSerialMacs) serial.emplace();
   for (const RowGroup& g : groups_) {
     const ServedLora::Site* s = g.lora->site(site);
     if (s == nullptr) continue;

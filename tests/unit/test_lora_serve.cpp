@@ -4,6 +4,7 @@
 // q|k|v GEMM, adapters on q and v only, so the block-diagonal placement of B is exercised) with
 // base rows left exactly as the base.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <filesystem>
 #include <random>
@@ -214,6 +215,36 @@ TEST(LoraServe, RunnerAddsEachRowGroupsOwnDelta) {
         }
       EXPECT_NEAR(y[size_t(r * out + c)], want, 1e-4 * (1 + std::abs(want))) << r << "," << c;
     }
+}
+
+// Small deltas run with OpenMP regions made serial (lora_runner.cpp): the switch must be undone
+// after every forward (else every later kernel of the process would run on one thread), and a
+// row's output must stay bitwise the same alone and inside a batch of other adapters' rows.
+TEST(LoraServe, RunnerKeepsOpenMpAndRowsBatchInvariant) {
+  Fixture f;
+  const std::unique_ptr<Backend> be2 = make_backend(BackendKind::cpu, 2);
+  LoraRegistry reg(f.model, "base", 4, 2);
+  reg.load("a", (f.dir / "a").string());
+  reg.load("b", (f.dir / "a").string());
+  const auto a = reg.find("a"), b = reg.find("b");
+  LoraBatchRunner runner(f.model, 8, reg.max_width());
+  const int n = 8, d = f.cfg.d_model;
+  const Tensor W = block_tensors(f.cfg, f.model.params(), 0).down_w;  // [d, ffn]
+  const int in = int(W.cols());
+  std::vector<float> x(size_t(n * in)), batch(size_t(n * d)), alone(static_cast<size_t>(d));
+  std::mt19937 rng(11);
+  for (float& v : x) v = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  const int levels = omp_get_max_active_levels();
+  // Rows 0-2: adapter b; 3-4: the base; 5-7: adapter a (row 6 is checked alone below).
+  runner.set_step({b.get(), nullptr, a.get()}, {0, 3, 5, 8});
+  runner.forward(*be2, LinearSite{0, LinearKind::down}, Tensor(batch.data(), DType::f32, {n, d}),
+                 Tensor(x.data(), DType::f32, {n, in}), W, nullptr, false);
+  EXPECT_EQ(omp_get_max_active_levels(), levels);
+  runner.set_step({a.get()}, {0, 1});
+  runner.forward(*be2, LinearSite{0, LinearKind::down}, Tensor(alone.data(), DType::f32, {1, d}),
+                 Tensor(x.data() + 6 * in, DType::f32, {1, in}), W, nullptr, false);
+  EXPECT_EQ(omp_get_max_active_levels(), levels);
+  for (int c = 0; c < d; ++c) EXPECT_EQ(alone[size_t(c)], batch[size_t(6 * d + c)]) << c;
 }
 
 }  // namespace
