@@ -192,11 +192,11 @@ std::string format_kernel_bench(const nlohmann::json& r) {
                 r["peak_flops"].get<double>() / 1e9, r["peak_source"].get<std::string>().c_str(),
                 r["tokens"].get<long long>(), r["repeat"].get<int>());
   std::string s = buf;
-  std::snprintf(buf, sizeof buf, "%-18s %-32s %12s %10s %8s\n", "kernel", "shape", "median ms",
+  std::snprintf(buf, sizeof buf, "%-20s %-32s %12s %10s %8s\n", "kernel", "shape", "median ms",
                 "GFLOP/s", "of peak");
   s += buf;
   for (const auto& k : r["kernels"]) {
-    std::snprintf(buf, sizeof buf, "%-18s %-32s %12.3f %10.1f %7.1f%%\n",
+    std::snprintf(buf, sizeof buf, "%-20s %-32s %12.3f %10.1f %7.1f%%\n",
                   k["kernel"].get<std::string>().c_str(), k["shape"].get<std::string>().c_str(),
                   k["median_ms"].get<double>(), k["gflops"].get<double>(),
                   100 * k["peak_fraction"].get<double>());
