@@ -27,9 +27,11 @@ struct RowSampling {
 
 // Index into the sorted row (0 .. n-1) of the sampled token. `w`: n doubles of scratch. When
 // fewer than two tokens survive the cuts the answer is 0 and `u` is not looked at (the host
-// sampler draws no number then).
+// sampler draws no number then); `drew`, when given, says whether `u` was used, so that a
+// caller that drew it from a copy of the host generator knows whether to advance the original.
 LLMRUN_HOST_DEVICE inline int sample_sorted(const float* sorted, int n, const RowSampling& p,
-                                            double* w) {
+                                            double* w, bool* drew = nullptr) {
+  if (drew) *drew = false;
   int keep = (p.top_k > 0 && p.top_k < n) ? p.top_k : n;
   const double top = sorted[0];
   double total = 0;
@@ -52,6 +54,7 @@ LLMRUN_HOST_DEVICE inline int sample_sorted(const float* sorted, int n, const Ro
     }
   }
   if (keep < 2) return 0;
+  if (drew) *drew = true;
   double sum = 0;
   for (int i = 0; i < keep; ++i) sum += w[i];
   double cp = 0;

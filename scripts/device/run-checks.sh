@@ -225,6 +225,23 @@ if wanted gelu_epilogue_and_sampler; then
     else record gelu_epilogue_and_sampler PASS "$(grep -oE '^\[  PASSED  \] [0-9]+' "$RES/gelu_epilogue_and_sampler.log" | grep -oE '[0-9]+$') tests"; fi
   fi
 fi
+# Serve's batch sampling on the device (serve/device_sampler.h): a batch of mixed rows (greedy,
+# temperature, top-k/p, min-p, penalties, logit_bias, logprobs, padded vocabulary) sampled by
+# CudaBackend::sample_processed_rows must give the host path's tokens and generator streams,
+# and its logprobs to 1e-4; plus the CPU-compiled math it shares with the host, bit for bit,
+# and the serving engine's tests on the CUDA backend (seeded sampling under batching must give
+# the single-sequence host sampler's tokens), where the engine samples on the device.
+if wanted serve_device_sampling; then
+  if [ $gpu_ok = 0 ]; then record serve_device_sampling "$GPU_WHY" ""
+  else
+    (cd "$WORK" && LLMRUN_TEST_BACKEND=cuda "$BIN/llmrun_unit_tests" --gtest_filter='CudaProcessedSampling*:SamplingRowsMath*:ServeEngine.*' >"$RES/serve_device_sampling.log" 2>&1)
+    rc=$?
+    skip=$(grep -m1 -oE 'SKIPPED: .*' "$RES/serve_device_sampling.log")
+    if [ $rc -ne 0 ]; then record serve_device_sampling FAIL "$(grep -m1 -E '^\[  FAILED' "$RES/serve_device_sampling.log")"
+    elif [ -n "$skip" ]; then record serve_device_sampling "$skip" ""
+    else record serve_device_sampling PASS "$(grep -oE '^\[  PASSED  \] [0-9]+' "$RES/serve_device_sampling.log" | grep -oE '[0-9]+$') tests"; fi
+  fi
+fi
 # ep2 over NCCL (two or more GPUs): llama-small with 8 routed experts (top-2), the experts split
 # over two ranks whose token all-to-alls run as grouped ncclSend/ncclRecv on the ep group; the
 # loss curve must equal one rank's (1e-4: routing on a GPU may reorder sums). One card cannot

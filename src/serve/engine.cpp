@@ -52,6 +52,8 @@ Engine::Engine(Transformer& model, const Tokenizer& tok, const EngineConfig& cfg
       ModelRunnerLimits{cfg_.max_batched_tokens, cfg_.max_num_seqs, cfg_.max_model_len,
                         cfg_.block_size, cfg_.num_blocks, logit_rows, cfg_.kv_dtype},
       tok_.vocab_size());
+  device_sampler_ =
+      std::make_unique<DeviceSampler>(model_.backend(), model_.config().vocab, tok_.vocab_size());
   if (sc.enabled()) metrics_.num_spec_tokens = sc.num_tokens;
   if (!sc.fixed_step_seconds.empty())
     spec_cost_.fix(sc.fixed_step_seconds, sc.fixed_row_seconds, sc.fixed_draft_seconds);
@@ -342,9 +344,33 @@ void Engine::step_rows(const std::vector<ScheduledChunk>& chunks) {
   for (const Sequence* s : samplers) any_greedy = any_greedy || !needs_distribution(s->params);
   const std::vector<int32_t> greedy =
       any_greedy ? runner_->argmax_rows() : std::vector<int32_t>(in.logit_rows.size(), -1);
+  // Rows sampled where the logits are, in one launch (serve/device_sampler.h says which stay
+  // on the host); the rest copy their logits row below.
+  std::vector<int> on_device(size_t(R), -1);
+  std::vector<DeviceRow> device_rows;
+  std::vector<std::vector<uint32_t>> masks(static_cast<size_t>(R));
+  for (int r = 0; r < R && device_sampler_->available(); ++r) {
+    Sequence& s = *samplers[r];
+    if (!needs_distribution(s.params) ||
+        !samples_on_device(s.params, s.matcher != nullptr, drafts[size_t(r)] > 0))
+      continue;
+    if (s.matcher &&
+        !grammar_bitmask(*s.matcher, V, token_budget(s), end_tokens(s), masks[size_t(r)]))
+      continue;  // no token allowed: the host path ends it
+    on_device[size_t(r)] = static_cast<int>(device_rows.size());
+    device_rows.push_back({first_row[size_t(r)], &s.params, &s.tokens, s.prompt_len,
+                           s.sampler.get(), s.matcher ? &masks[size_t(r)] : nullptr});
+  }
+  const std::vector<DeviceDraw> drawn = device_sampler_->sample(runner_->logits(), device_rows);
   std::vector<float> row;
   for (int r = 0; r < R; ++r) {
     const int first = first_row[size_t(r)];
+    if (on_device[size_t(r)] >= 0 && drawn[size_t(on_device[size_t(r)])].token >= 0) {
+      const DeviceDraw& d = drawn[size_t(on_device[size_t(r)])];
+      if (samplers[r]->matcher) advance_grammar(*samplers[r], d.token);
+      report_token(*samplers[r], d.token, nullptr, nullptr, d.has_logprob ? &d.logprob : nullptr);
+      continue;
+    }  // token -1: its grammar's tokens all have -inf logits; the host path below ends it
     if (drafts[size_t(r)] > 0) {
       verify(*samplers[r], first, drafts[size_t(r)], greedy);
       continue;
@@ -466,28 +492,16 @@ void Engine::advance_grammar(Sequence& s, int32_t token) {
     LLMRUN_CHECK(s.matcher->accept(token), "a masked token was sampled");
 }
 
-void Engine::report_token(Sequence& s, int32_t token, const float* raw, SequenceEvent* pending) {
+void Engine::report_token(Sequence& s, int32_t token, const float* raw, SequenceEvent* pending,
+                          const TokenLogprob* lp) {
   const int V = model_.config().vocab;
   const GenerationParams& p = s.params;
   SequenceEvent local;
   SequenceEvent& ev = pending ? *pending : local;
   ev.token_ids.push_back(token);
   if (p.logprobs >= 0) {
-    LLMRUN_CHECK(raw != nullptr, "logprobs need the logits row");
-    double mx = -INFINITY, sum = 0;
-    for (int v = 0; v < V; ++v) mx = std::max(mx, double(raw[v]));
-    for (int v = 0; v < V; ++v) sum += std::exp(double(raw[v]) - mx);
-    const double log_z = mx + std::log(sum);
-    TokenLogprob lp{token, static_cast<float>(raw[token] - log_z), {}};
-    const int k = std::min(p.logprobs, V);
-    std::vector<int32_t> order(V);
-    for (int v = 0; v < V; ++v) order[v] = v;
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return raw[a] > raw[b] || (raw[a] == raw[b] && a < b);
-    });
-    for (int i = 0; i < k; ++i)
-      lp.top.push_back({order[i], static_cast<float>(raw[order[i]] - log_z)});
-    ev.tokens.push_back(std::move(lp));
+    LLMRUN_CHECK(raw != nullptr || lp != nullptr, "logprobs need the logits row");
+    ev.tokens.push_back(lp ? *lp : token_logprobs(raw, V, token, p.logprobs));
   }
   s.tokens.push_back(token);
   ++stats_generation_tokens_;

@@ -17,6 +17,7 @@
 
 #include "data/tokenizer.h"
 #include "model/transformer.h"
+#include "serve/device_sampler.h"
 #include "serve/kv_block_manager.h"
 #include "serve/lora_runner.h"
 #include "serve/metrics.h"
@@ -106,7 +107,9 @@ class Engine {
   // and finishes the sequence on a stop or its length.
   // `pending`: add to this event instead of sending one (a verification step's tokens go out
   // together; a finish sends it).
-  void report_token(Sequence& s, int32_t token, const float* raw, SequenceEvent* pending = nullptr);
+  // `lp`: the logprobs already computed where the logits are (serve/device_sampler.h).
+  void report_token(Sequence& s, int32_t token, const float* raw, SequenceEvent* pending = nullptr,
+                    const TokenLogprob* lp = nullptr);
   // Structured output. end_tokens: the tokens that end `s` (its grammar allows them once the
   // output is complete); token_budget: the tokens it may still generate. mask_row: `use`
   // copied into `work` (unless it is `work`) with the tokens the grammar refuses now at -inf;
@@ -125,6 +128,7 @@ class Engine {
   KvBlockManager kv_;
   Scheduler scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<DeviceSampler> device_sampler_;       // rows sampled on a device backend
   std::unique_ptr<DraftProposer> drafter_;              // --speculative draft
   StepCostModel spec_cost_;                             // the speculation back-off's step costs
   std::unique_ptr<LoraBatchRunner> lora_;               // max_lora_width > 0

@@ -26,4 +26,9 @@ const float* apply_logit_processors(const GenerationParams& p, const std::vector
                                     int sample_vocab, std::vector<float>& masked,
                                     std::vector<float>& work, const float*& raw);
 
+// The logprob of `token` and the `top` most likely tokens (highest first, lower id on ties)
+// under the softmax of raw [vocab] (the row before penalties): what a request with logprobs
+// reports for each token.
+TokenLogprob token_logprobs(const float* raw, int vocab, int32_t token, int top);
+
 }  // namespace llmrun

@@ -5,6 +5,7 @@
 // host) and reads back only what sampling needs: one id per greedy row (argmax on the
 // backend), full logits rows only for the rows whose sampling needs the distribution.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -51,6 +52,8 @@ class ModelRunner {
   std::vector<int32_t> argmax_rows();
   // Logits row `row` of the last step into host [vocab].
   void copy_row(int row, float* host);
+  // The last step's logits [rows, vocab], on the backend (serve/device_sampler.h samples them).
+  Tensor logits() const { return logits_buf_.as(DType::f32, {std::max(rows_, 1), vocab_}); }
 
  private:
   Transformer& model_;

@@ -95,6 +95,14 @@ void TokenSampler::distribution(const float* logits, int vocab, std::vector<doub
 
 double TokenSampler::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
 
+double TokenSampler::peek_uniform() const {
+  std::mt19937_64 copy = rng_;
+  return std::uniform_real_distribution<double>(0.0, 1.0)(copy);
+}
+
+// One uniform double takes one 64-bit output of mt19937_64 (generate_canonical needs 53 bits).
+void TokenSampler::skip_uniform() { rng_.discard(1); }
+
 int32_t TokenSampler::draw(const std::vector<double>& weights) {
   std::discrete_distribution<int> pick(weights.begin(), weights.end());
   return static_cast<int32_t>(pick(rng_));

@@ -26,6 +26,13 @@ class TokenSampler {
   void distribution(const float* logits, int vocab, std::vector<double>& probs) const;
   double uniform();
   int32_t draw(const std::vector<double>& weights);
+  // Device sampling (serve/device_sampler.h) draws where the logits are, with the uniform
+  // `sample` would draw next: peek_uniform gives it without advancing the generator, and
+  // skip_uniform advances past it once the device says it was used (`sample` draws nothing
+  // when fewer than two tokens survive the cuts), so the stream stays the host sampler's.
+  double peek_uniform() const;
+  void skip_uniform();
+  const SamplingParams& params() const { return p_; }
 
  private:
   SamplingParams p_;
