@@ -3,9 +3,9 @@
 // Per row it uploads its parameters and the few tokens its processors touch (ids with their
 // counts and bias, never the logits); the device masks, penalises, biases, sorts and draws
 // every row in one pass (a row with logprobs and penalties or bias also sorts its row before
-// them, which logprobs report), with the uniform the row's TokenSampler would draw next (taken from
-// a copy of its generator, and consumed only when the device says the draw used it), so a
-// seed gives the tokens the host path gives.
+// them, which logprobs report), with the uniform the row's TokenSampler would draw next
+// (taken from a copy of its generator, and consumed only when the device says the draw used
+// it), so a seed gives the tokens the host path gives.
 //
 // Structured output's rows upload their grammar's allowed tokens as a bitmask (vocab / 8
 // bytes), computed on the host by the matcher each step as before.
