@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 
 #include "util/error.h"
 
@@ -41,23 +40,36 @@ ProcessedRowSample pack_processed_row(const GenerationParams& p, const std::vect
   r.logprobs = p.logprobs;
   // The same tokens apply_logit_processors visits: all of them for the repetition penalty,
   // the generated ones for presence and frequency, logit_bias's ids inside the vocabulary.
-  std::map<int32_t, ProcessedTokenAdjust> by_id;
-  if (p.repetition_penalty != 1)
-    for (int32_t t : tokens) by_id[t].seen = 1;
+  // Sorted id lists rather than a map: a long context costs a sort per step, not a tree.
+  std::vector<int32_t> seen, generated, ids;
+  if (p.repetition_penalty != 1) seen = tokens;
   if (p.presence_penalty != 0 || p.frequency_penalty != 0)
-    for (size_t i = size_t(std::max(prompt_len, 0)); i < tokens.size(); ++i)
-      ++by_id[tokens[i]].generated;
+    generated.assign(
+        tokens.begin() + std::min<ptrdiff_t>(std::max(prompt_len, 0), ptrdiff_t(tokens.size())),
+        tokens.end());
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+  std::sort(generated.begin(), generated.end());
+  ids = seen;
+  ids.insert(ids.end(), generated.begin(), generated.end());
   for (const auto& [t, b] : p.logit_bias)
-    if (t >= 0 && t < vocab) {
-      ProcessedTokenAdjust& a = by_id[t];
-      a.has_bias = 1;
-      a.bias = b;
-    }
-  for (auto& [t, a] : by_id) {
+    if (t >= 0 && t < vocab) ids.push_back(t);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (int32_t t : ids) {
     LLMRUN_CHECK(t >= 0 && t < vocab, "device sampling: token " + std::to_string(t) +
                                           " outside the vocabulary of " + std::to_string(vocab));
+    ProcessedTokenAdjust a;
     a.row = row;
     a.id = t;
+    a.seen = std::binary_search(seen.begin(), seen.end(), t) ? 1 : 0;
+    const auto [lo, hi] = std::equal_range(generated.begin(), generated.end(), t);
+    a.generated = static_cast<int32_t>(hi - lo);
+    const auto bias = p.logit_bias.find(t);
+    if (bias != p.logit_bias.end()) {
+      a.has_bias = 1;
+      a.bias = bias->second;
+    }
     adjusts.push_back(a);
   }
   return r;
