@@ -38,6 +38,9 @@ if ldd "$LLMRUN" 2>/dev/null | grep -q 'not found'; then
   done
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# The bundle's own OpenMPI launcher (payload mpi/): first on PATH, OpenMPI and PMIx pointed at
+# its components, so the multi-rank checks run on a machine without OpenMPI.
+[ -f "$SHARE/scripts/mpi-env.sh" ] && . "$SHARE/scripts/mpi-env.sh" "$PAYLOAD"
 RECIPES=$SHARE/recipes
 DATA=$SHARE/data
 
@@ -197,7 +200,7 @@ fi
 # staging by itself (logged) and reproduce the one-rank loss curve (fp32: 1e-5 relative).
 if wanted ranks_share_gpu; then
   if [ $gpu_ok = 0 ]; then record ranks_share_gpu "$GPU_WHY" ""
-  elif ! command -v mpirun >/dev/null 2>&1; then record ranks_share_gpu "SKIPPED: no mpirun on this machine (the bundle carries none)" ""
+  elif ! command -v mpirun >/dev/null 2>&1; then record ranks_share_gpu "SKIPPED: no mpirun on this machine (this bundle carries none)" ""
   elif ! train dp2-cuda "$RECIPES/demo.yaml" cuda fp32 20 --nproc 2 --set parallel.dp=2; then
     record ranks_share_gpu FAIL "2-rank cuda run failed: $(tail -n 1 "$RES/train-dp2-cuda.log")"
   elif ! train dp1-cuda "$RECIPES/demo.yaml" cuda fp32 20; then
@@ -234,7 +237,7 @@ if wanted ep2_nccl; then
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
   moe=(--set 'model.moe={experts: 8, top_k: 2, expert_ffn: 688, aux_loss: 0.01, z_loss: 0.001}')
   if [ $gpu_ok = 0 ]; then record ep2_nccl "$GPU_WHY" ""
-  elif ! command -v mpirun >/dev/null 2>&1; then record ep2_nccl "SKIPPED: no mpirun on this machine (the bundle carries none)" ""
+  elif ! command -v mpirun >/dev/null 2>&1; then record ep2_nccl "SKIPPED: no mpirun on this machine (this bundle carries none)" ""
   elif [ "${gpus:-0}" -lt 2 ]; then record ep2_nccl "SKIPPED: needs 2 GPUs (this machine has ${gpus:-0}); NCCL refuses two ranks on one GPU" ""
   elif ! train ep1-moe-cuda "$RECIPES/llama-small.yaml" cuda fp32 10 "${moe[@]}"; then
     record ep2_nccl FAIL "1-rank MoE run failed: $(tail -n 1 "$RES/train-ep1-moe-cuda.log")"
@@ -255,7 +258,7 @@ for name in pp2_share_gpu pp2_nccl; do
   wanted "$name" || continue
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
   if [ $gpu_ok = 0 ]; then record "$name" "$GPU_WHY" ""; continue; fi
-  if ! command -v mpirun >/dev/null 2>&1; then record "$name" "SKIPPED: no mpirun on this machine (the bundle carries none)" ""; continue; fi
+  if ! command -v mpirun >/dev/null 2>&1; then record "$name" "SKIPPED: no mpirun on this machine (this bundle carries none)" ""; continue; fi
   if [ $name = pp2_nccl ] && [ "${gpus:-0}" -lt 2 ]; then record "$name" "SKIPPED: needs 2 GPUs (this machine has ${gpus:-0}); NCCL refuses two ranks on one GPU" ""; continue; fi
   [ -f "$WORK/dp1-cuda.jsonl" ] || train dp1-cuda "$RECIPES/demo.yaml" cuda fp32 20 ||
     { record "$name" FAIL "1-rank cuda run failed: $(tail -n 1 "$RES/train-dp1-cuda.log")"; continue; }
@@ -282,7 +285,7 @@ done
 # run as every other layout does (1e-5).
 if wanted cp2_share_gpu; then
   if [ $gpu_ok = 0 ]; then record cp2_share_gpu "$GPU_WHY" ""
-  elif ! command -v mpirun >/dev/null 2>&1; then record cp2_share_gpu "SKIPPED: no mpirun on this machine (the bundle carries none)" ""
+  elif ! command -v mpirun >/dev/null 2>&1; then record cp2_share_gpu "SKIPPED: no mpirun on this machine (this bundle carries none)" ""
   elif ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} train cp2-cuda "$RECIPES/llama-small.yaml" cuda fp32 20 --nproc 2 --set parallel.cp=2; then
     record cp2_share_gpu FAIL "2-rank cp2 cuda run failed: $(tail -n 1 "$RES/train-cp2-cuda.log")"
   elif ! train cp1-cpu "$RECIPES/llama-small.yaml" cpu fp32 20; then
@@ -306,7 +309,7 @@ fi
 # share of the step and the share of the gradient reductions hidden behind the backward.
 if wanted bench_train_overlap; then
   if [ $gpu_ok = 0 ]; then record bench_train_overlap "$GPU_WHY" ""
-  elif ! command -v mpirun >/dev/null 2>&1; then record bench_train_overlap "SKIPPED: no mpirun on this machine (the bundle carries none)" ""
+  elif ! command -v mpirun >/dev/null 2>&1; then record bench_train_overlap "SKIPPED: no mpirun on this machine (this bundle carries none)" ""
   elif "$LLMRUN" bench train "$RECIPES/llama-small.yaml" $(backend_set cuda) --set data.train="$DATA" --nproc 2 \
       --set parallel.dp=2 --steps 10 --warmup 2 --json "$RES/bench_train_overlap.json" >"$RES/bench_train_overlap.log" 2>&1; then
     record bench_train_overlap PASS "$("$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); o=j['overlap']; b=j['breakdown_s']; print(f\"dp2: {j['tokens_per_s']['median']:,.0f} tokens/s, comm wait {100*b['comm_wait']/j['step_s']['mean']:.1f}% of the step, gradient reductions {100*o['hidden_share']:.1f}% hidden ({o['hidden_s']:.4f} of {o['comm_s']:.4f} s)\")" "$RES/bench_train_overlap.json")"
