@@ -69,7 +69,8 @@ SH
 chmod +x "$W/hide.sh"
 guards=("loader trace")
 ns=()
-if unshare -m --propagation private true 2>/dev/null; then
+mkdir -p "$W/probe"
+if unshare -m --propagation private mount -t tmpfs none "$W/probe" 2>/dev/null; then
   ns=(unshare -m --propagation private "$W/hide.sh" "$P/lib" "${sys_dirs[@]}" -- $(printf '%s\n' "${hide[@]}" | sort -u) --)
   guards+=("mount namespace hiding ${#sys_dirs[@]} directories and $(printf '%s\n' "${hide[@]}" | sort -u | wc -l) installed libraries")
 fi
@@ -80,18 +81,18 @@ if command -v strace >/dev/null 2>&1; then
 fi
 
 rm -f "$W"/ld.* "$W/strace.log" "$W/metrics.jsonl"
-start=$(date +%s.%N)
+start=$(date +%s%N)
 if ! "${ns[@]}" "${clean_env[@]}" "$W/run.sh" "${tracer[@]}" "${inner[@]}" >"$W/train.log" 2>&1; then
   tail -n 20 "$W/train.log" >&2
   fail "mpirun -n 2 llmrun train failed (log: $W/train.log)"
 fi
-secs=$(echo "$(date +%s.%N) - $start" | bc)
+secs=$((($(date +%s%N) - start) / 1000000000))
 grep -q 'data parallel 2 ranks' "$W/train.log" || fail "the run did not form a 2-rank dp group: $(tail -n 3 "$W/train.log")"
 steps=$(grep -c '"loss"' "$W/metrics.jsonl" || true)
 [ "$steps" -ge 4 ] || fail "the run logged $steps of 4 steps"
 
-# Loader trace: every object any process opened (ld.so's "file=X [0];  generating link map"
-# and dlopen's lines name it by path) is under the payload or glibc's.
+# Loader trace: every object any process initialised (ld.so's "calling init: PATH", linked or
+# dlopen'ed, in every process: mpirun, its ranks) is under the payload, glibc's or CUDA's.
 paths=$(cat "$W"/ld.* | grep -oE 'calling init: [^ ]+' | sed 's/calling init: //' | sort -u)
 [ -n "$paths" ] || fail "LD_DEBUG recorded no objects (files: $(ls "$W" | grep -c '^ld\.'))"
 # glibc's own libraries and the CUDA stack: the GPU machine provides both (bundle.sh's rule).
@@ -110,4 +111,4 @@ if [ ${#tracer[@]} -gt 0 ]; then
   echo "strace: $(wc -l <"$W/strace.log") calls traced, none under ${sys_dirs[*]}; executed: $execs"
 fi
 [ ${#ns[@]} -gt 0 ] && echo "mount namespace: the run saw ${sys_dirs[*]} empty and the installed libopen-pal, libpmix, libmpi, libevent, libhwloc, ... as /dev/null"
-echo "bundled mpirun: PASS (2 ranks, $steps steps in ${secs%.*} s; guards: $(IFS=,; echo "${guards[*]}"))"
+echo "bundled mpirun: PASS (2 ranks, $steps steps in $secs s; guards: $(IFS=,; echo "${guards[*]}"))"
