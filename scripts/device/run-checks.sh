@@ -196,9 +196,10 @@ print(', '.join(f\"{p}: bf16 {r[p+' fwd']['gflops']/1e3:.0f} / fp8 {r[p+' fp8 fw
 fi
 
 # --- several ranks on one GPU (issue 17) --------------------------------------------------
-# The layouts train demo.yaml at micro-batch 4 (global batch 16: dp2 accumulates 2, pp2 runs 4
-# micro-batches); the one-rank GPU run they reproduce (dp1-cuda) does the same.
-LAYOUT=(--set train.micro_batch=4)
+# The layouts train demo.yaml for 20 steps (warm-up 5: the recipe's 30 would not fit) at
+# micro-batch 4 (global batch 16: dp2 accumulates 2, pp2 runs 4 micro-batches); the one-rank
+# GPU run they reproduce (dp1-cuda) does the same.
+LAYOUT=(--set train.micro_batch=4 --set train.warmup=5)
 # dp2 on one card: NCCL refuses two ranks on one GPU, so the run must choose MPI with host
 # staging by itself (logged) and reproduce the one-rank loss curve (fp32: 1e-5 relative).
 if wanted ranks_share_gpu; then
