@@ -14,6 +14,7 @@ TEST_PACKAGES=(
   bc                            # tests/slurm/run.sh's timestamps
   procps                        # ps, pgrep: tests/e2e/dp_faults.sh, tests/slurm
   clang-format git              # structure.format: tracked sources match .clang-format
+  patchelf strace               # scripts/device/bundle.sh's RUNPATHs; its bundled mpirun's trace
 )
 # Some nodejs builds (NodeSource's) ship npm inside and conflict with Debian's npm package.
 command -v npm >/dev/null || TEST_PACKAGES+=(npm)

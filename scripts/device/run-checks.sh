@@ -38,6 +38,9 @@ if ldd "$LLMRUN" 2>/dev/null | grep -q 'not found'; then
   done
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# The bundle's own OpenMPI launcher (payload mpi/): first on PATH, OpenMPI and PMIx pointed at
+# its components, so the multi-rank checks run on a machine without OpenMPI.
+[ -f "$SHARE/scripts/mpi-env.sh" ] && . "$SHARE/scripts/mpi-env.sh" "$PAYLOAD"
 RECIPES=$SHARE/recipes
 DATA=$SHARE/data
 
@@ -193,14 +196,18 @@ print(', '.join(f\"{p}: bf16 {r[p+' fwd']['gflops']/1e3:.0f} / fp8 {r[p+' fp8 fw
 fi
 
 # --- several ranks on one GPU (issue 17) --------------------------------------------------
+# The layouts train demo.yaml for 20 steps (warm-up 5: the recipe's 30 would not fit) at
+# micro-batch 4 (global batch 16: dp2 accumulates 2, pp2 runs 4 micro-batches); the one-rank
+# GPU run they reproduce (dp1-cuda) does the same.
+LAYOUT=(--set train.micro_batch=4 --set train.warmup=5)
 # dp2 on one card: NCCL refuses two ranks on one GPU, so the run must choose MPI with host
 # staging by itself (logged) and reproduce the one-rank loss curve (fp32: 1e-5 relative).
 if wanted ranks_share_gpu; then
   if [ $gpu_ok = 0 ]; then record ranks_share_gpu "$GPU_WHY" ""
-  elif ! command -v mpirun >/dev/null 2>&1; then record ranks_share_gpu "SKIPPED: no mpirun on this machine (the bundle carries none)" ""
-  elif ! train dp2-cuda "$RECIPES/demo.yaml" cuda fp32 20 --nproc 2 --set parallel.dp=2; then
+  elif ! command -v mpirun >/dev/null 2>&1; then record ranks_share_gpu "SKIPPED: no mpirun on this machine (this bundle carries none)" ""
+  elif ! train dp2-cuda "$RECIPES/demo.yaml" cuda fp32 20 "${LAYOUT[@]}" --nproc 2 --set parallel.dp=2; then
     record ranks_share_gpu FAIL "2-rank cuda run failed: $(tail -n 1 "$RES/train-dp2-cuda.log")"
-  elif ! train dp1-cuda "$RECIPES/demo.yaml" cuda fp32 20; then
+  elif ! train dp1-cuda "$RECIPES/demo.yaml" cuda fp32 20 "${LAYOUT[@]}"; then
     record ranks_share_gpu FAIL "1-rank cuda run failed: $(tail -n 1 "$RES/train-dp1-cuda.log")"
   else
     how=$(grep -m1 -oE 'dp group \(2 ranks\): [^(]*' "$RES/train-dp2-cuda.log")
@@ -251,7 +258,7 @@ if wanted ep2_nccl; then
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
   moe=(--set 'model.moe={experts: 8, top_k: 2, expert_ffn: 688, aux_loss: 0.01, z_loss: 0.001}')
   if [ $gpu_ok = 0 ]; then record ep2_nccl "$GPU_WHY" ""
-  elif ! command -v mpirun >/dev/null 2>&1; then record ep2_nccl "SKIPPED: no mpirun on this machine (the bundle carries none)" ""
+  elif ! command -v mpirun >/dev/null 2>&1; then record ep2_nccl "SKIPPED: no mpirun on this machine (this bundle carries none)" ""
   elif [ "${gpus:-0}" -lt 2 ]; then record ep2_nccl "SKIPPED: needs 2 GPUs (this machine has ${gpus:-0}); NCCL refuses two ranks on one GPU" ""
   elif ! train ep1-moe-cuda "$RECIPES/llama-small.yaml" cuda fp32 10 "${moe[@]}"; then
     record ep2_nccl FAIL "1-rank MoE run failed: $(tail -n 1 "$RES/train-ep1-moe-cuda.log")"
@@ -272,15 +279,15 @@ for name in pp2_share_gpu pp2_nccl; do
   wanted "$name" || continue
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
   if [ $gpu_ok = 0 ]; then record "$name" "$GPU_WHY" ""; continue; fi
-  if ! command -v mpirun >/dev/null 2>&1; then record "$name" "SKIPPED: no mpirun on this machine (the bundle carries none)" ""; continue; fi
+  if ! command -v mpirun >/dev/null 2>&1; then record "$name" "SKIPPED: no mpirun on this machine (this bundle carries none)" ""; continue; fi
   if [ $name = pp2_nccl ] && [ "${gpus:-0}" -lt 2 ]; then record "$name" "SKIPPED: needs 2 GPUs (this machine has ${gpus:-0}); NCCL refuses two ranks on one GPU" ""; continue; fi
-  [ -f "$WORK/dp1-cuda.jsonl" ] || train dp1-cuda "$RECIPES/demo.yaml" cuda fp32 20 ||
+  [ -f "$WORK/dp1-cuda.jsonl" ] || train dp1-cuda "$RECIPES/demo.yaml" cuda fp32 20 "${LAYOUT[@]}" ||
     { record "$name" FAIL "1-rank cuda run failed: $(tail -n 1 "$RES/train-dp1-cuda.log")"; continue; }
   # Sharing: both ranks see the same one card.
   if [ $name = pp2_share_gpu ]; then
-    CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} train $name "$RECIPES/demo.yaml" cuda fp32 20 --nproc 2 --set parallel.pp=2
+    CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} train $name "$RECIPES/demo.yaml" cuda fp32 20 "${LAYOUT[@]}" --nproc 2 --set parallel.pp=2
   else
-    train $name "$RECIPES/demo.yaml" cuda fp32 20 --nproc 2 --set parallel.pp=2
+    train $name "$RECIPES/demo.yaml" cuda fp32 20 "${LAYOUT[@]}" --nproc 2 --set parallel.pp=2
   fi
   if [ $? -ne 0 ]; then
     record "$name" FAIL "2-rank pp run failed: $(tail -n 1 "$RES/train-$name.log")"; continue
@@ -292,6 +299,36 @@ for name in pp2_share_gpu pp2_nccl; do
   want_how="host staging"; [ $name = pp2_nccl ] && want_how="NCCL"
   if [ $rc -eq 0 ] && [[ $how == *"$want_how"* ]]; then record "$name" PASS "$fig"; else record "$name" FAIL "$fig"; fi
 done
+# The layout matrix on one card (issue 17's proof): each layout's ranks share the GPU (MPI with
+# host staging for every group, chosen by itself) and must reproduce the one-rank GPU loss
+# curve at every step (fp32: 1e-5 relative), as the CPU layout tests (model_parallel.sh,
+# data_parallel.sh) do against one CPU rank. NAME NPROC SETTINGS...
+LAYOUTS=(
+  "dp2_zero1_share_gpu 2 parallel.zero=1"
+  "dp2_zero2_share_gpu 2 parallel.zero=2"
+  "dp2_zero3_share_gpu 2 parallel.zero=3"
+  "tp2_sp_share_gpu 2 parallel.tp=2 parallel.sequence_parallel=true"
+  "pp2_interleaved_share_gpu 2 parallel.pp=2 parallel.pp_schedule=interleaved parallel.virtual_stages=2"
+  "tp2_pp2_dp2_share_gpu 8 parallel.tp=2 parallel.pp=2 parallel.zero=1 parallel.sequence_parallel=true"
+)
+for layout in "${LAYOUTS[@]}"; do
+  read -r name nproc settings <<<"$layout"
+  wanted "$name" || continue
+  if [ $gpu_ok = 0 ]; then record "$name" "$GPU_WHY" ""; continue; fi
+  if ! command -v mpirun >/dev/null 2>&1; then record "$name" "SKIPPED: no mpirun on this machine (this bundle carries none)" ""; continue; fi
+  [ -f "$WORK/dp1-cuda.jsonl" ] || train dp1-cuda "$RECIPES/demo.yaml" cuda fp32 20 "${LAYOUT[@]}" ||
+    { record "$name" FAIL "1-rank cuda run failed: $(tail -n 1 "$RES/train-dp1-cuda.log")"; continue; }
+  sets=(); for kv in $settings; do sets+=(--set "$kv"); done
+  if ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} train "$name" "$RECIPES/demo.yaml" cuda fp32 20 "${LAYOUT[@]}" --nproc "$nproc" "${sets[@]}"; then
+    record "$name" FAIL "$nproc-rank run failed: $(tail -n 1 "$RES/train-$name.log")"; continue
+  fi
+  cp "$WORK/$name.jsonl" "$RES/"
+  how=$(grep -oE '(dp|tp|pp) group \([0-9]+ ranks\): [^(]*' "$RES/train-$name.log" | sort -u | paste -sd';' -)
+  $CHECKS_PY parity "$WORK/$name.jsonl" "$WORK/dp1-cuda.jsonl" --tol 1e-5 --after 0 --steps 20 >"$WORK/p.json"
+  rc=$?
+  fig="$settings; ${how:-no group log}; $(py_field "$WORK/p.json" "f\"max rel loss diff {j['max_rel_diff']:.2e} at step {j['worst_step']}\"")"
+  if [ $rc -eq 0 ] && [[ $how == *"host staging"* ]] && [[ $how != *NCCL* ]]; then record "$name" PASS "$fig"; else record "$name" FAIL "$fig"; fi
+done
 # cp2 on one card (issue 27): context parallelism's ring attention blocks on the GPU
 # (kernels/attention_block.cu), two ranks sharing the card (MPI with host staging, chosen by
 # itself), Llama with GQA (llama-small: seq 256 in 4 chunks of 64). Its loss curve must track the
@@ -299,7 +336,7 @@ done
 # run as every other layout does (1e-5).
 if wanted cp2_share_gpu; then
   if [ $gpu_ok = 0 ]; then record cp2_share_gpu "$GPU_WHY" ""
-  elif ! command -v mpirun >/dev/null 2>&1; then record cp2_share_gpu "SKIPPED: no mpirun on this machine (the bundle carries none)" ""
+  elif ! command -v mpirun >/dev/null 2>&1; then record cp2_share_gpu "SKIPPED: no mpirun on this machine (this bundle carries none)" ""
   elif ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} train cp2-cuda "$RECIPES/llama-small.yaml" cuda fp32 20 --nproc 2 --set parallel.cp=2; then
     record cp2_share_gpu FAIL "2-rank cp2 cuda run failed: $(tail -n 1 "$RES/train-cp2-cuda.log")"
   elif ! train cp1-cpu "$RECIPES/llama-small.yaml" cpu fp32 20; then
@@ -319,16 +356,20 @@ if wanted cp2_share_gpu; then
     if [ $rc_cpu -eq 0 ] && [ $rc_gpu -eq 0 ]; then record cp2_share_gpu PASS "$fig"; else record cp2_share_gpu FAIL "$fig"; fi
   fi
 fi
-# bench train at dp1 and dp2 on one card (shared, so overhead, not scaling): the communication
-# share of the step and the share of the gradient reductions hidden behind the backward.
-if wanted bench_train_overlap; then
-  if [ $gpu_ok = 0 ]; then record bench_train_overlap "$GPU_WHY" ""
-  elif ! command -v mpirun >/dev/null 2>&1; then record bench_train_overlap "SKIPPED: no mpirun on this machine (the bundle carries none)" ""
+# bench train at dp2 on one card (shared, so overhead, not scaling): the communication share
+# of the step, the share of the gradient reductions hidden behind the backward and, at ZeRO-3,
+# of the parameter all-gathers hidden behind the layers before them (the next bucket's
+# prefetched).
+for name in bench_train_overlap bench_train_overlap_zero3; do
+  wanted "$name" || continue
+  zero=0; [ $name = bench_train_overlap_zero3 ] && zero=3
+  if [ $gpu_ok = 0 ]; then record "$name" "$GPU_WHY" ""
+  elif ! command -v mpirun >/dev/null 2>&1; then record "$name" "SKIPPED: no mpirun on this machine (this bundle carries none)" ""
   elif "$LLMRUN" bench train "$RECIPES/llama-small.yaml" $(backend_set cuda) --set data.train="$DATA" --nproc 2 \
-      --set parallel.dp=2 --steps 10 --warmup 2 --json "$RES/bench_train_overlap.json" >"$RES/bench_train_overlap.log" 2>&1; then
-    record bench_train_overlap PASS "$("$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); o=j['overlap']; b=j['breakdown_s']; print(f\"dp2: {j['tokens_per_s']['median']:,.0f} tokens/s, comm wait {100*b['comm_wait']/j['step_s']['mean']:.1f}% of the step, gradient reductions {100*o['hidden_share']:.1f}% hidden ({o['hidden_s']:.4f} of {o['comm_s']:.4f} s)\")" "$RES/bench_train_overlap.json")"
-  else record bench_train_overlap FAIL "exit $?: $(tail -n 1 "$RES/bench_train_overlap.log")"; fi
-fi
+      --set parallel.dp=2 --set parallel.zero=$zero --steps 10 --warmup 2 --json "$RES/$name.json" >"$RES/$name.log" 2>&1; then
+    record "$name" PASS "$("$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); o=j['overlap']; g=o['param_gathers']; b=j['breakdown_s']; print(f\"dp2 ZeRO-$zero: {j['tokens_per_s']['median']:,.0f} tokens/s, comm wait {100*b['comm_wait']/j['step_s']['mean']:.1f}% of the step, gradient reductions {100*o['hidden_share']:.1f}% hidden ({o['hidden_s']:.4f} of {o['comm_s']:.4f} s), parameter gathers {100*g['hidden_share']:.1f}% hidden ({g['hidden_s']:.4f} of {g['comm_s']:.4f} s)\")" "$RES/$name.json")"
+  else record "$name" FAIL "exit $?: $(tail -n 1 "$RES/$name.log")"; fi
+done
 
 # --- benchmarks ---------------------------------------------------------------------------
 # On a GPU: GPT-2 124M at seq 1024 on CUDA (bf16) next to PyTorch's peers. Without one, the

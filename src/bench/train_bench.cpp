@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
+#include <tuple>
 
 #include "bench/train_flops.h"
 #include "train/trainer.h"
@@ -26,6 +27,10 @@ enum RankField {
   f_pipeline_idle,
   f_grad_reduce,  // gradient reductions in flight, and the part hidden behind compute
   f_grad_hidden,
+  f_gather,  // parameter all-gathers (ZeRO-1/2 after the optimizer, ZeRO-3 before each use)
+  f_gather_hidden,
+  f_offload,  // nvme-offloaded state's reads and write-backs
+  f_offload_hidden,
   f_mem_params,
   f_mem_grads,
   f_mem_optimizer,
@@ -38,7 +43,8 @@ enum RankField {
 const char* const kRankFieldNames[f_count] = {
     "tokens_per_s",  "step_s_median",        "step_s_mean",     "forward_s",
     "backward_s",    "optimizer_s",          "comm_wait_s",     "pipeline_idle_s",
-    "grad_reduce_s", "grad_reduce_hidden_s", "mem_params",      "mem_grads",
+    "grad_reduce_s", "grad_reduce_hidden_s", "param_gather_s",  "param_gather_hidden_s",
+    "offload_s",     "offload_hidden_s",     "mem_params",      "mem_grads",
     "mem_optimizer", "mem_buffers",          "mem_activations", "peak_rss"};
 
 double median(std::vector<double> v) {
@@ -82,6 +88,12 @@ std::vector<double> summarise_rank(const std::vector<StepReport>& measured,
   out[f_grad_reduce] = mean(column([](const StepReport& r) { return r.stats.grad_reduce_s; }));
   out[f_grad_hidden] =
       mean(column([](const StepReport& r) { return r.stats.grad_reduce_hidden_s; }));
+  out[f_gather] = mean(column([](const StepReport& r) { return r.stats.param_gather_s; }));
+  out[f_gather_hidden] =
+      mean(column([](const StepReport& r) { return r.stats.param_gather_hidden_s; }));
+  out[f_offload] = mean(column([](const StepReport& r) { return r.stats.offload_s; }));
+  out[f_offload_hidden] =
+      mean(column([](const StepReport& r) { return r.stats.offload_hidden_s; }));
   const StepReport& last = measured.back();
   out[f_mem_params] = double(last.memory.params);
   out[f_mem_grads] = double(last.memory.grads);
@@ -101,17 +113,33 @@ std::vector<double> gather_ranks(Communicator& world, const std::vector<double>&
   return all;
 }
 
-nlohmann::json overlap_json(const std::vector<double>& all, int world) {
+// One kind of transfer, summed over the ranks: time in flight per step, the part hidden behind
+// compute, the rest (exposed) and the hidden share.
+nlohmann::json overlap_part(const std::vector<double>& all, int world, RankField flight_field,
+                            RankField hidden_field, const char* what) {
   double flight = 0, hidden = 0;
   for (int k = 0; k < world; ++k) {
-    flight += all[size_t(k) * f_count + f_grad_reduce];
-    hidden += all[size_t(k) * f_count + f_grad_hidden];
+    flight += all[size_t(k) * f_count + flight_field];
+    hidden += all[size_t(k) * f_count + hidden_field];
   }
-  return {{"what", "data-parallel gradient reductions, per step, all ranks"},
+  return {{"what", what},
           {"comm_s", flight},
           {"hidden_s", hidden},
           {"exposed_s", flight - hidden},
           {"hidden_share", flight > 0 ? hidden / flight : 0.0}};
+}
+
+// The gradient reductions at the top level (as before), the other transfers beside them.
+nlohmann::json overlap_json(const std::vector<double>& all, int world) {
+  nlohmann::json j = overlap_part(all, world, f_grad_reduce, f_grad_hidden,
+                                  "data-parallel gradient reductions, per step, all ranks");
+  j["param_gathers"] =
+      overlap_part(all, world, f_gather, f_gather_hidden,
+                   "ZeRO parameter all-gathers (stage 3 before each bucket's use, stages 1-2 "
+                   "after the optimizer), per step, all ranks");
+  j["offload"] = overlap_part(all, world, f_offload, f_offload_hidden,
+                              "nvme-offloaded state's reads and write-backs, per step, all ranks");
+  return j;
 }
 
 }  // namespace
@@ -266,6 +294,16 @@ std::string format_train_bench(const nlohmann::json& r) {
          ov["hidden_s"].get<double>(), ov["comm_s"].get<double>());
   else
     line("%-28s %12s  (no data-parallel gradient reduction)\n", "communication hidden", "-");
+  for (const auto& [key, label, what] :
+       {std::tuple{"param_gathers", "  parameter gathers hidden", "ZeRO parameter all-gathers"},
+        std::tuple{"offload", "  offload I/O hidden",
+                   "reads and write-backs of nvme-offloaded state"}}) {
+    const auto& part = ov[key];
+    if (part["comm_s"].get<double>() > 0)
+      line("%-28s %11.1f%%  (%.4f s of %.4f s of %s per step, all ranks)\n", label,
+           100 * part["hidden_share"].get<double>(), part["hidden_s"].get<double>(),
+           part["comm_s"].get<double>(), what);
+  }
   s += "\nper rank       tok/s   step s    fwd s    bwd s    opt s   comm s  params MB   grads MB  "
        " optim MB  buffers MB"
        "  activ MB  peak RSS MB\n";

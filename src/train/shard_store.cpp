@@ -168,29 +168,32 @@ void ShardStore::for_each_chunk(int b, int64_t begin, int64_t end, const ChunkFn
     run_chunk(begin, chunk, fn);
     return;
   }
-  std::future<void> reading, writing;
+  TimedTask reading, writing;
   auto len_at = [&](int64_t off) { return std::min(chunk_, end - off); };
+  // The first chunk's read has nothing to hide behind; the later reads and every write-back
+  // run beside fn's compute (transfers_ counts how much of them it hid).
+  const double first_read = steady_seconds();
   read_chunk(b, begin, len_at(begin), slots_[0]);
+  const double first_read_s = steady_seconds() - first_read;
+  transfers_.add(first_read_s, first_read_s);
   int cur = 0;
   for (int64_t off = begin; off < end; off += chunk_, cur ^= 1) {
-    if (reading.valid()) reading.get();
+    if (reading.valid()) reading.get(transfers_);
     const int64_t next = off + chunk_;
     if (next < end) {
       // The other slot is free once its previous chunk has been written back.
-      if (writing.valid()) writing.get();
-      reading = std::async(std::launch::async, [this, b, next, n = len_at(next), cur] {
-        read_chunk(b, next, n, slots_[cur ^ 1]);
-      });
+      if (writing.valid()) writing.get(transfers_);
+      reading = TimedTask::start(
+          [this, b, next, n = len_at(next), cur] { read_chunk(b, next, n, slots_[cur ^ 1]); });
     }
     const int64_t len = len_at(off);
     for (int a = 0; a < arrays_; ++a) chunk[a] = slots_[cur][a].as(DType::f32, {len});
     run_chunk(off, chunk, fn);
-    if (writing.valid()) writing.get();
-    writing = std::async(std::launch::async,
-                         [this, b, off, len, cur] { write_chunk(b, off, len, slots_[cur]); });
+    if (writing.valid()) writing.get(transfers_);
+    writing = TimedTask::start([this, b, off, len, cur] { write_chunk(b, off, len, slots_[cur]); });
   }
-  if (reading.valid()) reading.get();
-  if (writing.valid()) writing.get();
+  if (reading.valid()) reading.get(transfers_);
+  if (writing.valid()) writing.get(transfers_);
 }
 
 }  // namespace llmrun

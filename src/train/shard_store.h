@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "parallel/memory_config.h"
+#include "train/overlap_counter.h"
 
 namespace llmrun {
 
@@ -53,6 +54,10 @@ class ShardStore {
   int64_t max_chunk() const;      // elements of the largest chunk for_each_chunk passes
   size_t resident_bytes() const;  // memory held: the arrays, or the nvme staging buffers
   std::string file(int b) const;  // nvme: bucket b's file (array a at a * shard_numel(b) floats)
+  // nvme: for_each_chunk's reads and write-backs since construction, and the part of them that
+  // ran beside fn (read-ahead, write-behind). Zero in memory: nothing moves but the device
+  // staging copies, which run on the compute stream in order with it (nothing to hide).
+  const OverlapCounter& transfers() const { return transfers_; }
 
  private:
   void read_chunk(int b, int64_t offset, int64_t len, std::vector<Buffer>& slot) const;
@@ -70,6 +75,7 @@ class ShardStore {
   std::vector<Buffer> slots_[2];     // nvme: two staging slots of one buffer per array
   int64_t device_chunk_ = 0;         // > 0: host chunks are staged through device_slot_
   std::vector<Buffer> device_slot_;  // one device buffer per array
+  OverlapCounter transfers_;
   void run_chunk(int64_t offset, const std::vector<Tensor>& host_chunk, const ChunkFn& fn);
 };
 

@@ -54,6 +54,7 @@ StepStats TrainStep::run(const BatchSource& next_batch) {
   const double tokens = double(B) * T * shape_.accum * dp_.size();
   StepStats s;
   const double reduce0 = opt_.grad_reduce_seconds(), hidden0 = opt_.grad_reduce_hidden_seconds();
+  const OverlapCounter gathers0 = opt_.param_gathers(), offload0 = opt_.offload_transfers();
   opt_.begin_step(shape_.accum);
   double loss_sum = 0;
   const size_t n = size_t(B) * T;
@@ -108,6 +109,11 @@ StepStats TrainStep::run(const BatchSource& next_batch) {
   optimizer.stop(s.optimizer_s, s.comm_wait_s);
   s.grad_reduce_s = opt_.grad_reduce_seconds() - reduce0;
   s.grad_reduce_hidden_s = opt_.grad_reduce_hidden_seconds() - hidden0;
+  const OverlapCounter gathers = opt_.param_gathers(), offload = opt_.offload_transfers();
+  s.param_gather_s = gathers.flight_s - gathers0.flight_s;
+  s.param_gather_hidden_s = gathers.hidden_s - gathers0.hidden_s;
+  s.offload_s = offload.flight_s - offload0.flight_s;
+  s.offload_hidden_s = offload.hidden_s - offload0.hidden_s;
   return s;
 }
 

@@ -28,6 +28,10 @@ struct StepStats {
   // Data-parallel gradient reductions of this step: time in flight, and the part of it hidden
   // behind compute (not spent in comm_wait_s); see ZeroOptimizer::grad_reduce_seconds.
   double grad_reduce_s = 0, grad_reduce_hidden_s = 0;
+  // Likewise the parameter all-gathers (ZeroOptimizer::param_gathers) and the transfers of
+  // nvme-offloaded state (ZeroOptimizer::offload_transfers).
+  double param_gather_s = 0, param_gather_hidden_s = 0;
+  double offload_s = 0, offload_hidden_s = 0;
 };
 
 struct StepShape {

@@ -47,6 +47,8 @@ ZeroOptimizer::ZeroOptimizer(TrainableParams& model, Communicator& dp, int stage
   param_refs_.assign(buckets, 0);
   grad_refs_.assign(buckets, 0);
   gathering_.resize(buckets);
+  gather_posted_.assign(buckets, 0.0);
+  gather_done_.assign(buckets, 0.0);
   param_staging_.resize(buckets);
   param_reads_.resize(buckets);
   for (int b = 0; b < buckets; ++b) {
@@ -151,8 +153,15 @@ void ZeroOptimizer::read_param_shard(int b) {
   const Tensor buf = free_shard_buffers_.back().flat(0, shard_numel_[b]);
   free_shard_buffers_.pop_back();
   param_staging_[b] = buf;
-  param_reads_[b] =
-      std::async(std::launch::async, [this, b, buf] { param_shards_->read(b, 0, buf); });
+  param_reads_[b] = TimedTask::start([this, b, buf] { param_shards_->read(b, 0, buf); });
+}
+
+// Notes when prefetched ZeRO-3 gathers complete (between layers, as drain_reduces does for
+// reductions), so their time in flight ends there rather than at the wait that uses them.
+void ZeroOptimizer::poll_gathers() {
+  for (size_t b = 0; b < gathering_.size(); ++b)
+    if (gathering_[b] && gather_done_[b] == 0 && gathering_[b]->test())
+      gather_done_[b] = steady_seconds();
 }
 
 // ZeRO-3: brings bucket b's full parameters into a slot (or starts doing so, for a prefetch).
@@ -167,13 +176,19 @@ void ZeroOptimizer::gather_params(int b, bool blocking) {
       shard = param_shards_->array(b, 0);
     } else {
       if (!param_reads_[b].valid()) read_param_shard(b);
-      param_reads_[b].get();  // rethrows a failed read
+      param_reads_[b].get(shard_reads_);  // rethrows a failed read
       shard = param_staging_[b];
     }
     gathering_[b] = shard_group(b).iall_gather(shard, full);
+    gather_posted_[b] = steady_seconds();
+    gather_done_[b] = 0;
   }
   if (blocking) {
+    const double before = comm_wait_s_;
     wait(*gathering_[b]);
+    if (gather_done_[b] == 0) gather_done_[b] = steady_seconds();
+    if (shard_group(b).size() > 1)
+      gathers_.add(gather_done_[b] - gather_posted_[b], comm_wait_s_ - before);
     gathering_[b].reset();
     if (!param_staging_[b].empty()) {  // back to the pool at full size
       const int64_t max_shard = *std::max_element(shard_numel_.begin(), shard_numel_.end());
@@ -186,6 +201,7 @@ void ZeroOptimizer::gather_params(int b, bool blocking) {
 
 void ZeroOptimizer::acquire(int b, Phase phase) {
   drain_reduces(false);
+  if (stage_ == 3) poll_gathers();
   if (stage_ == 3 && param_refs_[b]++ == 0) {
     gather_params(b, true);
     const int dir = phase == Phase::forward ? 1 : -1, buckets = model_.params().num_buckets();
@@ -389,8 +405,15 @@ void ZeroOptimizer::adamw_shard(int b, Tensor params, int64_t first, const Tenso
 void ZeroOptimizer::step(float lr) {
   ++steps_;
   BucketStore& params = model_.params();
-  std::vector<std::unique_ptr<CommRequest>> gathers;
+  // ZeRO-1/2: each bucket's updated shard is all-gathered while the next buckets update.
+  struct PostedGather {
+    std::unique_ptr<CommRequest> req;
+    double posted, done = 0;
+  };
+  std::vector<PostedGather> gathers;
   for (int b = 0; b < params.num_buckets(); ++b) {
+    for (PostedGather& g : gathers)
+      if (g.done == 0 && g.req->test()) g.done = steady_seconds();
     const Tensor g = owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b);
     if (stage_ == 3) {
       // Offloaded shards stream through in chunks (moments chunked within each).
@@ -401,10 +424,22 @@ void ZeroOptimizer::step(float lr) {
       adamw_shard(b, shard_of(full, b), 0, g, lr);
       Communicator& group = shard_group(b);
       if (stage_ > 0 && group.size() > 1)
-        gathers.push_back(group.iall_gather(shard_of(full, b), full));
+        gathers.push_back({group.iall_gather(shard_of(full, b), full), steady_seconds()});
     }
   }
-  for (auto& g : gathers) wait(*g);
+  for (PostedGather& g : gathers) {
+    const double before = comm_wait_s_;
+    wait(*g.req);
+    if (g.done == 0) g.done = steady_seconds();
+    gathers_.add(g.done - g.posted, comm_wait_s_ - before);
+  }
+}
+
+OverlapCounter ZeroOptimizer::offload_transfers() const {
+  OverlapCounter c = shard_reads_;
+  c += moments_->transfers();
+  if (param_shards_) c += param_shards_->transfers();
+  return c;
 }
 
 std::pair<int64_t, int64_t> ZeroOptimizer::held(State s, int b) const {

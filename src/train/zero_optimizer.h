@@ -25,6 +25,7 @@
 
 #include "comm/communicator.h"
 #include "model/transformer.h"
+#include "train/overlap_counter.h"
 #include "train/shard_store.h"
 
 namespace llmrun {
@@ -100,6 +101,17 @@ class ZeroOptimizer final : public BucketHooks {
   // layer ends: the hidden share is exact when nothing is hidden and an upper bound otherwise.
   double grad_reduce_seconds() const { return reduce_s_; }
   double grad_reduce_hidden_seconds() const { return reduce_hidden_s_; }
+  // Parameter all-gathers since construction, counted the same way: ZeRO-3's before each
+  // bucket's use (the next bucket's prefetched while this one computes; a prefetch's flight
+  // ends at the poll between layers that sees it done), and ZeRO-1/2's after the optimizer
+  // (each bucket's posted while the next buckets update). Groups of one rank count nothing.
+  const OverlapCounter& param_gathers() const { return gathers_; }
+  // Offloaded state's transfers since construction: nvme reads and write-backs of the moments
+  // and parameter shards (read ahead, written behind the optimizer's compute) and ZeRO-3's
+  // reads of offloaded parameter shards (a bucket ahead of their gathers). Zero when nothing
+  // is offloaded to nvme: host-held (cpu) state moves only in device staging copies, which
+  // run in order with the compute on its stream.
+  OverlapCounter offload_transfers() const;
 
   void acquire(int bucket, Phase phase) override;
   void release(int bucket, Phase phase) override;
@@ -123,6 +135,7 @@ class ZeroOptimizer final : public BucketHooks {
   void free_slot(Tensor slot);
   void gather_params(int b, bool blocking);
   void read_param_shard(int b);
+  void poll_gathers();
   void drain_reduces(bool all);
   void wait(CommRequest& req);
   void wait_reduce(PendingReduce& p);
@@ -158,10 +171,13 @@ class ZeroOptimizer final : public BucketHooks {
   std::vector<Buffer> shard_buffer_storage_;
   std::vector<Tensor> free_shard_buffers_;
   std::vector<Tensor> param_staging_;
-  std::vector<std::future<void>> param_reads_;
+  std::vector<TimedTask> param_reads_;
+  OverlapCounter shard_reads_;  // param_reads_' transfers
   std::vector<Buffer> grad_shard_;
   std::vector<int> param_refs_, grad_refs_;
   std::vector<std::unique_ptr<CommRequest>> gathering_;  // ZeRO-3 prefetches by bucket
+  std::vector<double> gather_posted_, gather_done_;      // their times (done: 0 until seen)
+  OverlapCounter gathers_;
   std::deque<PendingReduce> reduces_;
 
   int64_t slot_numel_ = 0;

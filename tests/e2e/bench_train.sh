@@ -21,12 +21,20 @@ grep -q "communication hidden .*no data-parallel gradient reduction" one.txt || 
 "$LLMRUN" bench train llama.yaml --nproc 2 --set parallel.zero=1 --steps 3 --warmup 1 --json two.json > two.txt 2> two.log ||
   { cat two.log; fail "bench train --nproc 2"; }
 grep -Eq "communication hidden +[0-9.]+%" two.txt || { cat two.txt; fail "two ranks: no hidden-communication figure"; }
+grep -Eq "parameter gathers hidden +[0-9.]+%" two.txt || { cat two.txt; fail "ZeRO-1: no parameter-gather figure"; }
+# ZeRO-3 with parameters and moments offloaded to files: the parameter gathers before each
+# bucket's use and the offloaded state's reads and write-backs are counted too.
+mkdir nvme
+"$LLMRUN" bench train llama.yaml --nproc 2 --set parallel.zero=3 --set memory.offload.params=nvme \
+  --set memory.offload.optimizer=nvme --set memory.offload.nvme_path=nvme --steps 3 --warmup 1 \
+  --json three.json > three.txt 2> three.log || { cat three.log; fail "bench train ZeRO-3 with nvme offload"; }
+grep -Eq "offload I/O hidden +[0-9.]+%" three.txt || { cat three.txt; fail "ZeRO-3 nvme: no offload figure"; }
 [ -e ckpt ] && fail "bench train created the checkpoint dir"
 [ -e ckpt-metrics.jsonl ] && fail "bench train wrote the metrics file"
 
-/usr/bin/python3 - one.json two.json <<'PY' || fail "bench train JSON is not sane"
+/usr/bin/python3 - one.json two.json three.json <<'PY' || fail "bench train JSON is not sane"
 import json, sys
-for path, ranks, arch in ((sys.argv[1], 1, "gpt2"), (sys.argv[2], 2, "llama")):
+for path, ranks, arch in ((sys.argv[1], 1, "gpt2"), (sys.argv[2], 2, "llama"), (sys.argv[3], 2, "llama")):
     r = json.load(open(path))
     assert r["ranks"] == ranks and len(r["per_rank"]) == ranks, r
     assert r["model"]["arch"] == arch and r["measured_steps"] >= 3 and r["warmup_steps"] == 1
@@ -56,22 +64,33 @@ for path, ranks, arch in ((sys.argv[1], 1, "gpt2"), (sys.argv[2], 2, "llama")):
     # Hidden communication: nothing to hide on one rank; at dp 2 the gradient reductions are in
     # flight a positive time, hidden <= in flight, and what is not hidden was waited for, so it
     # cannot exceed the ranks' communication waits.
+    # The same holds for the parameter all-gathers (ZeRO-1/2 after the optimizer, ZeRO-3 before
+    # each use), whose waits are communication waits too, and for nvme offload's transfers.
     o = r["overlap"]
-    if ranks == 1:
-        assert o["comm_s"] == 0 and o["hidden_s"] == 0 and o["hidden_share"] == 0, o
-    else:
-        assert o["comm_s"] > 0 and 0 <= o["hidden_s"] <= o["comm_s"], o
-        assert abs(o["exposed_s"] + o["hidden_s"] - o["comm_s"]) < 1e-12 + 1e-9 * o["comm_s"], o
-        assert 0 <= o["hidden_share"] <= 1, o
+    zero, nvme = r["parallel"]["zero"], path.endswith("three.json")
+    parts = ((o, "grad_reduce_s", "grad_reduce_hidden_s", ranks > 1),
+             (o["param_gathers"], "param_gather_s", "param_gather_hidden_s", ranks > 1 and zero > 0),
+             (o["offload"], "offload_s", "offload_hidden_s", nvme))
+    for p, flight_key, hidden_key, counted in parts:
+        if not counted:
+            assert p["comm_s"] == 0 and p["hidden_s"] == 0 and p["hidden_share"] == 0, (path, p)
+            continue
+        assert p["comm_s"] > 0 and 0 <= p["hidden_s"] <= p["comm_s"], (path, p)
+        assert abs(p["exposed_s"] + p["hidden_s"] - p["comm_s"]) < 1e-12 + 1e-9 * p["comm_s"], p
+        assert 0 <= p["hidden_share"] <= 1, p
+        assert abs(sum(k[flight_key] for k in r["per_rank"]) - p["comm_s"]) < 1e-9, (flight_key, p)
+        assert abs(sum(k[hidden_key] for k in r["per_rank"]) - p["hidden_s"]) < 1e-9, (hidden_key, p)
+    if ranks > 1:
         waits = sum(k["comm_wait_s"] for k in r["per_rank"])
-        assert o["exposed_s"] <= waits * (1 + 1e-9) + 1e-12, (o, waits)
-        assert abs(sum(k["grad_reduce_s"] for k in r["per_rank"]) - o["comm_s"]) < 1e-9
+        exposed = o["exposed_s"] + o["param_gathers"]["exposed_s"]
+        assert exposed <= waits * (1 + 1e-9) + 1e-12, (o, waits)
 two = json.load(open(sys.argv[2]))
 # ZeRO-1 at dp 2: each rank holds half of AdamW's moments, all of the parameters.
 p0, p1 = two["per_rank"]
 assert p0["mem_params"] == p1["mem_params"] and p0["mem_optimizer"] == p1["mem_optimizer"]
 assert abs(p0["mem_optimizer"] - p0["mem_params"]) <= 64, p0   # 2 moments x half the params
 PY
+[ -z "$(ls nvme)" ] || fail "the offload files were not removed: $(ls nvme)"
 
 expect_exit 2 "steps.*(1|range)" "$LLMRUN" bench train gpt2.yaml --steps 0
 expect_exit 2 "warmup" "$LLMRUN" bench train gpt2.yaml --warmup -1

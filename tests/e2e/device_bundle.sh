@@ -40,6 +40,16 @@ done
 /usr/bin/python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); assert len(m["commit"]) == 40 and m["needs_glibc"].startswith("GLIBC_"), m' b/MANIFEST.json ||
   fail "MANIFEST.json: $(cat b/MANIFEST.json)"
 grep -qx 'RepoRecipes.AllLoad' b/share/unit-tests-need-source.txt || fail "tests that read the source tree are not listed"
+# OpenMPI's launcher travels (issue 17): the bundle's mpirun starts a dp2 run from a clean
+# environment without touching the installed OpenMPI (check-bundled-mpi.sh: loader trace
+# always; strace and a mount namespace hiding the installed OpenMPI where this machine has them).
+for f in mpi/bin/mpirun mpi/bin/orted mpi/lib/openmpi/mca_pmix_ext3x.so mpi/lib/openmpi/mca_btl_vader.so \
+  mpi/lib/pmix/ mpi/share/openmpi/help-mpi-runtime.txt mpi/etc/openmpi-mca-params.conf lib/libpmix.so.2; do
+  grep -q "^$f" contents.txt || fail "payload lacks $f"
+done
+bash "$SRC/scripts/device/check-bundled-mpi.sh" b mpi-check > mpi.txt 2>&1 || { cat mpi.txt; fail "the bundled mpirun"; }
+grep -q '^bundled mpirun: PASS (2 ranks' mpi.txt || { cat mpi.txt; fail "the bundled mpirun: no PASS line"; }
+cat mpi.txt
 
 # --- run-checks.sh from the bundle --------------------------------------------------------
 CHECKS=version,doctor,parity_gpt2_fp32,bench_torch_train,generate_gpt2_vs_torch_oracle b/run-checks.sh res > table.txt 2> checks.log ||
