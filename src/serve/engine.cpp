@@ -1,5 +1,7 @@
 #include "serve/engine.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -70,7 +72,14 @@ Engine::Engine(Transformer& model, const Tokenizer& tok, const EngineConfig& cfg
   if (cfg_.max_lora_width > 0)
     lora_ = std::make_unique<LoraBatchRunner>(model_, cfg_.max_batched_tokens, cfg_.max_lora_width);
   stats_.kv_blocks = cfg_.num_blocks;
-  thread_ = std::thread([this] { loop(); });
+  // OpenMP's thread count is per thread: the engine thread starts at the default (every
+  // core), not at the --threads the backend set on this one, and on a loaded machine its
+  // spinning extra threads made a --threads 1 decode step 40x slower.
+  const int omp_threads = omp_get_max_threads();
+  thread_ = std::thread([this, omp_threads] {
+    omp_set_num_threads(omp_threads);
+    loop();
+  });
 }
 
 Engine::~Engine() {
