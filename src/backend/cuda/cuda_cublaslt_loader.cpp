@@ -20,8 +20,8 @@ void* cublaslt_library() {
     void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) {
       const char* e = dlerror();
-      throw llmrun::UserError(name + " cannot be loaded (the CUDA backend needs it): " +
-                              (e ? e : "unknown error"));
+      throw llmrun::UserError(
+          name + " cannot be loaded (the CUDA backend needs it): " + (e ? e : "unknown error"));
     }
     return h;
   }();
@@ -39,7 +39,7 @@ void* cublaslt_symbol(const char* name) {
 }  // namespace
 
 // The library's function `name`, resolved on the first call (thread-safe static init).
-#define LLMRUN_LT(name)                                                                          \
+#define LLMRUN_LT(name) \
   static const auto real = reinterpret_cast<decltype(&::name)>(cublaslt_symbol(#name));
 
 extern "C" {
@@ -54,12 +54,14 @@ size_t CUBLASWINAPI cublasLtGetVersion(void) {
   return real();
 }
 
-cublasStatus_t CUBLASWINAPI cublasLtMatmul(
-    cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
-    cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc, const void* beta,
-    const void* C, cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
-    const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
-    cudaStream_t stream) {
+cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                           const void* alpha, const void* A,
+                                           cublasLtMatrixLayout_t Adesc, const void* B,
+                                           cublasLtMatrixLayout_t Bdesc, const void* beta,
+                                           const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
+                                           cublasLtMatrixLayout_t Ddesc,
+                                           const cublasLtMatmulAlgo_t* algo, void* workspace,
+                                           size_t workspace_bytes, cudaStream_t stream) {
   LLMRUN_LT(cublasLtMatmul)
   return real(handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, workspace,
               workspace_bytes, stream);
@@ -68,8 +70,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
 cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
     cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t Adesc,
     cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
-    cublasLtMatmulPreference_t preference, int requested,
-    cublasLtMatmulHeuristicResult_t results[], int* returned) {
+    cublasLtMatmulPreference_t preference, int requested, cublasLtMatmulHeuristicResult_t results[],
+    int* returned) {
   LLMRUN_LT(cublasLtMatmulAlgoGetHeuristic)
   return real(handle, desc, Adesc, Bdesc, Cdesc, Ddesc, preference, requested, results, returned);
 }
