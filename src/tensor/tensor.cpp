@@ -1,5 +1,7 @@
 #include "tensor/tensor.h"
 
+#include <sys/mman.h>
+
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -84,9 +86,28 @@ std::string Tensor::shape_str() const {
 
 static void free_aligned(void* p) { std::free(p); }
 
+// Large buffers come straight from mmap: the kernel hands out zero pages and commits each on
+// first touch, so a KV pool or an activation arena sized for the worst case holds resident
+// memory only for what is used (a memset would commit all of it at once). A 64-byte header
+// in front keeps the mapping's length for munmap.
+constexpr size_t kMappedBytes = size_t(1) << 20, kMapHeader = 64;
+static void unmap_buffer(void* p) {
+  char* base = static_cast<char*>(p) - kMapHeader;
+  size_t len = 0;
+  std::memcpy(&len, base, sizeof len);
+  munmap(base, len);
+}
+
 Buffer Buffer::host(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
+  if (rounded >= kMappedBytes) {
+    const size_t len = rounded + kMapHeader;
+    void* base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) throw std::bad_alloc();
+    std::memcpy(base, &len, sizeof len);
+    return Buffer(static_cast<char*>(base) + kMapHeader, bytes, Device::cpu, &unmap_buffer);
+  }
   void* p = std::aligned_alloc(64, rounded);
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, rounded);
