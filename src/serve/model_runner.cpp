@@ -1,8 +1,6 @@
 // ModelRunner: persistent step inputs, the paged KV pool, forward and logits (see the header).
 #include "serve/model_runner.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -64,11 +62,6 @@ void ModelRunner::execute(const BatchInput& in) {
   for (int32_t p : in.positions)
     LLMRUN_CHECK(p >= 0 && (mc.arch != Arch::gpt2 || p < mc.seq_len),
                  "ModelRunner: position " + std::to_string(p) + " outside the model's context");
-
-  // The engine steps on its own thread, whose OpenMP team size is the default (every core),
-  // not what the CPU backend was given: set it here so kernels without an explicit team
-  // (the quantized matmul, the reduced-precision KV attention) honour --threads too.
-  if (be_.name() == "cpu") omp_set_num_threads(be_.threads());
 
   // Pack this step's inputs back to back in the staging buffer: one upload. The previous
   // step's upload from it must have landed first (it may be asynchronous from pinned memory).
