@@ -45,8 +45,8 @@ YAML
 done
 
 # random-weight twins for the token comparison (tokenizer padded to the vocab of 960; d 384 so
-# the helper's FFN is 1024 and every row takes K-quant blocks: with FFN 672 llama-quantize
-# falls back to Q5_0 for ffn_down, a type llmrun refuses by name)
+# the helper's FFN is 1024; d 384 itself is not whole 256-value blocks, so llama-quantize's
+# K-quant files hold its Q5_0/Q5_1/Q8_0 fallbacks for those rows)
 for arch in llama gpt2; do
   rm -rf rand-$arch
   "$BUILD/tests/llmrun_make_model_dir" rand-$arch $arch 2 384 6 128 960 1 >/dev/null
