@@ -266,6 +266,8 @@ TEST(QuantDot, SimdMatchesScalarAndFloat) {
     const float scalar = vec_dot_scalar(t, n, wq.data(), a.data());
     EXPECT_NEAR(scalar, exact, 1e-5 * mag + 1e-9) << type_name(t);
     EXPECT_NEAR(simd, exact, 1e-5 * mag + 1e-9) << type_name(t) << " (" << simd_level() << ")";
+    // and the SIMD kernel against the scalar one directly (the same integer sums per block)
+    EXPECT_NEAR(simd, scalar, 2e-6 * mag + 1e-9) << type_name(t) << " (" << simd_level() << ")";
     // Against fp32 x: the activation's quantization error, bounded per block.
     double bound = 1e-5 * mag;
     const int64_t bv = std::max<int64_t>(block_values(activation_type(t)), 1);
