@@ -5,8 +5,8 @@
 # llama-quantize); nothing of llama.cpp is part of this repository.
 #  1. A byte-level BPE tokenizer.json (tests/data/make_tiny_bpe.py, 700 merges) and a llama and
 #     a gpt2 model (2 layers, d_model 256, seq_len 128) trained 40 steps on GPL-3 with it.
-#  2. llmrun-written GGUF (convert --to gguf --quantize f32|f16|q8_0|q4_0|q4_k_m) and
-#     llama.cpp-written GGUF (llama-quantize of llmrun's F32 file to Q8_0, Q4_0, Q4_K_M, Q6_K).
+#  2. llmrun-written GGUF (convert --to gguf --quantize $OURS below) and llama.cpp-written
+#     GGUF (llama-quantize of llmrun's F32 file to $THEIRS below).
 #  3. Every file: perplexity of the held-out text (the last 6000 bytes of Apache-2.0) on the
 #     trained models, and greedy text of `llmrun generate --temperature 0` vs llama-simple
 #     (greedy) for 40 tokens on seeded random-weight models (2 layers, d 384) with the tokenizer
@@ -28,6 +28,8 @@ set -euo pipefail
 LB=$(realpath "$1") BUILD=$(realpath "$2") WORK=$3
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 L=$BUILD/llmrun
+OURS="f32 f16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k_m q5_k_m"
+THEIRS="Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K_M Q5_K_M Q6_K"
 mkdir -p "$WORK" && cd "$WORK"
 cat /usr/share/common-licenses/GPL-3 >train.txt
 [ -f tok.json ] || /usr/bin/python3 "$SRC/tests/data/make_tiny_bpe.py" tok.json train.txt 700
@@ -43,8 +45,8 @@ YAML
 done
 
 # random-weight twins for the token comparison (tokenizer padded to the vocab of 960; d 384 so
-# the helper's FFN is 1024 and every row takes K-quant blocks: with FFN 672 llama-quantize
-# falls back to Q5_0 for ffn_down, a type llmrun refuses by name)
+# the helper's FFN is 1024; d 384 itself is not whole 256-value blocks, so llama-quantize's
+# K-quant files hold its Q5_0/Q5_1/Q8_0 fallbacks for those rows)
 for arch in llama gpt2; do
   rm -rf rand-$arch
   "$BUILD/tests/llmrun_make_model_dir" rand-$arch $arch 2 384 6 128 960 1 >/dev/null
@@ -98,16 +100,16 @@ done
 echo "held-out text: $bytes bytes, $n tokens for llmrun, $ncpp for llama.cpp (llmrun's tokenizer)"
 
 for arch in llama gpt2; do
-  for q in f32 f16 q8_0 q4_0 q4_k_m; do
+  for q in $OURS; do
     "$L" convert out-$arch/model --to gguf $arch-$q.gguf --quantize $q 2>/dev/null
     "$L" convert rand-$arch --to gguf r-$arch-$q.gguf --quantize $q 2>/dev/null
   done
   src=l127
   [ $arch = gpt2 ] && src=g127
-  for q in f32 f16 q8_0 q4_0 q4_k_m; do
+  for q in $OURS; do
     "$L" convert $src --to gguf e-$arch-$q.gguf --quantize $q 2>/dev/null
   done
-  for t in Q8_0 Q4_0 Q4_K_M Q6_K; do
+  for t in $THEIRS; do
     "$LB/llama-quantize" $arch-f32.gguf $arch-lq-$t.gguf $t >/dev/null 2>&1
     "$LB/llama-quantize" e-$arch-f32.gguf e-$arch-lq-$t.gguf $t >/dev/null 2>&1
     "$LB/llama-quantize" r-$arch-f32.gguf r-$arch-lq-$t.gguf $t >/dev/null 2>&1
@@ -127,10 +129,9 @@ ppl_llama() {
 }
 printf '| arch | file (writer, type) | llmrun ppl | llama.cpp ppl | rel. diff | greedy 40 tokens equal (random twin) |\n|---|---|---|---|---|---|\n'
 for arch in llama gpt2; do
-  for f in f32 f16 q8_0 q4_0 q4_k_m lq-Q8_0 lq-Q4_0 lq-Q4_K_M lq-Q6_K; do
+  for f in $OURS $(printf "lq-%s " $THEIRS); do
     case $f in lq-*) writer="llama-quantize ${f#lq-}" ;; *) writer="llmrun $f" ;; esac
-    # llmrun refuses by name the types it does not read (llama-quantize's Q5_0/Q5_K fallbacks)
-    # and a gpt2 head that llama-quantize gave its own type (llmrun runs gpt2 tied only)
+    # llmrun refuses by name the types it does not read
     if ! read -r a pred < <(ppl_llmrun e-$arch-$f.gguf 2>llmrun.err); then
       a="refused: $(grep -o 'tensor .*' llmrun.err | cut -d';' -f1)"
     fi

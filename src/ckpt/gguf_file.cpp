@@ -187,8 +187,9 @@ GgufReader::GgufReader(const std::filesystem::path& path) {
     for (uint32_t d = 0; d < n_dims; ++d) t.ne.push_back(int64_t(c.read<uint64_t>()));
     const uint32_t type = c.read<uint32_t>();
     if (!quant::is_known_type(type) || QType(type) == QType::q8_k)
-      throw UserError(where + ": tensor " + t.name + " has ggml type " + std::to_string(type) +
-                      "; llmrun reads F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K");
+      throw UserError(
+          where + ": tensor " + t.name + " has ggml type " + std::to_string(type) +
+          "; llmrun reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K");
     t.type = QType(type);
     t.offset = c.read<uint64_t>();
     for (int64_t d : t.ne)

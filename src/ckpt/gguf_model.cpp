@@ -103,9 +103,31 @@ bool use_more_bits(int layer, int layers) {  // llama.cpp's Q4_K_M rule for attn
   return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
 }
 
+// llama.cpp's replacement for a K-quant whose rows are not whole 256-value blocks (Qwen 2's
+// 896-wide rows, say), then F16 for rows that are not whole 32-value blocks either.
+QType fallback(QType t, int64_t row) {
+  if (quant::fits(t, row)) return t;
+  switch (t) {
+    case QType::q4_k:
+      t = QType::q5_0;
+      break;
+    case QType::q5_k:
+      t = QType::q5_1;
+      break;
+    case QType::q6_k:
+      t = QType::q8_0;
+      break;
+    default:
+      break;
+  }
+  for (QType w : {t, QType::f16})
+    if (quant::fits(w, row)) return w;
+  return QType::f32;
+}
+
 // The type a tensor is stored as under `q` (with fallbacks for rows that are not whole blocks).
 // `head`: the tensor the LM head multiplies by (output.weight, or a tied token_embd), which
-// llama.cpp keeps at Q6_K in its 4-bit mixes.
+// llama.cpp keeps at Q6_K in its 4- and 5-bit mixes.
 QType choose_type(GgufQuant q, const std::string& gname, bool head, int64_t row, size_t dims,
                   int layers) {
   if (dims < 2 || gname == "position_embd.weight" || q == GgufQuant::f32) return QType::f32;
@@ -119,10 +141,20 @@ QType choose_type(GgufQuant q, const std::string& gname, bool head, int64_t row,
       want = QType::q8_0;
       break;
     case GgufQuant::q4_0:
-      want = head ? QType::q6_k : QType::q4_0;
+    case GgufQuant::q4_1:
+    case GgufQuant::q5_0:
+    case GgufQuant::q5_1: {
+      const QType plain = q == GgufQuant::q4_0   ? QType::q4_0
+                          : q == GgufQuant::q4_1 ? QType::q4_1
+                          : q == GgufQuant::q5_0 ? QType::q5_0
+                                                 : QType::q5_1;
+      want = head ? QType::q6_k : plain;
       break;
-    case GgufQuant::q4_k_m: {
-      want = QType::q4_k;
+    }
+    case GgufQuant::q4_k_m:
+    case GgufQuant::q5_k_m: {
+      // Q4_K_M and Q5_K_M: the head, and attn_v/ffn_down in use_more_bits layers, at Q6_K.
+      want = q == GgufQuant::q4_k_m ? QType::q4_k : QType::q5_k;
       int layer = -1;
       if (gname.rfind("blk.", 0) == 0) layer = std::stoi(gname.substr(4));
       const bool more = gname.find(".attn_v.") != std::string::npos ||
@@ -131,9 +163,7 @@ QType choose_type(GgufQuant q, const std::string& gname, bool head, int64_t row,
       break;
     }
   }
-  for (QType t : {want, QType::q8_0, QType::f16})  // rows that are not whole blocks: wider
-    if (quant::fits(t, row)) return t;
-  return QType::f32;
+  return fallback(want, row);
 }
 
 uint32_t file_type(GgufQuant q) {
@@ -146,8 +176,16 @@ uint32_t file_type(GgufQuant q) {
       return 2;
     case GgufQuant::q8_0:
       return 7;
+    case GgufQuant::q4_1:
+      return 3;
+    case GgufQuant::q5_0:
+      return 8;
+    case GgufQuant::q5_1:
+      return 9;
     case GgufQuant::q4_k_m:
       return 15;
+    case GgufQuant::q5_k_m:
+      return 17;
   }
   return 0;
 }
@@ -206,7 +244,9 @@ ModelConfig config_from_gguf(const GgufReader& r, std::string& arch) {
     throw UserError(where + ": inconsistent hyperparameters under " + p + "*");
   if (c.arch == Arch::gpt2) {
     c.norm_eps = float(meta_float(r, p + "attention.layer_norm_epsilon", 1e-5));
-    c.tie_embeddings = true;
+    // llama.cpp's gpt2 files repeat the tied table as output.weight; llama-quantize gives that
+    // copy its own type (Q6_K beside a Q4_K table), which makes it a head of its own.
+    c.tie_embeddings = r.find_tensor("output.weight") == nullptr || duplicated_head(r);
   } else {
     c.norm_eps = float(meta_float(r, p + "attention.layer_norm_rms_epsilon", 1e-5));
     c.rope_theta = float(meta_float(r, p + "rope.freq_base", 10000.0));
@@ -257,8 +297,13 @@ GgufQuant parse_gguf_quant(const std::string& t) {
   if (t == "f16") return GgufQuant::f16;
   if (t == "q8_0") return GgufQuant::q8_0;
   if (t == "q4_0") return GgufQuant::q4_0;
+  if (t == "q4_1") return GgufQuant::q4_1;
+  if (t == "q5_0") return GgufQuant::q5_0;
+  if (t == "q5_1") return GgufQuant::q5_1;
   if (t == "q4_k_m") return GgufQuant::q4_k_m;
-  throw UserError("--quantize " + t + ": expected f32, f16, q8_0, q4_0 or q4_k_m");
+  if (t == "q5_k_m") return GgufQuant::q5_k_m;
+  throw UserError("--quantize " + t +
+                  ": expected f32, f16, q8_0, q5_1, q5_0, q4_1, q4_0, q5_k_m or q4_k_m");
 }
 
 bool is_gguf_file(const fs::path& path) {
@@ -396,8 +441,7 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
   for (const BucketLayout& b : full)
     for (const ParamSpec& spec : b.params) used.insert(gguf_name(cfg, spec.hf_name));
   if (cfg.rope_scaling.type == RopeScaling::Type::llama3) used.insert("rope_freqs.weight");
-  // a tied head's copy; a different output.weight (llama-quantize gives it another type) is
-  // refused below rather than silently ignored
+  // a tied head's copy (a different output.weight is an untied head, lm_head.weight's tensor)
   if (cfg.tie_embeddings && duplicated_head(r)) used.insert("output.weight");
   for (const GgufTensorInfo& t : r.tensors())
     if (!used.count(t.name))

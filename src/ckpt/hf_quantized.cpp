@@ -232,7 +232,7 @@ LoadedModel load_hf_quantized_weights(const fs::path& dir, const ModelConfig& cf
         if (dequantize) {
           quant::dequantize_grouped(ints, host.data());
         } else {
-          const QType t = quant::exact_block_type(ints, qc.bits);
+          const QType t = quant::requant_block_type(ints, qc.bits);
           ++counts[quant::type_name(t)];
           weights->owned.push_back(quant::to_block_rows(ints, t));
           sites[key].push_back({t, p.out, p.in, weights->owned.back().data()});
@@ -264,9 +264,9 @@ LoadedModel load_hf_quantized_weights(const fs::path& dir, const ModelConfig& cf
   std::string summary;
   for (const auto& [name, n] : counts)
     summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + name;
-  spdlog::info("{}: {} {}-bit, group {}: {} linears requantized exactly ({}), {} kernels", where,
-               method, qc.bits, qc.group_size, packed.size(),
-               summary.empty() ? "dequantized" : summary, quant::simd_level());
+  spdlog::info("{}: {} {}-bit, group {}: {} linears requantized ({}), {} kernels", where, method,
+               qc.bits, qc.group_size, packed.size(), summary.empty() ? "dequantized" : summary,
+               quant::simd_level());
   m.keep_alive = weights;
   return m;
 }

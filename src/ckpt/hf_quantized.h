@@ -5,8 +5,9 @@
 // `g_idx`) in place of `weight` (layouts: quant/packed_int_weights.h).
 //
 // `generate/serve/eval/bench DIR` run such dirs on the CPU backend: every packed linear is
-// requantized, exactly, into Q4_0 (symmetric 4-bit GPTQ) or Q8_0 (AWQ, asymmetric GPTQ) blocks
-// and runs through quant::QuantizedLinear; linears left unquantized (lm_head,
+// requantized into Q4_0 (symmetric 4-bit GPTQ, exactly), Q4_1 (AWQ, asymmetric 4-bit GPTQ; the
+// f16 min rounds, see packed_int_weights.h) or Q8_0 / F32 (8-bit GPTQ, exactly) blocks and
+// runs through quant::QuantizedLinear; linears left unquantized (lm_head,
 // modules_to_not_convert) keep their fp32 weights. `convert DIR --to hf OUT` writes the
 // dequantized model in fp32.
 //

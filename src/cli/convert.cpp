@@ -76,9 +76,11 @@ Command add_convert_command(CLI::App& root) {
   app->add_option("--dtype", args->dtype, "Weight dtype of a Hugging Face export")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app->add_option("--quantize", args->quantize,
-                  "Weight type of a GGUF export: f32, f16, q8_0, q4_0 or q4_k_m (llama.cpp's "
-                  "mix: Q4_K, Q6_K for the head and half the attn_v/ffn_down)")
-      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "q4_k_m"}));
+                  "Weight type of a GGUF export: f32, f16, q8_0, q5_1, q5_0, q4_1, q4_0, "
+                  "q5_k_m or q4_k_m (llama.cpp's mixes: Q5_K/Q4_K, Q6_K for the head and half "
+                  "the attn_v/ffn_down)")
+      ->check(CLI::IsMember(
+          {"f32", "f16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "q5_k_m", "q4_k_m"}));
   app->add_option("--max-shard-size", args->max_shard_size,
                   "Largest safetensors file of an export, e.g. 2GB, 500MB");
   return {app, [args]() { return convert(*args); }};

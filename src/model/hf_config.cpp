@@ -245,7 +245,7 @@ json hf_config_json(const ModelConfig& c, int eos_token_id) {
         {"vocab_size", c.vocab},
         {"layer_norm_epsilon", decimal(c.norm_eps)},
         {"activation_function", "gelu_new"},
-        {"tie_word_embeddings", true},
+        {"tie_word_embeddings", c.tie_embeddings},  // false: a GGUF's untied head
         {"resid_pdrop", 0.0},
         {"embd_pdrop", 0.0},
         {"attn_pdrop", 0.0},

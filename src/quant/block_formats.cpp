@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "quant/block_formats_q5.h"
 #include "tensor/tensor.h"
 #include "util/error.h"
 
@@ -259,6 +260,10 @@ bool is_known_type(uint32_t id) {
     case QType::q4_k:
     case QType::q6_k:
     case QType::q8_k:
+    case QType::q4_1:
+    case QType::q5_0:
+    case QType::q5_1:
+    case QType::q5_k:
       return true;
   }
   return false;
@@ -282,6 +287,14 @@ const char* type_name(QType t) {
       return "Q6_K";
     case QType::q8_k:
       return "Q8_K";
+    case QType::q4_1:
+      return "Q4_1";
+    case QType::q5_0:
+      return "Q5_0";
+    case QType::q5_1:
+      return "Q5_1";
+    case QType::q5_k:
+      return "Q5_K";
   }
   return "?";
 }
@@ -289,8 +302,12 @@ const char* type_name(QType t) {
 int64_t block_values(QType t) {
   switch (t) {
     case QType::q4_0:
+    case QType::q4_1:
+    case QType::q5_0:
+    case QType::q5_1:
     case QType::q8_0:
       return 32;
+    case QType::q5_k:
     case QType::q4_k:
     case QType::q6_k:
     case QType::q8_k:
@@ -317,6 +334,14 @@ size_t block_bytes(QType t) {
       return 210;
     case QType::q8_k:
       return 292;
+    case QType::q4_1:
+      return 20;
+    case QType::q5_0:
+      return 22;
+    case QType::q5_1:
+      return 24;
+    case QType::q5_k:
+      return 176;
   }
   return 0;
 }
@@ -356,6 +381,14 @@ void quantize_row(QType t, const float* x, void* out, int64_t n) {
       return quantize_q6_k(x, o, n);
     case QType::q8_k:
       return quantize_q8_k(x, o, n);
+    case QType::q4_1:
+      return detail::quantize_q4_1(x, o, n);
+    case QType::q5_0:
+      return detail::quantize_q5_0(x, o, n);
+    case QType::q5_1:
+      return detail::quantize_q5_1(x, o, n);
+    case QType::q5_k:
+      return detail::quantize_q5_k(x, o, n);
   }
 }
 
@@ -390,6 +423,14 @@ void dequantize_row(QType t, const void* in, float* y, int64_t n) {
       return dequantize_q6_k(p, y, n);
     case QType::q8_k:
       return dequantize_q8_k(p, y, n);
+    case QType::q4_1:
+      return detail::dequantize_q4_1(p, y, n);
+    case QType::q5_0:
+      return detail::dequantize_q5_0(p, y, n);
+    case QType::q5_1:
+      return detail::dequantize_q5_1(p, y, n);
+    case QType::q5_k:
+      return detail::dequantize_q5_k(p, y, n);
   }
 }
 
@@ -415,6 +456,16 @@ double max_block_error(QType t, double amax) {
       return amax * (1.0 / 15 + 15.0 * (2.0 / 15) / 126 + 1.0 / 126 + std::ldexp(1.0, -8));
     case QType::q6_k:
       return amax * (1.0 / 32 + 32.0 / (32 * 254) + std::ldexp(1.0, -8));
+    case QType::q5_0:  // as Q4_0 with steps of amax / 16
+      return amax * (1.0 / 16 + std::ldexp(1.0, -9));
+    // With a min: half a step of (max - min) / levels <= amax / levels, plus the f16
+    // rounding of d and m moving the ends of the covered range (3 amax 2^-11 at most).
+    case QType::q4_1:
+      return amax * (1.0 / 15 + std::ldexp(1.0, -8));
+    case QType::q5_1:
+      return amax * (1.0 / 31 + std::ldexp(1.0, -8));
+    case QType::q5_k:  // as Q4_K with 31 steps
+      return amax * (1.0 / 31 + 31.0 * (2.0 / 31) / 126 + 1.0 / 126 + std::ldexp(1.0, -8));
   }
   return 0;
 }

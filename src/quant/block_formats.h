@@ -14,6 +14,7 @@
 //        16 sub-blocks of 16; x = d * scale * (q6 - 32), q6 = 4 low bits from ql, 2 high
 //        bits from qh
 //   Q8_K (256 values, 292 bytes): f32 d; int8 qs[256]; int16 bsums[16] (activations only)
+//   Q4_1, Q5_0, Q5_1, Q5_K: see block_formats_q5.h
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,8 +27,12 @@ enum class QType : uint32_t {
   f32 = 0,
   f16 = 1,
   q4_0 = 2,
+  q4_1 = 3,
+  q5_0 = 6,
+  q5_1 = 7,
   q8_0 = 8,
   q4_k = 12,
+  q5_k = 13,
   q6_k = 14,
   q8_k = 15,
   bf16 = 30,

@@ -1,6 +1,8 @@
 // GPTQ / AWQ unpacking and the exact requantization into ggml blocks (layouts in the header).
 #include "quant/packed_int_weights.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "util/error.h"
@@ -92,10 +94,12 @@ GroupedInts unpack_packed_linear(const PackedLinear& p) {
   return g;
 }
 
-QType exact_block_type(const GroupedInts& g, int bits) {
-  bool all_eight = bits == 4;
-  for (int16_t z : g.zero) all_eight = all_eight && z == 8;
-  if (all_eight) return QType::q4_0;
+QType requant_block_type(const GroupedInts& g, int bits) {
+  if (bits == 4) {
+    bool all_eight = true;
+    for (int16_t z : g.zero) all_eight = all_eight && z == 8;
+    return all_eight ? QType::q4_0 : QType::q4_1;
+  }
   const int64_t blocks = g.in / 32;
   for (int64_t c = 0; c < g.out; ++c)
     for (int64_t i = 0; i < g.in; ++i) {
@@ -115,7 +119,8 @@ std::vector<uint8_t> to_block_rows(const GroupedInts& g, QType t) {
     std::memcpy(out.data(), w.data(), out.size());
     return out;
   }
-  LLMRUN_CHECK(t == QType::q4_0 || t == QType::q8_0, "to_block_rows: Q4_0, Q8_0 or F32");
+  LLMRUN_CHECK(t == QType::q4_0 || t == QType::q4_1 || t == QType::q8_0,
+               "to_block_rows: Q4_0, Q4_1, Q8_0 or F32");
   for (int64_t c = 0; c < g.out; ++c) {
     const uint8_t* q = g.q.data() + c * g.in;
     for (int64_t b = 0; b < blocks; ++b, q += 32) {
@@ -123,7 +128,12 @@ std::vector<uint8_t> to_block_rows(const GroupedInts& g, QType t) {
       const uint16_t d = g.scale[size_t(c * blocks + b)];
       const int z = g.zero[size_t(c * blocks + b)];
       std::memcpy(blk, &d, 2);
-      if (t == QType::q4_0) {  // element j low nibble of qs[j], j + 16 its high nibble
+      if (t == QType::q4_1) {  // d q + m, m = -d z (in f16); nibbles as Q4_0's
+        for (int j = 0; j < 32; ++j) LLMRUN_CHECK(q[j] < 16, "Q4_1 holds 4-bit values only");
+        const uint16_t m = to_f16(-from_f16(d) * float(z));
+        std::memcpy(blk + 2, &m, 2);
+        for (int j = 0; j < 16; ++j) blk[4 + j] = uint8_t(q[j] | (q[j + 16] << 4));
+      } else if (t == QType::q4_0) {  // element j low nibble of qs[j], j + 16 its high nibble
         LLMRUN_CHECK(z == 8, "Q4_0 holds zero point 8 only");
         for (int j = 0; j < 16; ++j) blk[2 + j] = uint8_t(q[j] | (q[j + 16] << 4));
       } else {
@@ -136,6 +146,14 @@ std::vector<uint8_t> to_block_rows(const GroupedInts& g, QType t) {
     }
   }
   return out;
+}
+
+double requant_error_bound(const GroupedInts& g, QType t) {
+  if (t != QType::q4_1) return 0;
+  double worst = 0;  // half an f16 ulp of the largest |s z| (2^-25 in the subnormal range)
+  for (size_t k = 0; k < g.zero.size(); ++k)
+    worst = std::max(worst, std::fabs(double(from_f16(g.scale[k])) * g.zero[k]));
+  return std::max(worst * std::ldexp(1.0, -11), std::ldexp(1.0, -25));
 }
 
 void dequantize_grouped(const GroupedInts& g, float* w) {

@@ -19,11 +19,15 @@
 //
 // Requantization: every block of 32 inputs lies in one group (group sizes are multiples of
 // 32; act-order g_idx is accepted when it keeps blocks whole), so a block has one f16 scale s
-// and one integer zero z, and the values s * (q - z) are held exactly by
-//   Q4_0 (d = s, nibble = q) when b = 4 and z = 8 (symmetric GPTQ: 4.5 bits a weight),
-//   Q8_0 (d = s, int8 = q - z) otherwise when q - z fits int8 (AWQ and asymmetric GPTQ:
-//        ggml has no 4-bit block with an integer zero point; 8.5 bits a weight),
-//   F32 rows (asymmetric 8-bit GPTQ, whose q - z can leave int8).
+// and one integer zero z, and the values s * (q - z) are held by
+//   Q4_0 (d = s, nibble = q) when b = 4 and every z = 8 (symmetric GPTQ): exactly;
+//   Q4_1 (d = s, nibble = q, m = f16(-s * z)) otherwise at b = 4 (AWQ, asymmetric GPTQ: 5
+//        bits a weight instead of Q8_0's 8.5). d q is exact; m rounds to f16, so each weight
+//        is off by at most |s z| 2^-11 (half an f16 ulp; 2^-25 absolute below f16's normal
+//        range), i.e. under 15 * 2^-11 < 0.74% of one quantization step s. vLLM's AWQ
+//        kernels round (q - z) * s to fp16 as well, a comparable error;
+//   Q8_0 (d = s, int8 = q - z) at b = 8 when q - z fits int8 (symmetric 8-bit GPTQ): exactly;
+//   F32 rows otherwise (asymmetric 8-bit GPTQ, whose q - z can leave int8): exactly.
 // f16 * (a 9-bit integer) is exact in fp32, so dequantize() equals the formats' formula.
 #include <cstdint>
 #include <string>
@@ -68,9 +72,12 @@ struct GroupedInts {
 // scatters a block), a g_idx entry is out of range, or in is not a multiple of 32.
 GroupedInts unpack_packed_linear(const PackedLinear& p);
 
-// Q4_0, Q8_0 or F32: the narrowest type above that holds every value exactly.
-QType exact_block_type(const GroupedInts& g, int bits);
-// Rows of `out` blocks of type t (exact_block_type's, or one it allows).
+// Q4_0, Q4_1, Q8_0 or F32: the type above that holds g's values (exactly but for Q4_1's m).
+QType requant_block_type(const GroupedInts& g, int bits);
+// The largest |block value - s (q - z)| of g held as t: 0 but for Q4_1 (the f16 m).
+double requant_error_bound(const GroupedInts& g, QType t);
+// Rows of `out` blocks of type t (requant_block_type's, or one it allows: Q4_1 for any 4-bit
+// g, Q8_0 where q - z fits int8, F32 always).
 std::vector<uint8_t> to_block_rows(const GroupedInts& g, QType t);
 // w [out, in] in fp32.
 void dequantize_grouped(const GroupedInts& g, float* w);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "quant/quant_dot.h"
+#include "quant/quant_dot_q5.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -200,6 +201,11 @@ float vec_dot(QType t, int64_t n, const void* wv, const void* av) {
       return dot_q4_k(n, w, a);
     case QType::q6_k:
       return dot_q6_k(n, w, a);
+    case QType::q4_1:
+    case QType::q5_0:
+    case QType::q5_1:
+    case QType::q5_k:
+      return vec_dot_q5_family_avx2(t, n, w, a);
     default:
       return dot_float(t, n, w, static_cast<const float*>(av));
   }

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "quant/quant_dot.h"
+#include "quant/quant_dot_q5.h"
 #include "tensor/tensor.h"
 
 namespace llmrun::quant {
@@ -119,8 +120,12 @@ QType activation_type(QType t) {
   switch (t) {
     case QType::q8_0:
     case QType::q4_0:
+    case QType::q4_1:
+    case QType::q5_0:
+    case QType::q5_1:
       return QType::q8_0;
     case QType::q4_k:
+    case QType::q5_k:
     case QType::q6_k:
       return QType::q8_k;
     default:
@@ -146,6 +151,11 @@ float vec_dot_scalar(QType t, int64_t n, const void* wv, const void* av) {
       return dot_q4_k(n, w, a);
     case QType::q6_k:
       return dot_q6_k(n, w, a);
+    case QType::q4_1:
+    case QType::q5_0:
+    case QType::q5_1:
+    case QType::q5_k:
+      return vec_dot_q5_family_scalar(t, n, w, a);
     default:
       return dot_float(t, n, w, static_cast<const float*>(av));
   }

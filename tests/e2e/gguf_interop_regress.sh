@@ -8,7 +8,8 @@
 #  - GPT-2's tied head: llama.cpp's gpt2 loader requires output.weight ("missing tensor
 #    'output.weight'"), so the export writes the tied table twice, as llama.cpp's converter does;
 #    reading it back, the byte-identical copy means tied again (convert --to hf says
-#    tie_word_embeddings true, and eval is unchanged).
+#    tie_word_embeddings true, and eval is unchanged); a different output.weight is an untied
+#    head, and the logits come from it.
 source "$(dirname "$0")/common.bash"
 cd "$WORK"
 head -c 20000 /usr/share/common-licenses/GPL-3 >train.txt
@@ -64,7 +65,8 @@ b=$("$LLMRUN" eval g-f32.gguf --text held.txt --json)
 /usr/bin/python3 -c "import json,sys; a,b=(json.loads(x)['loss'] for x in sys.argv[1:]); sys.exit(abs(a/b-1) > 1e-9)" \
   "$a" "$b" || fail "gpt2 GGUF with output.weight evaluates differently: $b vs $a"
 # an output.weight that differs from token_embd (llama-quantize gives the head its own type) is
-# not a tied copy: refused by name, never silently ignored
+# an untied head: it is the one the logits come from (all zeros: uniform over the 300 rows, so
+# the loss is ln 300 exactly), and --to hf writes it as lm_head.weight, untied
 /usr/bin/python3 - g-f32.gguf "$SRC/tests/oracle" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[2])
@@ -72,8 +74,19 @@ from gguf_rope_freqs import parse
 b = bytearray(open(sys.argv[1], "rb").read())
 _, _, tensors, _, data, _ = parse(sys.argv[1])
 off = [o for name, _, _, o in tensors if name == "output.weight"][0]
-b[len(b) - len(data) + off] ^= 0x40
+start = len(b) - len(data) + off
+b[start:start + 300 * 64 * 4] = bytes(300 * 64 * 4)
 open("untied.gguf", "wb").write(b)
 PY
-expect_exit 2 "tensor output.weight \(F32\) is not part of a gpt2 model" "$LLMRUN" eval untied.gguf --text held.txt
+u=$("$LLMRUN" eval untied.gguf --text held.txt --json 2>eval.log) || { cat eval.log; fail "untied gpt2 head refused"; }
+/usr/bin/python3 -c "import json,math,sys; l=json.loads(sys.argv[1])['loss']; sys.exit(abs(l-math.log(300)) > 1e-6)" \
+  "$u" || fail "untied gpt2 head: loss $u, want ln 300 (the zero head)"
+"$LLMRUN" convert untied.gguf --to hf u-back 2>/dev/null || fail "untied gpt2 --to hf"
+grep -q '"tie_word_embeddings": *false' u-back/config.json || fail "the untied head came back tied"
+/usr/bin/python3 - u-back/model.safetensors <<'PY' || fail "the untied head's lm_head.weight is not the zero head"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+s, e = h["lm_head.weight"]["data_offsets"]
+assert h["lm_head.weight"]["shape"] == [300, 64] and not any(b[8 + n + s:8 + n + e])
+PY
 echo "padded vocab: 300 rows, 277 tokens + 23 [PAD] written; eval and greedy text unchanged"

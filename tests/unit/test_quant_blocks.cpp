@@ -16,8 +16,8 @@
 namespace llmrun::quant {
 namespace {
 
-const QType kTypes[] = {QType::f16,  QType::bf16, QType::q8_0,
-                        QType::q4_0, QType::q4_k, QType::q6_k};
+const QType kTypes[] = {QType::f16,  QType::bf16, QType::q8_0, QType::q4_0, QType::q4_1,
+                        QType::q5_0, QType::q5_1, QType::q4_k, QType::q5_k, QType::q6_k};
 
 std::vector<float> random_row(int64_t n, uint32_t seed) {
   // Blocks of very different magnitudes, as real weight rows have.
@@ -42,6 +42,14 @@ TEST(QuantBlocks, SizesMatchGgml) {
   EXPECT_EQ(row_bytes(QType::q4_k, 256), 144u);
   EXPECT_EQ(row_bytes(QType::q6_k, 256), 210u);
   EXPECT_EQ(row_bytes(QType::q8_k, 256), 292u);
+  EXPECT_EQ(row_bytes(QType::q4_1, 32), 20u);
+  EXPECT_EQ(row_bytes(QType::q5_0, 32), 22u);
+  EXPECT_EQ(row_bytes(QType::q5_1, 32), 24u);
+  EXPECT_EQ(row_bytes(QType::q5_k, 256), 176u);
+  EXPECT_EQ(uint32_t(QType::q4_1), 3u);  // ggml's type ids
+  EXPECT_EQ(uint32_t(QType::q5_0), 6u);
+  EXPECT_EQ(uint32_t(QType::q5_1), 7u);
+  EXPECT_EQ(uint32_t(QType::q5_k), 13u);
   EXPECT_EQ(row_bytes(QType::f16, 10), 20u);
   EXPECT_EQ(row_bytes(QType::bf16, 10), 20u);
   EXPECT_FALSE(fits(QType::q4_k, 128));
@@ -114,6 +122,74 @@ TEST(QuantBlocks, Q6_KLayout) {
   for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], 0.5f * float(i / 16 - 8) * float(q[i] - 32)) << i;
 }
 
+TEST(QuantBlocks, Q4_1Layout) {
+  uint8_t b[20];
+  put_f16(b, 0.5f);
+  put_f16(b + 2, -3.0f);
+  for (int j = 0; j < 16; ++j) b[4 + j] = uint8_t(j | ((15 - j) << 4));
+  float y[32];
+  dequantize_row(QType::q4_1, b, y, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 0.5f * float(j) - 3.0f);
+    EXPECT_EQ(y[j + 16], 0.5f * float(15 - j) - 3.0f);
+  }
+}
+
+// Q5_0/Q5_1: the fifth bit of element j is bit j of the little-endian uint32 qh.
+void fill_q5(uint8_t* qh, uint8_t* qs, int* q) {
+  uint32_t h = 0;
+  for (int j = 0; j < 32; ++j) {
+    q[j] = (j * 13 + 5) % 32;
+    h |= uint32_t(q[j] >> 4) << j;
+  }
+  for (int j = 0; j < 16; ++j) qs[j] = uint8_t((q[j] & 15) | ((q[j + 16] & 15) << 4));
+  qh[0] = uint8_t(h), qh[1] = uint8_t(h >> 8), qh[2] = uint8_t(h >> 16), qh[3] = uint8_t(h >> 24);
+}
+
+TEST(QuantBlocks, Q5_0AndQ5_1Layout) {
+  int q[32];
+  uint8_t b0[22];
+  put_f16(b0, 0.25f);
+  fill_q5(b0 + 2, b0 + 6, q);
+  float y[32];
+  dequantize_row(QType::q5_0, b0, y, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], 0.25f * float(q[j] - 16)) << j;
+  uint8_t b1[24];
+  put_f16(b1, 0.25f);
+  put_f16(b1 + 2, 1.5f);
+  fill_q5(b1 + 4, b1 + 8, q);
+  dequantize_row(QType::q5_1, b1, y, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], 0.25f * float(q[j]) + 1.5f) << j;
+}
+
+TEST(QuantBlocks, Q5_KLayout) {
+  // Q4_K's scales and nibbles; the fifth bit of value l of sub-block j is bit j of qh[l].
+  const int sc[8] = {1, 2, 3, 63, 17, 33, 48, 62}, m[8] = {0, 5, 60, 1, 40, 2, 63, 16};
+  uint8_t b[176] = {};
+  put_f16(b, 0.25f);
+  put_f16(b + 2, 0.125f);
+  uint8_t* s = b + 4;
+  for (int j = 0; j < 4; ++j) {
+    s[j] = uint8_t(sc[j] | ((sc[j + 4] >> 4) << 6));
+    s[j + 4] = uint8_t(m[j] | ((m[j + 4] >> 4) << 6));
+    s[j + 8] = uint8_t((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+  }
+  int q[256];
+  for (int i = 0; i < 256; ++i) q[i] = (i * 7 + 3) % 32;
+  for (int j = 0; j < 8; ++j)
+    for (int l = 0; l < 32; ++l) {
+      const int v = q[32 * j + l];
+      b[48 + 32 * (j / 2) + l] |= uint8_t((v & 15) << (4 * (j % 2)));
+      b[16 + l] |= uint8_t((v >> 4) << j);
+    }
+  float y[256];
+  dequantize_row(QType::q5_k, b, y, 256);
+  for (int i = 0; i < 256; ++i) {
+    const int j = i / 32;
+    EXPECT_EQ(y[i], 0.25f * sc[j] * float(q[i]) - 0.125f * m[j]) << i;
+  }
+}
+
 // quantize + dequantize of x stays within max_block_error of each block's largest value.
 void expect_round_trip(QType t, const std::vector<float>& x, std::vector<float>& y) {
   const int64_t n = int64_t(x.size());
@@ -149,22 +225,25 @@ TEST(QuantBlocks, RoundTripWithinTheFormatsError) {
 }
 
 TEST(QuantBlocks, ErrorBoundIsTight) {
-  // The bound is not vacuous: a 4-bit format does err by a visible fraction of it.
-  const std::vector<float> x = random_row(256, 3);
-  std::vector<uint8_t> q(row_bytes(QType::q4_0, 256));
-  std::vector<float> y(256);
-  quantize_row(QType::q4_0, x.data(), q.data(), 256);
-  dequantize_row(QType::q4_0, q.data(), y.data(), 256);
-  double worst = 0;
-  for (int b0 = 0; b0 < 256; b0 += 32) {
-    double amax = 0, err = 0;
-    for (int i = b0; i < b0 + 32; ++i) {
-      amax = std::max(amax, double(std::fabs(x[size_t(i)])));
-      err = std::max(err, double(std::fabs(x[size_t(i)] - y[size_t(i)])));
+  // The bound is not vacuous: each 4- and 5-bit format does err by a visible fraction of it.
+  const std::vector<float> x = random_row(1024, 3);
+  for (QType t : {QType::q4_0, QType::q4_1, QType::q5_0, QType::q5_1, QType::q5_k}) {
+    std::vector<uint8_t> q(row_bytes(t, 1024));
+    std::vector<float> y(1024);
+    quantize_row(t, x.data(), q.data(), 1024);
+    dequantize_row(t, q.data(), y.data(), 1024);
+    const int64_t bv = block_values(t);
+    double worst = 0;
+    for (int64_t b0 = 0; b0 < 1024; b0 += bv) {
+      double amax = 0, err = 0;
+      for (int64_t i = b0; i < b0 + bv; ++i) {
+        amax = std::max(amax, double(std::fabs(x[size_t(i)])));
+        err = std::max(err, double(std::fabs(x[size_t(i)] - y[size_t(i)])));
+      }
+      worst = std::max(worst, err / max_block_error(t, amax));
     }
-    worst = std::max(worst, err / max_block_error(QType::q4_0, amax));
+    EXPECT_GT(worst, 0.2) << type_name(t);
   }
-  EXPECT_GT(worst, 0.2);
 }
 
 TEST(QuantDot, SimdMatchesScalarAndFloat) {
@@ -187,6 +266,8 @@ TEST(QuantDot, SimdMatchesScalarAndFloat) {
     const float scalar = vec_dot_scalar(t, n, wq.data(), a.data());
     EXPECT_NEAR(scalar, exact, 1e-5 * mag + 1e-9) << type_name(t);
     EXPECT_NEAR(simd, exact, 1e-5 * mag + 1e-9) << type_name(t) << " (" << simd_level() << ")";
+    // and the SIMD kernel against the scalar one directly (the same integer sums per block)
+    EXPECT_NEAR(simd, scalar, 2e-6 * mag + 1e-9) << type_name(t) << " (" << simd_level() << ")";
     // Against fp32 x: the activation's quantization error, bounded per block.
     double bound = 1e-5 * mag;
     const int64_t bv = std::max<int64_t>(block_values(activation_type(t)), 1);

@@ -1,7 +1,10 @@
 // GPTQ / AWQ unpacking against hand-written packed words (the formats' documented layouts),
-// and the exact requantization into Q4_0 / Q8_0 / F32 rows read back by the block decoders.
+// and the requantization into Q4_0 / Q4_1 / Q8_0 / F32 rows read back by the block decoders
+// (exact, but for Q4_1's f16 min, which stays within its documented bound).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -45,18 +48,44 @@ TEST(PackedInt, GptqPacksInputsAlongWordsAndStoresZeroMinusOne) {
     EXPECT_EQ(g.scale[size_t(c)], to_f16(0.5f));
     for (int i = 0; i < 32; ++i) EXPECT_EQ(g.q[size_t(c * 32 + i)], i % 8) << c << " " << i;
   }
-  // Zero points other than 8: Q8_0 holds q - zero exactly; the decoder gives the formula.
-  ASSERT_EQ(exact_block_type(g, 4), QType::q8_0);
-  const std::vector<uint8_t> rows = to_block_rows(g, QType::q8_0);
-  std::vector<float> w(32 * 8), back(32);
-  dequantize_grouped(g, w.data());
-  for (int c = 0; c < 8; ++c) {
-    dequantize_row(QType::q8_0, rows.data() + c * 34, back.data(), 32);
-    for (int i = 0; i < 32; ++i) {
-      EXPECT_EQ(w[size_t(c * 32 + i)], 0.5f * float(i % 8 - (c + 1)));
-      EXPECT_EQ(back[size_t(i)], w[size_t(c * 32 + i)]);
+  // Zero points other than 8 at 4 bits: Q4_1 (d = scale, m = -scale * zero; both exact in
+  // f16 here) holds them; Q8_0 holds q - zero exactly too. The decoders give the formula.
+  ASSERT_EQ(requant_block_type(g, 4), QType::q4_1);
+  EXPECT_EQ(requant_error_bound(g, QType::q4_1), 0.5 * 8 * std::ldexp(1.0, -11));
+  for (QType t : {QType::q4_1, QType::q8_0}) {
+    const std::vector<uint8_t> rows = to_block_rows(g, t);
+    ASSERT_EQ(rows.size(), 8 * block_bytes(t));
+    std::vector<float> w(32 * 8), back(32);
+    dequantize_grouped(g, w.data());
+    for (int c = 0; c < 8; ++c) {
+      dequantize_row(t, rows.data() + size_t(c) * block_bytes(t), back.data(), 32);
+      for (int i = 0; i < 32; ++i) {
+        EXPECT_EQ(w[size_t(c * 32 + i)], 0.5f * float(i % 8 - (c + 1)));
+        EXPECT_EQ(back[size_t(i)], w[size_t(c * 32 + i)]) << type_name(t);
+      }
     }
   }
+}
+
+TEST(PackedInt, Q4_1MinRoundsWithinItsBound) {
+  // Scales that make -scale * zero inexact in f16: every weight within requant_error_bound,
+  // and the bound is not vacuous (some weight is off by more than a tenth of it).
+  Tiny t;
+  t.qweight.assign(4 * 8, int32_t(0xF7A35C10u));
+  t.qzeros = {int32_t(0xE6D5C4B3u)};  // zeros 4..15 (stored + 1)
+  t.scales.clear();
+  for (int c = 0; c < 8; ++c) t.scales.push_back(to_f16(0.0123f * float(c + 1) + 0.00071f));
+  const GroupedInts g = unpack_packed_linear(t.linear(PackedFormat::gptq));
+  ASSERT_EQ(requant_block_type(g, 4), QType::q4_1);
+  const double bound = requant_error_bound(g, QType::q4_1);
+  const std::vector<uint8_t> rows = to_block_rows(g, QType::q4_1);
+  std::vector<float> w(32 * 8), back(32 * 8);
+  dequantize_grouped(g, w.data());
+  dequantize_row(QType::q4_1, rows.data(), back.data(), 32 * 8);
+  double worst = 0;
+  for (size_t i = 0; i < w.size(); ++i) worst = std::max(worst, std::fabs(double(w[i]) - back[i]));
+  EXPECT_LE(worst, bound);
+  EXPECT_GT(worst, 0.1 * bound);
 }
 
 TEST(PackedInt, AwqInterleavesOutputsZeroAsStored) {
@@ -73,7 +102,7 @@ TEST(PackedInt, AwqInterleavesOutputsZeroAsStored) {
     for (int i = 0; i < 32; ++i) EXPECT_EQ(g.q[size_t(c * 32 + i)], want[c]);
   }
   // All zeros 8 at 4 bits: Q4_0 with d = scale and nibble = q, bit for bit.
-  ASSERT_EQ(exact_block_type(g, 4), QType::q4_0);
+  ASSERT_EQ(requant_block_type(g, 4), QType::q4_0);
   const std::vector<uint8_t> rows = to_block_rows(g, QType::q4_0);
   ASSERT_EQ(rows.size(), 8u * 18);
   uint16_t d;
@@ -106,10 +135,10 @@ TEST(PackedInt, Gptq8BitSymmetricIsQ8_0AsymmetricFallsBackToF32) {
   EXPECT_EQ(g.q[2], 128);
   EXPECT_EQ(g.q[3], 255);
   EXPECT_EQ(g.zero[0], 128);
-  EXPECT_EQ(exact_block_type(g, 8), QType::q8_0);  // q - 128 spans -128..127
-  t.qzeros.assign(2, 0);                           // zero 1: 255 - 1 leaves int8
+  EXPECT_EQ(requant_block_type(g, 8), QType::q8_0);  // q - 128 spans -128..127
+  t.qzeros.assign(2, 0);                             // zero 1: 255 - 1 leaves int8
   g = unpack_packed_linear(t.linear(PackedFormat::gptq, 8));
-  ASSERT_EQ(exact_block_type(g, 8), QType::f32);
+  ASSERT_EQ(requant_block_type(g, 8), QType::f32);
   const std::vector<uint8_t> rows = to_block_rows(g, QType::f32);
   float w3;
   std::memcpy(&w3, rows.data() + 3 * 4, 4);
