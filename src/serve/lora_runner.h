@@ -3,9 +3,10 @@
 // inference runner the model had: batch-invariant fp32 or quantized), then, for every run of
 // consecutive rows whose sequences share an adapter, that adapter's delta
 //   y[rows] += (x[rows] A^T) (scale B)^T
-// with the backend's batch-invariant linear_rows, so a sequence's logits do not depend on
-// which other sequences (of other adapters or none) share its step. Nothing is merged into
-// the base weights. The engine tells it before each step which rows belong to which adapter.
+// batch-invariantly (on the CPU the host kernel of serve/lora_delta.h, elsewhere the backend's
+// linear_rows), so a sequence's logits do not depend on which other sequences (of other
+// adapters or none) share its step. Nothing is merged into the base weights. The engine tells
+// it before each step which rows belong to which adapter.
 #include <cstdint>
 #include <vector>
 
@@ -38,14 +39,19 @@ class LoraBatchRunner final : public LinearRunner {
     int64_t begin, end;
     const ServedLora* lora;
   };
+  void forward_host(Backend& be, LinearSite site, Tensor y, const Tensor& x);
   Transformer& model_;
   LinearRunner* previous_;  // the model's inference runner before this one (null: the default)
   LinearRunner& inner_;
   int max_tokens_;
   int64_t max_width_;
-  Buffer u_;  // [max_tokens, max_width]: x A^T of a row group
+  Buffer u_;  // device backends: [max_tokens, max_width], x A^T of a row group
+  // The CPU kernel's u scratch: one [kLoraTileRows, lora_pad(max_width)] slice per thread.
+  std::vector<float> host_u_;
+  int host_slots_ = 0;
   int64_t rows_ = 0;
   std::vector<RowGroup> groups_;
+  std::vector<RowGroup> tiles_;  // groups_ cut into kLoraTileRows-row pieces (threaded deltas)
 };
 
 }  // namespace llmrun
