@@ -15,20 +15,26 @@ static_assert(sizeof(Lanes) == kLoraLanes * sizeof(float));
 // Column vectors per register tile: kLoraTileRows x kBlocks accumulators.
 constexpr int kBlocks = 2;
 
-inline Lanes load(const float* p, int n = int(kLoraLanes)) {
-  Lanes v = {};
-  std::memcpy(&v, p, size_t(n) * sizeof(float));
-  return v;
-}
-
-inline void store(float* p, Lanes v, int n = int(kLoraLanes)) {
-  std::memcpy(p, &v, size_t(n) * sizeof(float));
-}
-
-inline Lanes splat(float s) {
+inline Lanes load(const float* p) {
   Lanes v;
-  for (int l = 0; l < int(kLoraLanes); ++l) v[l] = s;
+  std::memcpy(&v, p, sizeof v);
   return v;
+}
+
+// The first n floats (the rest zero): a y block at the end of a target's columns.
+inline Lanes load(const float* p, int n) {
+  if (n == int(kLoraLanes)) return load(p);
+  Lanes v = {};
+  for (int l = 0; l < n; ++l) v[l] = p[l];
+  return v;
+}
+
+inline void store(float* p, Lanes v, int n) {
+  if (n == int(kLoraLanes)) {
+    std::memcpy(p, &v, sizeof v);
+    return;
+  }
+  for (int l = 0; l < n; ++l) p[l] = v[l];
 }
 
 // u[i, c0 .. c0 + NB*16) = x[i] A^T for MR rows: u[i][c] sums x[i][k] * At[k][c] in k order.
@@ -39,12 +45,12 @@ void a_tile(const float* x, int64_t in, const float* at, int64_t wpad, int64_t c
     Lanes a[NB];
     for (int b = 0; b < NB; ++b) a[b] = load(at + k * wpad + c0 + b * kLoraLanes);
     for (int i = 0; i < MR; ++i) {
-      const Lanes xi = splat(x[i * in + k]);
+      const float xi = x[i * in + k];  // a scalar operand is broadcast to every lane
       for (int b = 0; b < NB; ++b) acc[i][b] += xi * a[b];
     }
   }
   for (int i = 0; i < MR; ++i)
-    for (int b = 0; b < NB; ++b) store(u + i * wpad + c0 + b * kLoraLanes, acc[i][b]);
+    for (int b = 0; b < NB; ++b) store(u + i * wpad + c0 + b * kLoraLanes, acc[i][b], kLoraLanes);
 }
 
 struct BOperands {
@@ -70,7 +76,7 @@ void b_tile(const BOperands& o, int64_t c0) {
     Lanes w[NB];
     for (int b = 0; b < NB; ++b) w[b] = load(o.bt + j * o.cpad + c0 + b * kLoraLanes);
     for (int i = 0; i < MR; ++i) {
-      const Lanes ui = splat(o.u[i * o.wpad + o.u_begin + j]);
+      const float ui = o.u[i * o.wpad + o.u_begin + j];
       for (int b = 0; b < NB; ++b) acc[i][b] += ui * w[b];
     }
   }

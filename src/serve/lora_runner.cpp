@@ -10,24 +10,14 @@
 
 namespace llmrun {
 
-namespace {
-
-// On the CPU a step's deltas of one GEMM smaller than this (multiply-adds over all its row
-// groups) run on the calling thread, larger ones (prefill) spread over the threads. Decode at
-// 16 sequences of a 256-wide model is ~0.4M per GEMM (~50 us on one core); an OpenMP region
-// costs far more than that on the loaded 2-core VM (the other thread must be scheduled before
-// the region ends): measured there, deltas with regions of their own took as long as the base
-// GEMMs (bench/RESULTS.md, Multi-LoRA serving).
-constexpr int64_t kSerialMacs = int64_t(1) << 22;
-
-}  // namespace
-
-LoraBatchRunner::LoraBatchRunner(Transformer& model, int max_tokens, int64_t max_width)
+LoraBatchRunner::LoraBatchRunner(Transformer& model, int max_tokens, int64_t max_width,
+                                 int64_t serial_macs)
     : model_(model),
       previous_(model.inference_linear_runner()),
       inner_(previous_ ? *previous_ : inference_linear()),
       max_tokens_(max_tokens),
-      max_width_(max_width) {
+      max_width_(max_width),
+      serial_macs_(serial_macs) {
   Backend& be = model.backend();
   if (be.device() == Device::cpu) {
     host_slots_ = std::max(be.threads(), omp_get_max_threads());
@@ -87,7 +77,7 @@ void LoraBatchRunner::forward_host(Backend& be, LinearSite site, Tensor y, const
   const float* xp = x.f32();
   float* yp = y.f32();
   const int64_t in = x.cols(), out = y.cols(), stride = kLoraTileRows * lora_pad(max_width_);
-  if (macs < kSerialMacs) {
+  if (macs < serial_macs_) {
     for (const RowGroup& g : groups_)
       if (const LoraHostSite* s = g.lora->host_site(site))
         lora_host_delta(*s, xp + g.begin * in, g.end - g.begin, yp + g.begin * out, out,

@@ -18,10 +18,18 @@ namespace llmrun {
 
 class LoraBatchRunner final : public LinearRunner {
  public:
+  // Decode at 16 sequences of a 256-wide model is ~0.4M multiply-adds per GEMM (~50 us on one
+  // core); an OpenMP region costs far more than that on the loaded 2-core VM (the other thread
+  // must be scheduled before the region ends): measured there, deltas with regions of their
+  // own took as long as the base GEMMs (bench/RESULTS.md, Multi-LoRA serving).
+  static constexpr int64_t kDefaultSerialMacs = int64_t(1) << 22;
+
   // Installs itself as `model`'s inference runner, on top of the one it had; the destructor
   // puts that one back. max_tokens: rows per step; max_width: widest adapter (3 fused targets
-  // of the largest rank).
-  LoraBatchRunner(Transformer& model, int max_tokens, int64_t max_width);
+  // of the largest rank). serial_macs: on the CPU, a GEMM's deltas of fewer multiply-adds run
+  // on the calling thread, larger ones (prefill) spread over the backend's threads.
+  LoraBatchRunner(Transformer& model, int max_tokens, int64_t max_width,
+                  int64_t serial_macs = kDefaultSerialMacs);
   ~LoraBatchRunner() override;
   LoraBatchRunner(const LoraBatchRunner&) = delete;
   LoraBatchRunner& operator=(const LoraBatchRunner&) = delete;
@@ -45,6 +53,7 @@ class LoraBatchRunner final : public LinearRunner {
   LinearRunner& inner_;
   int max_tokens_;
   int64_t max_width_;
+  int64_t serial_macs_;
   Buffer u_;  // device backends: [max_tokens, max_width], x A^T of a row group
   // The CPU kernel's u scratch: one [kLoraTileRows, lora_pad(max_width)] slice per thread.
   std::vector<float> host_u_;
