@@ -1,7 +1,7 @@
 // Multi-LoRA serving pieces below the HTTP layer: the prefix cache keyed per adapter, the
 // registry's refusals, the scheduler's --max-loras rule (adapters per batch), and LoraBatchRunner's
 // per-row-group delta checked against a host computation of x W^T + (alpha / r) x A^T B^T (fused
-// q|k|v GEMM, adapters on q and v only, so the block-diagonal placement of B is exercised) with
+// q|k|v GEMM, adapters on q and v only, so each target's B lands in its own columns) with
 // base rows left exactly as the base.
 #include <gtest/gtest.h>
 #include <omp.h>
