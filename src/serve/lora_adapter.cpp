@@ -42,39 +42,72 @@ ServedLora::ServedLora(Transformer& model, std::string name, std::filesystem::pa
   prefix_seed_ = mix(kPrefixChainSeed ^ mix(++g_loaded * 0x9E3779B97F4A7C15ull));
   const int64_t r = sec_.rank;
   const float scale = sec_.scale();
+  const bool host = be.device() == Device::cpu;
+  if (host) host_sites_.resize(layout_.sites.size());
   sites_.resize(layout_.sites.size());
-  std::vector<float> host_b, bd;
+  std::vector<float> host_a, host_b, bd;
   for (size_t l = 0; l < layout_.sites.size(); ++l)
     for (int k = 0; k < 4; ++k) {
       const LoraSite& s = layout_.sites[l][size_t(k)];
       if (s.empty()) continue;
       const int bucket = int(l) + 1;  // adapter bucket b belongs to the model's bucket b
       const int64_t width = int64_t(s.targets.size()) * r;
+      max_width_ = std::max(max_width_, width);
       // The targets' A tensors are adjacent in the bucket (lora_layout): one [width, in] view.
       Tensor a = store_.tensor(bucket, s.targets.front().a);
       a.shape[0] = width;
-      bd.assign(size_t(s.out_cols * width), 0.0f);
+      if (host) {
+        LoraHostSite& hs = host_sites_[l][size_t(k)];
+        hs.in = a.cols();
+        hs.width = width;
+        hs.rank = r;
+        const int64_t wpad = lora_pad(width);
+        host_a.resize(size_t(a.numel()));
+        be.copy(Tensor(host_a.data(), DType::f32, {width, hs.in}), a);
+        hs.at.assign(size_t(hs.in * wpad), 0.0f);
+        for (int64_t c = 0; c < width; ++c)
+          for (int64_t i = 0; i < hs.in; ++i)
+            hs.at[size_t(i * wpad + c)] = host_a[size_t(c * hs.in + i)];
+      }
+      bd.assign(host ? 0 : size_t(s.out_cols * width), 0.0f);
       for (size_t t = 0; t < s.targets.size(); ++t) {
         const LoraTarget& tg = s.targets[t];
         const Tensor b = store_.tensor(bucket, tg.b);  // [cols, r]
         host_b.resize(size_t(b.numel()));
         be.copy(Tensor(host_b.data(), DType::f32, {tg.cols, r}), b);
+        if (host) {
+          LoraHostTarget ht{tg.col_begin, tg.cols, int64_t(t) * r, {}};
+          const int64_t cpad = lora_pad(tg.cols);
+          ht.bt.assign(size_t(r * cpad), 0.0f);
+          for (int64_t i = 0; i < tg.cols; ++i)
+            for (int64_t j = 0; j < r; ++j)
+              ht.bt[size_t(j * cpad + i)] = scale * host_b[size_t(i * r + j)];
+          host_sites_[l][size_t(k)].targets.push_back(std::move(ht));
+          continue;
+        }
         for (int64_t i = 0; i < tg.cols; ++i)
           for (int64_t j = 0; j < r; ++j)
             bd[size_t((tg.col_begin + i) * width + int64_t(t) * r + j)] =
                 scale * host_b[size_t(i * r + j)];
       }
+      if (host) continue;
       b_storage_.push_back(be.allocate(bd.size() * 4));
       const Tensor b = b_storage_.back().as(DType::f32, {s.out_cols, width});
       be.copy(b, Tensor(bd.data(), DType::f32, {s.out_cols, width}));
       sites_[l][size_t(k)] = Site{a, b};
-      max_width_ = std::max(max_width_, width);
     }
 }
 
 const ServedLora::Site* ServedLora::site(LinearSite s) const {
   if (s.kind == LinearKind::lm_head || s.layer < 0 || s.layer >= int(sites_.size())) return nullptr;
   const Site& site = sites_[size_t(s.layer)][size_t(s.kind)];
+  return site.empty() ? nullptr : &site;
+}
+
+const LoraHostSite* ServedLora::host_site(LinearSite s) const {
+  if (s.kind == LinearKind::lm_head || s.layer < 0 || s.layer >= int(host_sites_.size()))
+    return nullptr;
+  const LoraHostSite& site = host_sites_[size_t(s.layer)][size_t(s.kind)];
   return site.empty() ? nullptr : &site;
 }
 

@@ -2,9 +2,12 @@
 // One LoRA adapter as the serving engine applies it (S-LoRA/Punica style: the base weights stay
 // untouched; each sequence's rows get their own low-rank delta). Loaded from a Hugging Face
 // PEFT adapter dir (the one llmrun's LoRA training writes), and reshaped once for the
-// inference GEMMs: per block GEMM (q|k|v, out, gate|up, down) one stacked A [targets * r, in]
-// and one B [out_cols, targets * r] that is block-diagonal over the fused GEMM's targets and
-// already multiplied by lora_alpha / r, so a row group's delta is two batch-invariant linears.
+// inference GEMMs. On the CPU: per block GEMM (q|k|v, out, gate|up, down) one transposed,
+// stacked A and per target one transposed B already multiplied by lora_alpha / r, for the
+// host kernel of serve/lora_delta.h (one A product per fused input, one B product per target).
+// On a device backend: one stacked A [targets * r, in] and one B [out_cols, targets * r],
+// block-diagonal over the fused GEMM's targets and scaled, so a row group's delta is two of
+// the backend's batch-invariant linears.
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -17,6 +20,7 @@
 #include "model/linear.h"
 #include "model/lora_layout.h"
 #include "model/transformer.h"
+#include "serve/lora_delta.h"
 
 namespace llmrun {
 
@@ -35,7 +39,9 @@ class ServedLora {
     bool empty() const { return a.empty(); }
   };
   // The GEMM's adapter, or null when the adapter leaves it alone (and for the LM head).
+  // host_site() on the CPU backend, site() on a device backend; the other is always null.
   const Site* site(LinearSite s) const;
+  const LoraHostSite* host_site(LinearSite s) const;
 
   const std::string& name() const { return name_; }
   const std::filesystem::path& path() const { return path_; }
@@ -60,7 +66,8 @@ class ServedLora {
   LoraLayout layout_;
   BucketStore store_;                       // the PEFT tensors as loaded (A read in place)
   std::vector<Buffer> b_storage_;           // the block-diagonal, scaled B of each site
-  std::vector<std::array<Site, 4>> sites_;  // [layer][qkv, out, up, down]
+  std::vector<std::array<Site, 4>> sites_;  // [layer][qkv, out, up, down]: device backends
+  std::vector<std::array<LoraHostSite, 4>> host_sites_;  // [layer][...]: the CPU backend
   int64_t max_width_ = 0;
   uint64_t prefix_seed_ = 0;
 };

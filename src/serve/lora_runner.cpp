@@ -3,47 +3,28 @@
 
 #include <omp.h>
 
-#include <optional>
+#include <algorithm>
 #include <string>
 
 #include "util/error.h"
 
 namespace llmrun {
 
-namespace {
-
-// A step's deltas of one GEMM smaller than this (multiply-adds over all its row groups) run
-// on the calling thread. Each delta is two small products per adapter (decode at 16 sequences
-// of a 256-wide model: 4 rows x 48 x 256), and the CPU backend gives a product above ~131k
-// multiply-adds an OpenMP parallel region of its own. On the loaded 2-core VM a region costs
-// far more than such a product (the other thread must be scheduled before the region ends):
-// measured there, the deltas took as long as the base GEMMs with a region per product.
-// Below this size the whole delta (~1 ms single-threaded) is cheaper than one region.
-constexpr int64_t kSerialMacs = int64_t(1) << 22;
-
-// While alive, OpenMP parallel regions on this thread run with one thread (no team is woken).
-// The CPU backend's kernels compute every output element the same way at any thread count,
-// so the results are unchanged; other backends do not use OpenMP for their kernels.
-class SerialRegions {
- public:
-  SerialRegions() : saved_(omp_get_max_active_levels()) { omp_set_max_active_levels(0); }
-  ~SerialRegions() { omp_set_max_active_levels(saved_); }
-  SerialRegions(const SerialRegions&) = delete;
-  SerialRegions& operator=(const SerialRegions&) = delete;
-
- private:
-  int saved_;
-};
-
-}  // namespace
-
-LoraBatchRunner::LoraBatchRunner(Transformer& model, int max_tokens, int64_t max_width)
+LoraBatchRunner::LoraBatchRunner(Transformer& model, int max_tokens, int64_t max_width,
+                                 int64_t serial_macs)
     : model_(model),
       previous_(model.inference_linear_runner()),
       inner_(previous_ ? *previous_ : inference_linear()),
       max_tokens_(max_tokens),
       max_width_(max_width),
-      u_(model.backend().allocate(size_t(max_tokens) * size_t(max_width) * 4)) {
+      serial_macs_(serial_macs) {
+  Backend& be = model.backend();
+  if (be.device() == Device::cpu) {
+    host_slots_ = std::max(be.threads(), omp_get_max_threads());
+    host_u_.assign(size_t(host_slots_ * kLoraTileRows * lora_pad(max_width)), 0.0f);
+  } else {
+    u_ = be.allocate(size_t(max_tokens) * size_t(max_width) * 4);
+  }
   model_.set_inference_linear(this);
 }
 
@@ -53,6 +34,7 @@ void LoraBatchRunner::set_step(const std::vector<const ServedLora*>& seq_lora,
                                const std::vector<int32_t>& query_starts) {
   LLMRUN_CHECK(query_starts.size() == seq_lora.size() + 1, "LoraBatchRunner: inconsistent step");
   groups_.clear();
+  tiles_.clear();
   rows_ = query_starts.back();
   for (size_t s = 0; s < seq_lora.size(); ++s) {
     const ServedLora* lora = seq_lora[s];
@@ -64,6 +46,9 @@ void LoraBatchRunner::set_step(const std::vector<const ServedLora*>& seq_lora,
     else
       groups_.push_back({query_starts[s], query_starts[s + 1], lora});
   }
+  for (const RowGroup& g : groups_)
+    for (int64_t i = g.begin; i < g.end; i += kLoraTileRows)
+      tiles_.push_back({i, std::min(g.end, i + kLoraTileRows), g.lora});
 }
 
 void LoraBatchRunner::forward(Backend& be, LinearSite site, Tensor y, const Tensor& x,
@@ -71,13 +56,7 @@ void LoraBatchRunner::forward(Backend& be, LinearSite site, Tensor y, const Tens
   inner_.forward(be, site, y, x, W, bias, accumulate);
   // Only the step's token rows carry adapters (the LM head's gathered rows never do).
   if (x.rows() != rows_ || groups_.empty()) return;
-  int64_t macs = 0;
-  for (const RowGroup& g : groups_)
-    if (const ServedLora::Site* s = g.lora->site(site))
-      macs += (g.end - g.begin) * s->a.rows() * (s->a.cols() + s->b.rows());
-  if (macs == 0) return;
-  std::optional<SerialRegions> serial;
-  if (be.device() == Device::cpu && macs < kSerialMacs) serial.emplace();
+  if (be.device() == Device::cpu) return forward_host(be, site, y, x);
   for (const RowGroup& g : groups_) {
     const ServedLora::Site* s = g.lora->site(site);
     if (s == nullptr) continue;
@@ -85,6 +64,34 @@ void LoraBatchRunner::forward(Backend& be, LinearSite site, Tensor y, const Tens
     const Tensor u = u_.as(DType::f32, {n, width});
     be.linear_rows(u, x.slice(g.begin, g.end), s->a, nullptr, false);
     be.linear_rows(y.slice(g.begin, g.end), u, s->b, nullptr, true);
+  }
+}
+
+void LoraBatchRunner::forward_host(Backend& be, LinearSite site, Tensor y, const Tensor& x) {
+  int64_t macs = 0;
+  for (const RowGroup& g : groups_)
+    if (const LoraHostSite* s = g.lora->host_site(site))
+      macs += (g.end - g.begin) * s->macs_per_row();
+  if (macs == 0) return;
+  LLMRUN_CHECK(!host_u_.empty(), "LoraBatchRunner: CPU tensors for a device runner");
+  const float* xp = x.f32();
+  float* yp = y.f32();
+  const int64_t in = x.cols(), out = y.cols(), stride = kLoraTileRows * lora_pad(max_width_);
+  if (macs < serial_macs_) {
+    for (const RowGroup& g : groups_)
+      if (const LoraHostSite* s = g.lora->host_site(site))
+        lora_host_delta(*s, xp + g.begin * in, g.end - g.begin, yp + g.begin * out, out,
+                        host_u_.data());
+    return;
+  }
+  const int threads = std::min(be.threads(), host_slots_);
+  const int64_t n = int64_t(tiles_.size());
+#pragma omp parallel for num_threads(threads) schedule(dynamic)
+  for (int64_t t = 0; t < n; ++t) {
+    const RowGroup& g = tiles_[size_t(t)];
+    if (const LoraHostSite* s = g.lora->host_site(site))
+      lora_host_delta(*s, xp + g.begin * in, g.end - g.begin, yp + g.begin * out, out,
+                      host_u_.data() + omp_get_thread_num() * stride);
   }
 }
 

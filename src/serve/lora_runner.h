@@ -3,9 +3,10 @@
 // inference runner the model had: batch-invariant fp32 or quantized), then, for every run of
 // consecutive rows whose sequences share an adapter, that adapter's delta
 //   y[rows] += (x[rows] A^T) (scale B)^T
-// with the backend's batch-invariant linear_rows, so a sequence's logits do not depend on
-// which other sequences (of other adapters or none) share its step. Nothing is merged into
-// the base weights. The engine tells it before each step which rows belong to which adapter.
+// batch-invariantly (on the CPU the host kernel of serve/lora_delta.h, elsewhere the backend's
+// linear_rows), so a sequence's logits do not depend on which other sequences (of other
+// adapters or none) share its step. Nothing is merged into the base weights. The engine tells
+// it before each step which rows belong to which adapter.
 #include <cstdint>
 #include <vector>
 
@@ -17,10 +18,18 @@ namespace llmrun {
 
 class LoraBatchRunner final : public LinearRunner {
  public:
+  // Decode at 16 sequences of a 256-wide model is ~0.4M multiply-adds per GEMM (~50 us on one
+  // core); an OpenMP region costs far more than that on the loaded 2-core VM (the other thread
+  // must be scheduled before the region ends): measured there, deltas with regions of their
+  // own took as long as the base GEMMs (bench/RESULTS.md, Multi-LoRA serving).
+  static constexpr int64_t kDefaultSerialMacs = int64_t(1) << 22;
+
   // Installs itself as `model`'s inference runner, on top of the one it had; the destructor
   // puts that one back. max_tokens: rows per step; max_width: widest adapter (3 fused targets
-  // of the largest rank).
-  LoraBatchRunner(Transformer& model, int max_tokens, int64_t max_width);
+  // of the largest rank). serial_macs: on the CPU, a GEMM's deltas of fewer multiply-adds run
+  // on the calling thread, larger ones (prefill) spread over the backend's threads.
+  LoraBatchRunner(Transformer& model, int max_tokens, int64_t max_width,
+                  int64_t serial_macs = kDefaultSerialMacs);
   ~LoraBatchRunner() override;
   LoraBatchRunner(const LoraBatchRunner&) = delete;
   LoraBatchRunner& operator=(const LoraBatchRunner&) = delete;
@@ -38,14 +47,20 @@ class LoraBatchRunner final : public LinearRunner {
     int64_t begin, end;
     const ServedLora* lora;
   };
+  void forward_host(Backend& be, LinearSite site, Tensor y, const Tensor& x);
   Transformer& model_;
   LinearRunner* previous_;  // the model's inference runner before this one (null: the default)
   LinearRunner& inner_;
   int max_tokens_;
   int64_t max_width_;
-  Buffer u_;  // [max_tokens, max_width]: x A^T of a row group
+  int64_t serial_macs_;
+  Buffer u_;  // device backends: [max_tokens, max_width], x A^T of a row group
+  // The CPU kernel's u scratch: one [kLoraTileRows, lora_pad(max_width)] slice per thread.
+  std::vector<float> host_u_;
+  int host_slots_ = 0;
   int64_t rows_ = 0;
   std::vector<RowGroup> groups_;
+  std::vector<RowGroup> tiles_;  // groups_ cut into kLoraTileRows-row pieces (threaded deltas)
 };
 
 }  // namespace llmrun

@@ -1,7 +1,7 @@
 // Multi-LoRA serving pieces below the HTTP layer: the prefix cache keyed per adapter, the
 // registry's refusals, the scheduler's --max-loras rule (adapters per batch), and LoraBatchRunner's
 // per-row-group delta checked against a host computation of x W^T + (alpha / r) x A^T B^T (fused
-// q|k|v GEMM, adapters on q and v only, so the block-diagonal placement of B is exercised) with
+// q|k|v GEMM, adapters on q and v only, so each target's B lands in its own columns) with
 // base rows left exactly as the base.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -245,6 +245,45 @@ TEST(LoraServe, RunnerKeepsOpenMpAndRowsBatchInvariant) {
                  Tensor(x.data() + 6 * in, DType::f32, {1, in}), W, nullptr, false);
   EXPECT_EQ(omp_get_max_active_levels(), levels);
   for (int c = 0; c < d; ++c) EXPECT_EQ(alone[size_t(c)], batch[size_t(6 * d + c)]) << c;
+}
+
+// Prefill-sized deltas spread row tiles over threads (serial_macs 0 forces it here): every row
+// must come out bitwise as on one thread, and as alone, over the fused q|k|v GEMM (several
+// targets, columns not a multiple of the kernel's 16) with groups of 5, 2 (base) and 4 rows.
+TEST(LoraServe, RunnerThreadedDeltasEqualSerialOnes) {
+  Fixture f;
+  const std::unique_ptr<Backend> be2 = make_backend(BackendKind::cpu, 2);
+  LoraRegistry reg(f.model, "base", 4, 2);
+  reg.load("a", (f.dir / "a").string());
+  reg.load("b", (f.dir / "a").string());
+  const auto a = reg.find("a"), b = reg.find("b");
+  const int n = 11, d = f.cfg.d_model;
+  const Tensor W = block_tensors(f.cfg, f.model.params(), 1).qkv_w;  // [out, d]
+  const int out = int(W.rows());
+  std::vector<float> x(size_t(n * d)), serial(size_t(n * out)), threaded(serial.size()),
+      alone(static_cast<size_t>(out));
+  std::mt19937 rng(13);
+  for (float& v : x) v = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  const LinearSite site{1, LinearKind::qkv};
+  const Tensor xt(x.data(), DType::f32, {n, d});
+  for (const int64_t serial_macs : {LoraBatchRunner::kDefaultSerialMacs, int64_t(0)}) {
+    LoraBatchRunner runner(f.model, 16, reg.max_width(), serial_macs);
+    runner.set_step({b.get(), nullptr, a.get()}, {0, 5, 7, 11});
+    float* y = serial_macs == 0 ? threaded.data() : serial.data();
+    runner.forward(*be2, site, Tensor(y, DType::f32, {n, out}), xt, W, nullptr, false);
+    if (serial_macs != 0) continue;
+    runner.set_step({a.get()}, {0, 1});
+    runner.forward(*be2, site, Tensor(alone.data(), DType::f32, {1, out}),
+                   Tensor(x.data() + 8 * d, DType::f32, {1, d}), W, nullptr, false);
+  }
+  for (size_t i = 0; i < serial.size(); ++i) ASSERT_EQ(serial[i], threaded[i]) << i;
+  for (int c = 0; c < out; ++c) EXPECT_EQ(alone[size_t(c)], serial[size_t(8 * out + c)]) << c;
+  // The adapters changed something: rows 0-4 and 7-10 differ from the base rows' computation.
+  std::vector<float> base(size_t(n * out));
+  inference_linear().forward(*be2, site, Tensor(base.data(), DType::f32, {n, out}), xt, W, nullptr,
+                             false);
+  EXPECT_NE(base[size_t(8 * out)], serial[size_t(8 * out)]);
+  EXPECT_EQ(base[size_t(5 * out + 3)], serial[size_t(5 * out + 3)]);
 }
 
 }  // namespace
