@@ -1,0 +1,348 @@
+// AVX-512 (F/BW/VL/VNNI) dot products over ggml blocks, as tiles of up to 4 weight rows x 4
+// activation rows: each weight block is decoded (nibbles split, high bits merged, scales
+// unpacked) once per tile and meets every activation row of the tile, and each activation
+// block once and meets every weight row. Integer products go through VNNI (vpdpbusd,
+// vpdpwssd).
+//
+// Batch invariance: an element's arithmetic is fixed whatever the tile's shape. Each element
+// has its own 16-lane fp32 accumulator; lane l of a block's exact int32 partial sums is
+// scaled and fused-multiply-added into lane l, blocks in row order, and the 16 lanes are
+// summed by one fixed reduction at the end. A 1x1 tile (vec_dot) and a 4x4 tile therefore
+// give bitwise the same value for the same pair of rows.
+//
+// The functions carry their target through the pragma below, so the file builds for any
+// -march; quant_dot_dispatch.cpp calls them only when cpuid reports the features.
+#include <cstring>
+
+#include "quant/quant_dot_kernels.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(                                                      \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))), \
+    apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
+// GCC 12 reports _mm512_undefined_epi32's deliberate self-initialisation (inside the
+// insert/extract intrinsics) as (maybe-)uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+namespace llmrun::quant::detail {
+
+namespace {
+
+using TileFn = void (*)(int64_t n, const uint8_t* const* w, const uint8_t* a, size_t as,
+                        float* out);
+
+inline float f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+inline __m512i join(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// lanes 0-7 lo, lanes 8-15 hi: the scales of two 32-value blocks sharing one vector
+inline __m512 halves(float lo, float hi) {
+  return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(lo), _mm512_set1_ps(hi));
+}
+
+template <int R, int C>
+inline void finish(__m512 (&acc)[R][C], float* out) {
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) out[c * R + r] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+// Q8_0 (and Q4_0 below): two 32-value blocks per vector, lanes 0-7 the first. The weights go
+// in as unsigned bytes u = w + offset (vpdpbusd multiplies unsigned by signed); the lanes
+// start from -offset * (their 4 activation bytes), so each lane's int32 is exactly sum w a.
+template <int R, int C>
+struct TileQ8_0 {
+  template <bool Two>
+  static inline void step(int64_t b, const uint8_t* const* w, const uint8_t* a, size_t as,
+                          __m512 (&acc)[R][C]) {
+    const __m512i k80 = _mm512_set1_epi8(char(0x80));
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i u[R];
+    __m512 dw[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w[r] + 34 * b;
+      const __m256i hi = Two ? load32(p + 36) : _mm256_setzero_si256();
+      u[r] = _mm512_xor_si512(join(load32(p + 2), hi), k80);
+      dw[r] = halves(f16(p), Two ? f16(p + 34) : 0.0f);
+    }
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* q = a + size_t(c) * as + 34 * b;
+      const __m512i y = join(load32(q + 2), Two ? load32(q + 36) : _mm256_setzero_si256());
+      const __m512i base = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k80, y));
+      const __m512 da = halves(f16(q), Two ? f16(q + 34) : 0.0f);
+      for (int r = 0; r < R; ++r) {
+        const __m512i s = _mm512_dpbusd_epi32(base, u[r], y);
+        acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], da), acc[r][c]);
+      }
+    }
+  }
+  static void run(int64_t n, const uint8_t* const* w, const uint8_t* a, size_t as, float* out) {
+    __m512 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    const int64_t nb = n / 32;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) step<true>(b, w, a, as, acc);
+    if (b < nb) step<false>(b, w, a, as, acc);
+    finish<R, C>(acc, out);
+  }
+};
+
+template <int R, int C>
+struct TileQ4_0 {
+  template <bool Two>
+  static inline void step(int64_t b, const uint8_t* const* w, const uint8_t* a, size_t as,
+                          __m512 (&acc)[R][C]) {
+    const __m512i k08 = _mm512_set1_epi8(8);
+    const __m512i k0f = _mm512_set1_epi8(0x0F);
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i u[R];
+    __m512 dw[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w[r] + 18 * b;
+      const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
+      const __m128i q1 =
+          Two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 20)) : _mm_setzero_si128();
+      // [q0 q0 q1 q1] -> [low nibbles of q0, high of q0, low of q1, high of q1]: each block's
+      // elements 0-15 then 16-31
+      const __m512i v = join(_mm256_set_m128i(q0, q0), _mm256_set_m128i(q1, q1));
+      u[r] = _mm512_and_si512(_mm512_mask_blend_epi64(0xCC, v, _mm512_srli_epi16(v, 4)), k0f);
+      dw[r] = halves(f16(p), Two ? f16(p + 18) : 0.0f);
+    }
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* q = a + size_t(c) * as + 34 * b;
+      const __m512i y = join(load32(q + 2), Two ? load32(q + 36) : _mm256_setzero_si256());
+      const __m512i base = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k08, y));
+      const __m512 da = halves(f16(q), Two ? f16(q + 34) : 0.0f);
+      for (int r = 0; r < R; ++r) {
+        const __m512i s = _mm512_dpbusd_epi32(base, u[r], y);
+        acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], da), acc[r][c]);
+      }
+    }
+  }
+  static void run(int64_t n, const uint8_t* const* w, const uint8_t* a, size_t as, float* out) {
+    __m512 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    const int64_t nb = n / 32;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) step<true>(b, w, a, as, acc);
+    if (b < nb) step<false>(b, w, a, as, acc);
+    finish<R, C>(acc, out);
+  }
+};
+
+// Q4_K against Q8_K, per 256-value superblock: 4 vectors of 64 values (the low and high
+// nibbles of 32 bytes, two sub-blocks); vpmaddubsw pairs them with the activations and
+// vpdpwssd applies the sub-block scales, exact in int32. The mins term, sum m_j * (activation
+// sums of sub-block j), comes from Q8_K's block sums in lanes 0-7 and is added with its own
+// scale -dmin * d_a.
+template <int R, int C>
+struct TileQ4_K {
+  static void run(int64_t n, const uint8_t* const* w, const uint8_t* a, size_t as, float* out) {
+    __m512 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    const __m512i k0f = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < n / 256; ++b) {
+      alignas(16) uint8_t sc[R][8], mins[R][16];
+      __m512 dw[R], dmin[R];
+      __m256i mdup[R];
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = w[r] + 144 * b;
+        const uint8_t* s = p + 4;
+        for (int j = 0; j < 8; ++j) {
+          uint8_t m;
+          if (j < 4) {
+            sc[r][j] = s[j] & 63;
+            m = s[j + 4] & 63;
+          } else {
+            sc[r][j] = uint8_t((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
+            m = uint8_t((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+          }
+          mins[r][2 * j] = mins[r][2 * j + 1] = m;
+        }
+        mdup[r] = _mm256_cvtepu8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(mins[r])));
+        dw[r] = _mm512_set1_ps(f16(p));
+        dmin[r] = _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(-f16(p + 2)));
+      }
+      __m512i isum[R][C];
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) isum[r][c] = _mm512_setzero_si512();
+      for (int j = 0; j < 4; ++j) {
+        __m512i u[R], scv[R];
+        for (int r = 0; r < R; ++r) {
+          const __m256i q = load32(w[r] + 144 * b + 16 + 32 * j);
+          const __m512i v = join(q, q);
+          u[r] = _mm512_and_si512(_mm512_mask_blend_epi64(0xF0, v, _mm512_srli_epi16(v, 4)), k0f);
+          scv[r] = _mm512_mask_blend_epi16(0xFFFF0000, _mm512_set1_epi16(sc[r][2 * j]),
+                                           _mm512_set1_epi16(sc[r][2 * j + 1]));
+        }
+        for (int c = 0; c < C; ++c) {
+          const __m512i y = _mm512_loadu_si512(a + size_t(c) * as + 292 * b + 4 + 64 * j);
+          for (int r = 0; r < R; ++r)
+            isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(u[r], y), scv[r]);
+        }
+      }
+      for (int c = 0; c < C; ++c) {
+        const uint8_t* q = a + size_t(c) * as + 292 * b;
+        float d;
+        std::memcpy(&d, q, 4);
+        const __m512 da = _mm512_set1_ps(d);
+        const __m256i bs = load32(q + 260);
+        for (int r = 0; r < R; ++r) {
+          const __m512i m = _mm512_zextsi256_si512(_mm256_madd_epi16(mdup[r], bs));
+          acc[r][c] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_mul_ps(dw[r], da), acc[r][c]);
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dmin[r], da), acc[r][c]);
+        }
+      }
+    }
+    finish<R, C>(acc, out);
+  }
+};
+
+// Q6_K against Q8_K, per superblock: 4 vectors of 64 six-bit values (low nibbles from ql, two
+// high bits from qh); vpmaddubsw pairs them with the activations, 32 (a0 + a1) is subtracted
+// per pair to make the values signed (q6 - 32), and vpdpwssd applies the 16-value sub-block
+// scales, exact in int32.
+template <int R, int C>
+struct TileQ6_K {
+  static void run(int64_t n, const uint8_t* const* w, const uint8_t* a, size_t as, float* out) {
+    __m512 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    const __m512i k0f = _mm512_set1_epi8(0x0F);
+    const __m512i k03 = _mm512_set1_epi8(3);
+    const __m512i k32 = _mm512_set1_epi8(32);
+    // int16 lane l of vector k (values 64k..64k+63) belongs to sub-block 4k + l / 8
+    __m512i idx[4];
+    for (int k = 0; k < 4; ++k) {
+      alignas(64) int16_t ix[32];
+      for (int l = 0; l < 32; ++l) ix[l] = int16_t(4 * k + l / 8);
+      idx[k] = _mm512_load_si512(ix);
+    }
+    for (int64_t b = 0; b < n / 256; ++b) {
+      __m512i isum[R][C];
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) isum[r][c] = _mm512_setzero_si512();
+      for (int h = 0; h < 2; ++h) {
+        __m512i va[R], vb[R], sa[R], sb[R];
+        for (int r = 0; r < R; ++r) {
+          const uint8_t* p = w[r] + 210 * b;
+          const __m512i l = _mm512_loadu_si512(p + 64 * h);
+          const __m256i qh = load32(p + 128 + 32 * h);
+          const __m512i hh = join(qh, qh);
+          // lower half: qh bits 0-1 (and 4-5), upper half: bits 2-3 (and 6-7)
+          const __m512i hs = _mm512_mask_blend_epi64(0xF0, hh, _mm512_srli_epi16(hh, 2));
+          va[r] = _mm512_or_si512(_mm512_and_si512(l, k0f),
+                                  _mm512_slli_epi16(_mm512_and_si512(hs, k03), 4));
+          vb[r] = _mm512_or_si512(
+              _mm512_and_si512(_mm512_srli_epi16(l, 4), k0f),
+              _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hs, 4), k03), 4));
+          const __m512i sc16 = _mm512_castsi256_si512(
+              _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192))));
+          sa[r] = _mm512_permutexvar_epi16(idx[2 * h], sc16);
+          sb[r] = _mm512_permutexvar_epi16(idx[2 * h + 1], sc16);
+        }
+        for (int c = 0; c < C; ++c) {
+          const uint8_t* q8 = a + size_t(c) * as + 292 * b + 4 + 128 * h;
+          const __m512i ya = _mm512_loadu_si512(q8);
+          const __m512i yb = _mm512_loadu_si512(q8 + 64);
+          const __m512i ca = _mm512_maddubs_epi16(k32, ya);
+          const __m512i cb = _mm512_maddubs_epi16(k32, yb);
+          for (int r = 0; r < R; ++r) {
+            isum[r][c] = _mm512_dpwssd_epi32(
+                isum[r][c], _mm512_sub_epi16(_mm512_maddubs_epi16(va[r], ya), ca), sa[r]);
+            isum[r][c] = _mm512_dpwssd_epi32(
+                isum[r][c], _mm512_sub_epi16(_mm512_maddubs_epi16(vb[r], yb), cb), sb[r]);
+          }
+        }
+      }
+      for (int c = 0; c < C; ++c) {
+        float d;
+        std::memcpy(&d, a + size_t(c) * as + 292 * b, 4);
+        const __m512 da = _mm512_set1_ps(d);
+        for (int r = 0; r < R; ++r) {
+          const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(f16(w[r] + 210 * b + 208)), da);
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), dd, acc[r][c]);
+        }
+      }
+    }
+    finish<R, C>(acc, out);
+  }
+};
+
+template <template <int, int> class K>
+TileFn pick(int R, int C) {
+  static constexpr TileFn fns[4][4] = {
+      {K<1, 1>::run, K<1, 2>::run, K<1, 3>::run, K<1, 4>::run},
+      {K<2, 1>::run, K<2, 2>::run, K<2, 3>::run, K<2, 4>::run},
+      {K<3, 1>::run, K<3, 2>::run, K<3, 3>::run, K<3, 4>::run},
+      {K<4, 1>::run, K<4, 2>::run, K<4, 3>::run, K<4, 4>::run},
+  };
+  return fns[R - 1][C - 1];
+}
+
+}  // namespace
+
+bool dot_tile_avx512(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a,
+                     size_t a_stride, int C, float* out) {
+  TileFn f;
+  switch (t) {
+    case QType::q8_0:
+      f = pick<TileQ8_0>(R, C);
+      break;
+    case QType::q4_0:
+      f = pick<TileQ4_0>(R, C);
+      break;
+    case QType::q4_k:
+      f = pick<TileQ4_K>(R, C);
+      break;
+    case QType::q6_k:
+      f = pick<TileQ6_K>(R, C);
+      break;
+    default:
+      return false;
+  }
+  f(n, w, a, a_stride, out);
+  return true;
+}
+
+}  // namespace llmrun::quant::detail
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
+
+#else  // no AVX-512 kernels on this architecture
+
+namespace llmrun::quant::detail {
+bool dot_tile_avx512(QType, int64_t, const uint8_t* const*, int, const uint8_t*, size_t, int,
+                     float*) {
+  return false;
+}
+}  // namespace llmrun::quant::detail
+
+#endif
