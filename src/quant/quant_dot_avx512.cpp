@@ -162,57 +162,58 @@ struct TileQ4_K {
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
     const __m512i k0f = _mm512_set1_epi8(0x0F);
+    // int16 lanes of [scales 0-7, mins 0-7]: vector j's scales (lanes 0-15 sub-block 2j,
+    // 16-31 sub-block 2j + 1), and each min twice (to meet Q8_K's 16 block sums)
+    alignas(64) int16_t ix[4][32], mx[16];
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 32; ++l) ix[j][l] = int16_t(2 * j + l / 16);
+    for (int l = 0; l < 16; ++l) mx[l] = int16_t(8 + l / 2);
+    const __m256i min_idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(mx));
     for (int64_t b = 0; b < n / 256; ++b) {
-      alignas(16) uint8_t sc[R][8], mins[R][16];
+      // decoded once per tile, kept in L1 for the activation rows
+      __m512i u[R][4], scv[R][4];
       __m512 dw[R], dmin[R];
       __m256i mdup[R];
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w[r] + 144 * b;
-        const uint8_t* s = p + 4;
-        for (int j = 0; j < 8; ++j) {
-          uint8_t m;
-          if (j < 4) {
-            sc[r][j] = s[j] & 63;
-            m = s[j + 4] & 63;
-          } else {
-            sc[r][j] = uint8_t((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
-            m = uint8_t((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-          }
-          mins[r][2 * j] = mins[r][2 * j + 1] = m;
+        // the 12 bytes of 6-bit scales and mins unpacked 4 at a time, as ggml does
+        uint32_t m[3], sm[4];
+        std::memcpy(m, p + 4, 12);
+        sm[3] = ((m[2] >> 4) & 0x0F0F0F0F) | (((m[1] >> 6) & 0x03030303) << 4);  // mins 4-7
+        sm[2] = m[1] & 0x3F3F3F3F;                                               // mins 0-3
+        sm[1] = (m[2] & 0x0F0F0F0F) | (((m[0] >> 6) & 0x03030303) << 4);         // scales 4-7
+        sm[0] = m[0] & 0x3F3F3F3F;                                               // scales 0-3
+        const __m256i s16 =
+            _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sm)));
+        mdup[r] = _mm256_permutexvar_epi16(min_idx, s16);
+        const __m512i s512 = _mm512_castsi256_si512(s16);
+        for (int j = 0; j < 4; ++j) {
+          scv[r][j] = _mm512_permutexvar_epi16(_mm512_load_si512(ix[j]), s512);
+          const __m256i q = load32(p + 16 + 32 * j);
+          const __m512i v = join(q, q);
+          u[r][j] =
+              _mm512_and_si512(_mm512_mask_blend_epi64(0xF0, v, _mm512_srli_epi16(v, 4)), k0f);
         }
-        mdup[r] = _mm256_cvtepu8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(mins[r])));
         dw[r] = _mm512_set1_ps(f16(p));
         dmin[r] = _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(-f16(p + 2)));
       }
-      __m512i isum[R][C];
-      for (int r = 0; r < R; ++r)
-        for (int c = 0; c < C; ++c) isum[r][c] = _mm512_setzero_si512();
-      for (int j = 0; j < 4; ++j) {
-        __m512i u[R], scv[R];
-        for (int r = 0; r < R; ++r) {
-          const __m256i q = load32(w[r] + 144 * b + 16 + 32 * j);
-          const __m512i v = join(q, q);
-          u[r] = _mm512_and_si512(_mm512_mask_blend_epi64(0xF0, v, _mm512_srli_epi16(v, 4)), k0f);
-          scv[r] = _mm512_mask_blend_epi16(0xFFFF0000, _mm512_set1_epi16(sc[r][2 * j]),
-                                           _mm512_set1_epi16(sc[r][2 * j + 1]));
-        }
-        for (int c = 0; c < C; ++c) {
-          const __m512i y = _mm512_loadu_si512(a + size_t(c) * as + 292 * b + 4 + 64 * j);
-          for (int r = 0; r < R; ++r)
-            isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(u[r], y), scv[r]);
-        }
-      }
       for (int c = 0; c < C; ++c) {
         const uint8_t* q = a + size_t(c) * as + 292 * b;
+        __m512i y[4];
+        for (int j = 0; j < 4; ++j) y[j] = _mm512_loadu_si512(q + 4 + 64 * j);
         float d;
         std::memcpy(&d, q, 4);
         const __m512 da = _mm512_set1_ps(d);
         const __m256i bs = load32(q + 260);
         for (int r = 0; r < R; ++r) {
-          const __m512i m = _mm512_zextsi256_si512(_mm256_madd_epi16(mdup[r], bs));
+          __m512i isum = _mm512_setzero_si512();
+          for (int j = 0; j < 4; ++j)
+            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(u[r][j], y[j]), scv[r][j]);
+          const __m512i mins = _mm512_zextsi256_si512(_mm256_madd_epi16(mdup[r], bs));
           acc[r][c] =
-              _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_mul_ps(dw[r], da), acc[r][c]);
-          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dmin[r], da), acc[r][c]);
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw[r], da), acc[r][c]);
+          acc[r][c] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmin[r], da), acc[r][c]);
         }
       }
     }
