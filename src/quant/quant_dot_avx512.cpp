@@ -13,6 +13,7 @@
 // The functions carry their target through the pragma below, so the file builds for any
 // -march; quant_dot_dispatch.cpp calls them only when cpuid reports the features.
 #include <cstring>
+#include <vector>
 
 #include "quant/quant_dot_kernels.h"
 
@@ -71,34 +72,74 @@ inline void finish(__m512 (&acc)[R][C], float* out) {
     for (int r = 0; r < R; ++r) out[c * R + r] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-// Q8_0 (and Q4_0 below): two 32-value blocks per vector, lanes 0-7 the first. The weights go
-// in as unsigned bytes u = w + offset (vpdpbusd multiplies unsigned by signed); the lanes
-// start from -offset * (their 4 activation bytes), so each lane's int32 is exactly sum w a.
-template <int R, int C>
-struct TileQ8_0 {
+// Q8_0 and Q4_0: two 32-value blocks per vector, lanes 0-7 the first. The weights go in as
+// unsigned bytes u = w + offset (vpdpbusd multiplies unsigned by signed); the lanes start
+// from -offset * (their 4 activation bytes), so each lane's int32 is exactly sum w a.
+struct Q8_0Weights {
+  static constexpr int64_t kBytes = 34;
+  static constexpr char kOffset = char(0x80);
+  template <bool Two>
+  static inline void decode(const uint8_t* p, __m512i& u, __m512& dw) {
+    const __m256i hi = Two ? load32(p + 36) : _mm256_setzero_si256();
+    u = _mm512_xor_si512(join(load32(p + 2), hi), _mm512_set1_epi8(kOffset));
+    dw = halves(f16(p), Two ? f16(p + 34) : 0.0f);
+  }
+};
+
+struct Q4_0Weights {
+  static constexpr int64_t kBytes = 18;
+  static constexpr char kOffset = 8;
+  template <bool Two>
+  static inline void decode(const uint8_t* p, __m512i& u, __m512& dw) {
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
+    const __m128i q1 =
+        Two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 20)) : _mm_setzero_si128();
+    // [q0 q0 q1 q1] -> [low nibbles of q0, high of q0, low of q1, high of q1]: each block's
+    // elements 0-15 then 16-31
+    const __m512i v = join(_mm256_set_m128i(q0, q0), _mm256_set_m128i(q1, q1));
+    u = _mm512_and_si512(_mm512_mask_blend_epi64(0xCC, v, _mm512_srli_epi16(v, 4)),
+                         _mm512_set1_epi8(0x0F));
+    dw = halves(f16(p), Two ? f16(p + 18) : 0.0f);
+  }
+};
+
+// An activation pair of Q8_0 blocks: the bytes, each lane's starting value, the scales.
+struct alignas(64) PairAct {
+  __m512i y, base;
+  __m512 da;
+};
+
+template <class W, bool Two>
+inline PairAct pair_act(const uint8_t* q) {
+  const __m512i zero = _mm512_setzero_si512();
+  PairAct p;
+  p.y = join(load32(q + 2), Two ? load32(q + 36) : _mm256_setzero_si256());
+  p.base = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(W::kOffset), p.y));
+  p.da = halves(f16(q), Two ? f16(q + 34) : 0.0f);
+  return p;
+}
+
+// The one accumulation step every Q8_0/Q4_0 element takes per pair of blocks.
+inline __m512 pair_fma(const PairAct& x, __m512i u, __m512 dw, __m512 acc) {
+  const __m512i s = _mm512_dpbusd_epi32(x.base, u, x.y);
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, x.da), acc);
+}
+
+template <class W, int R, int C>
+struct TilePairs {
   template <bool Two>
   static inline void step(int64_t b, const uint8_t* const* w, const uint8_t* a, size_t as,
                           int64_t ahead, __m512 (&acc)[R][C]) {
-    const __m512i k80 = _mm512_set1_epi8(char(0x80));
-    const __m512i zero = _mm512_setzero_si512();
     __m512i u[R];
     __m512 dw[R];
     for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w[r] + 34 * b;
+      const uint8_t* p = w[r] + W::kBytes * b;
       _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T0);
-      const __m256i hi = Two ? load32(p + 36) : _mm256_setzero_si256();
-      u[r] = _mm512_xor_si512(join(load32(p + 2), hi), k80);
-      dw[r] = halves(f16(p), Two ? f16(p + 34) : 0.0f);
+      W::template decode<Two>(p, u[r], dw[r]);
     }
     for (int c = 0; c < C; ++c) {
-      const uint8_t* q = a + size_t(c) * as + 34 * b;
-      const __m512i y = join(load32(q + 2), Two ? load32(q + 36) : _mm256_setzero_si256());
-      const __m512i base = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k80, y));
-      const __m512 da = halves(f16(q), Two ? f16(q + 34) : 0.0f);
-      for (int r = 0; r < R; ++r) {
-        const __m512i s = _mm512_dpbusd_epi32(base, u[r], y);
-        acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], da), acc[r][c]);
-      }
+      const PairAct x = pair_act<W, Two>(a + size_t(c) * as + 34 * b);
+      for (int r = 0; r < R; ++r) acc[r][c] = pair_fma(x, u[r], dw[r], acc[r][c]);
     }
   }
   static void run(int64_t n, const uint8_t* const* w, const uint8_t* a, size_t as, float* out) {
@@ -107,58 +148,43 @@ struct TileQ8_0 {
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
     const int64_t nb = n / 32;
     int64_t b = 0;
-    const int64_t ahead = prefetch_distance(R, nb * 34);
+    const int64_t ahead = prefetch_distance(R, nb * W::kBytes);
     for (; b + 2 <= nb; b += 2) step<true>(b, w, a, as, ahead, acc);
     if (b < nb) step<false>(b, w, a, as, ahead, acc);
     finish<R, C>(acc, out);
+  }
+  // R weight rows one after another against one activation row (see run_tile), the
+  // activation's pairs prepared once for all of them: the same steps as run<1, 1>.
+  static void rows(int64_t n, const uint8_t* const* w, int rows, const uint8_t* a, float* out) {
+    const int64_t nb = n / 32, pairs = (nb + 1) / 2;
+    thread_local std::vector<PairAct> x;
+    x.resize(size_t(pairs));
+    for (int64_t k = 0; k < pairs; ++k)
+      x[size_t(k)] =
+          2 * k + 1 < nb ? pair_act<W, true>(a + 34 * 2 * k) : pair_act<W, false>(a + 34 * 2 * k);
+    const int64_t ahead = prefetch_distance(1, nb * W::kBytes);
+    for (int r = 0; r < rows; ++r) {
+      __m512 acc[1][1] = {{_mm512_setzero_ps()}};
+      for (int64_t k = 0; k < pairs; ++k) {
+        const uint8_t* p = w[r] + W::kBytes * 2 * k;
+        _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T0);
+        __m512i u;
+        __m512 dw;
+        if (2 * k + 1 < nb)
+          W::template decode<true>(p, u, dw);
+        else
+          W::template decode<false>(p, u, dw);
+        acc[0][0] = pair_fma(x[size_t(k)], u, dw, acc[0][0]);
+      }
+      finish<1, 1>(acc, out + r);
+    }
   }
 };
 
 template <int R, int C>
-struct TileQ4_0 {
-  template <bool Two>
-  static inline void step(int64_t b, const uint8_t* const* w, const uint8_t* a, size_t as,
-                          int64_t ahead, __m512 (&acc)[R][C]) {
-    const __m512i k08 = _mm512_set1_epi8(8);
-    const __m512i k0f = _mm512_set1_epi8(0x0F);
-    const __m512i zero = _mm512_setzero_si512();
-    __m512i u[R];
-    __m512 dw[R];
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w[r] + 18 * b;
-      _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T0);
-      const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
-      const __m128i q1 =
-          Two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 20)) : _mm_setzero_si128();
-      // [q0 q0 q1 q1] -> [low nibbles of q0, high of q0, low of q1, high of q1]: each block's
-      // elements 0-15 then 16-31
-      const __m512i v = join(_mm256_set_m128i(q0, q0), _mm256_set_m128i(q1, q1));
-      u[r] = _mm512_and_si512(_mm512_mask_blend_epi64(0xCC, v, _mm512_srli_epi16(v, 4)), k0f);
-      dw[r] = halves(f16(p), Two ? f16(p + 18) : 0.0f);
-    }
-    for (int c = 0; c < C; ++c) {
-      const uint8_t* q = a + size_t(c) * as + 34 * b;
-      const __m512i y = join(load32(q + 2), Two ? load32(q + 36) : _mm256_setzero_si256());
-      const __m512i base = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k08, y));
-      const __m512 da = halves(f16(q), Two ? f16(q + 34) : 0.0f);
-      for (int r = 0; r < R; ++r) {
-        const __m512i s = _mm512_dpbusd_epi32(base, u[r], y);
-        acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], da), acc[r][c]);
-      }
-    }
-  }
-  static void run(int64_t n, const uint8_t* const* w, const uint8_t* a, size_t as, float* out) {
-    __m512 acc[R][C];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-    const int64_t nb = n / 32;
-    int64_t b = 0;
-    const int64_t ahead = prefetch_distance(R, nb * 18);
-    for (; b + 2 <= nb; b += 2) step<true>(b, w, a, as, ahead, acc);
-    if (b < nb) step<false>(b, w, a, as, ahead, acc);
-    finish<R, C>(acc, out);
-  }
-};
+using TileQ8_0 = TilePairs<Q8_0Weights, R, C>;
+template <int R, int C>
+using TileQ4_0 = TilePairs<Q4_0Weights, R, C>;
 
 // Q4_K against Q8_K, per 256-value superblock: 4 vectors of 64 values (the low and high
 // nibbles of 32 bytes, two sub-blocks); vpmaddubsw pairs them with the activations and
@@ -228,6 +254,10 @@ struct TileQ4_K {
       }
     }
     finish<R, C>(acc, out);
+  }
+  // R weight rows one after another against one activation row (see run_tile).
+  static void rows(int64_t n, const uint8_t* const* w, int rows, const uint8_t* a, float* out) {
+    for (int r = 0; r < rows; ++r) run(n, w + r, a, 0, out + r);
   }
 };
 
@@ -300,6 +330,10 @@ struct TileQ6_K {
     }
     finish<R, C>(acc, out);
   }
+  // R weight rows one after another against one activation row (see run_tile).
+  static void rows(int64_t n, const uint8_t* const* w, int rows, const uint8_t* a, float* out) {
+    for (int r = 0; r < rows; ++r) run(n, w + r, a, 0, out + r);
+  }
 };
 
 // Against one activation row (a decode step) the rows go one by one: several rows streamed
@@ -308,7 +342,7 @@ struct TileQ6_K {
 template <template <int, int> class K, int R, int C>
 void run_tile(int64_t n, const uint8_t* const* w, const uint8_t* a, size_t as, float* out) {
   if constexpr (C == 1 && R > 1) {
-    for (int r = 0; r < R; ++r) K<1, 1>::run(n, w + r, a, as, out + r);
+    K<1, 1>::rows(n, w, R, a, out);
   } else {
     K<R, C>::run(n, w, a, as, out);
   }
