@@ -162,12 +162,12 @@ struct TilePairs {
     for (int64_t k = 0; k < pairs; ++k)
       x[size_t(k)] =
           2 * k + 1 < nb ? pair_act<W, true>(a + 34 * 2 * k) : pair_act<W, false>(a + 34 * 2 * k);
-    const int64_t ahead = prefetch_distance(1, nb * W::kBytes);
+    // One row at a time is what the hardware prefetchers follow best: a software prefetch of
+    // the next row here made a Q8_0 LM head streamed from DRAM 20% slower.
     for (int r = 0; r < rows; ++r) {
       __m512 acc[1][1] = {{_mm512_setzero_ps()}};
       for (int64_t k = 0; k < pairs; ++k) {
         const uint8_t* p = w[r] + W::kBytes * 2 * k;
-        _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T0);
         __m512i u;
         __m512 dw;
         if (2 * k + 1 < nb)

@@ -72,10 +72,10 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
         dot_tile(first.type, cols, w, R, a + size_t(i) * as, as, C, v);
         for (int c = 0; c < C; ++c)
           for (int r = 0; r < R; ++r) {
-            float x = v[c * R + r];
-            if (bias) x += bias[o + r];
+            float val = v[c * R + r];
+            if (bias) val += bias[o + r];
             float& dst = y[(i + c) * ldy + o + r];
-            dst = accumulate ? dst + x : x;
+            dst = accumulate ? dst + val : val;
           }
       }
       o += R;
