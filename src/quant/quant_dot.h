@@ -1,10 +1,16 @@
 #pragma once
-// Dot products of one weight row (any block format) with one activation row prepared in the
-// format that weight type multiplies against, as llama.cpp pairs them: Q8_0 and Q4_0 weights
-// against Q8_0 activations, Q4_K and Q6_K against Q8_K, F32/F16/BF16 against plain f32.
+// Dot products of weight rows (any block format) with activation rows prepared in the format
+// that weight type multiplies against, as llama.cpp pairs them: Q8_0 and Q4_0 weights against
+// Q8_0 activations, Q4_K and Q6_K against Q8_K, F32/F16/BF16 against plain f32.
 // Integer products are summed exactly within a block; the scales are applied per block in
-// fp32. The AVX2 kernels are chosen at run time when the CPU has AVX2 and FMA; the scalar
-// ones are the reference they are tested against.
+// fp32. Kernels come in levels chosen at run time from what the CPU has (cpuid): "avx512"
+// (F/BW/VL/VNNI: tiles of several weight rows x several activation rows, each weight block
+// decoded once per tile), "avx2" (AVX2+FMA+F16C, one row pair at a time) and "scalar", the
+// reference the others are tested against.
+//
+// Batch invariance: at a given level an element's value is bitwise the same whether it is
+// computed by vec_dot or inside any tile of dot_tile, so the quantized GEMM gives a row the
+// same logits whatever it is batched with.
 #include <cstddef>
 #include <cstdint>
 
@@ -25,8 +31,21 @@ float vec_dot(QType t, int64_t n, const void* w, const void* a);
 // The scalar reference, whatever the CPU.
 float vec_dot_scalar(QType t, int64_t n, const void* w, const void* a);
 
-// Which kernels vec_dot uses: "avx2" or "scalar". LLMRUN_QUANT_SIMD=scalar forces the
-// scalar ones (to measure or to compare).
-const char* simd_level();
+// A tile of dot products: out[c * R + r] = vec_dot(t, n, w[r], a + c * a_stride), bitwise,
+// for r < R, c < C, 1 <= R, C <= kDotTileMax.
+inline constexpr int kDotTileMax = 4;
+void dot_tile(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a, size_t a_stride,
+              int C, float* out);
+
+enum class SimdLevel { scalar = 0, avx2 = 1, avx512 = 2 };
+// The level in use: the best the CPU supports, or lower when LLMRUN_QUANT_SIMD=avx2|scalar
+// says so (to measure or to compare).
+SimdLevel active_simd_level();
+const char* simd_level();  // its name: "avx512", "avx2" or "scalar"
+const char* simd_level_name(SimdLevel l);
+bool simd_level_supported(SimdLevel l);
+// Switches the level for the whole process (tests and benchmarks; l must be supported). Not
+// to be called while a GEMM runs.
+void set_simd_level(SimdLevel l);
 
 }  // namespace llmrun::quant

@@ -1,11 +1,10 @@
-// AVX2 dot products over ggml blocks, and vec_dot's run-time choice between them and the
-// scalar reference. The kernels carry their own target attribute, so the file builds for any
-// -march and the CPU is asked once (cpuid) whether it can run them.
-#include <cstdlib>
+// AVX2 dot products over ggml blocks, one weight row with one activation row. The kernels
+// carry their own target attribute, so the file builds for any -march; quant_dot_dispatch.cpp
+// asks the CPU (cpuid) whether it can run them.
 #include <cstring>
-#include <string>
 
 #include "quant/quant_dot.h"
+#include "quant/quant_dot_kernels.h"
 #include "quant/quant_dot_q5.h"
 
 #if defined(__x86_64__)
@@ -173,50 +172,47 @@ LLMRUN_AVX2 float dot_float(QType t, int64_t n, const uint8_t* w, const float* a
   return sum;
 }
 
-bool use_avx2() {
-  static const bool yes = [] {
-    const char* force = std::getenv("LLMRUN_QUANT_SIMD");
-    if (force && std::string(force) == "scalar") return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-  }();
-  return yes;
-}
-
 }  // namespace
 
-const char* simd_level() { return use_avx2() ? "avx2" : "scalar"; }
+namespace detail {
 
-float vec_dot(QType t, int64_t n, const void* wv, const void* av) {
-  if (!use_avx2()) return vec_dot_scalar(t, n, wv, av);
-  const auto* w = static_cast<const uint8_t*>(wv);
-  const auto* a = static_cast<const uint8_t*>(av);
+bool vec_dot_avx2(QType t, int64_t n, const uint8_t* w, const uint8_t* a, float* out) {
   switch (t) {
     case QType::q8_0:
-      return dot_q8_0(n, w, a);
+      *out = dot_q8_0(n, w, a);
+      return true;
     case QType::q4_0:
-      return dot_q4_0(n, w, a);
+      *out = dot_q4_0(n, w, a);
+      return true;
     case QType::q4_k:
-      return dot_q4_k(n, w, a);
+      *out = dot_q4_k(n, w, a);
+      return true;
     case QType::q6_k:
-      return dot_q6_k(n, w, a);
+      *out = dot_q6_k(n, w, a);
+      return true;
+    case QType::f32:
+    case QType::f16:
+    case QType::bf16:
+      *out = dot_float(t, n, w, reinterpret_cast<const float*>(a));
+      return true;
     case QType::q4_1:
     case QType::q5_0:
     case QType::q5_1:
     case QType::q5_k:
-      return vec_dot_q5_family_avx2(t, n, w, a);
+      *out = vec_dot_q5_family_avx2(t, n, w, a);
+      return true;
     default:
-      return dot_float(t, n, w, static_cast<const float*>(av));
+      return false;
   }
 }
 
-#else  // not x86-64: the scalar kernels
+}  // namespace detail
 
-const char* simd_level() { return "scalar"; }
-float vec_dot(QType t, int64_t n, const void* w, const void* a) {
-  return vec_dot_scalar(t, n, w, a);
-}
+#else  // not x86-64: no AVX2 kernels
+
+namespace detail {
+bool vec_dot_avx2(QType, int64_t, const uint8_t*, const uint8_t*, float*) { return false; }
+}  // namespace detail
 
 #endif
 

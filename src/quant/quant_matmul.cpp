@@ -1,5 +1,5 @@
-// The quantized GEMM: activation rows quantized in parallel, then the row-by-row or blocked
-// loop over (output row, activation row) pairs, in parallel over output rows.
+// The quantized GEMM: activation rows quantized in parallel, then tiles of weight rows x
+// activation rows (dot_tile), in parallel over groups of output rows.
 #include "quant/quant_matmul.h"
 
 #include <omp.h>
@@ -48,33 +48,52 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
     acts[k].resize(stride[k] * size_t(n));
     uint8_t* dst = acts[k].data();
     const QType at = act_types_[k];
-#pragma omp parallel for if (n > 1)
+#pragma omp parallel for if (n > 1 && n * cols > 32768)
     for (int64_t i = 0; i < n; ++i)
       quantize_row(at, x + i * cols, dst + size_t(i) * stride[k], cols);
   }
-  auto element = [&](int64_t o, int64_t i) {
-    const Row& r = rows_[size_t(o)];
-    float v =
-        vec_dot(r.type, cols, r.w, acts[size_t(r.act)].data() + size_t(i) * stride[size_t(r.act)]);
-    if (bias) v += bias[o];
-    float& dst = y[i * ldy + o];
-    dst = accumulate ? dst + v : v;
+  // Output rows [o0, o1) x activation rows [i0, i1) in dot_tile tiles of up to
+  // kDotTileMax x kDotTileMax; a tile's weight rows share one type.
+  auto block = [&](int64_t o0, int64_t o1, int64_t i0, int64_t i1) {
+    const uint8_t* w[kDotTileMax];
+    float v[kDotTileMax * kDotTileMax];
+    for (int64_t o = o0; o < o1;) {
+      const Row& first = rows_[size_t(o)];
+      int R = 0;
+      while (R < kDotTileMax && o + R < o1 && rows_[size_t(o + R)].type == first.type &&
+             rows_[size_t(o + R)].act == first.act) {
+        w[R] = rows_[size_t(o + R)].w;
+        ++R;
+      }
+      const size_t as = stride[size_t(first.act)];
+      const uint8_t* a = acts[size_t(first.act)].data();
+      for (int64_t i = i0; i < i1; i += kDotTileMax) {
+        const int C = int(std::min<int64_t>(kDotTileMax, i1 - i));
+        dot_tile(first.type, cols, w, R, a + size_t(i) * as, as, C, v);
+        for (int c = 0; c < C; ++c)
+          for (int r = 0; r < R; ++r) {
+            float val = v[c * R + r];
+            if (bias) val += bias[o + r];
+            float& dst = y[(i + c) * ldy + o + r];
+            dst = accumulate ? dst + val : val;
+          }
+      }
+      o += R;
+    }
   };
   if (n <= kRowsForBlocking) {
+    const int64_t groups = (out + kTileRows - 1) / kTileRows;
 #pragma omp parallel for schedule(static) if (out * cols > 16384)
-    for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < n; ++i) element(o, i);
+    for (int64_t g = 0; g < groups; ++g)
+      block(g * kTileRows, std::min(out, (g + 1) * kTileRows), 0, n);
     return;
   }
   const int64_t tiles = (out + kTileRows - 1) / kTileRows;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (out * n * cols > (1 << 20))
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t o_end = std::min(out, (t + 1) * kTileRows);
-    for (int64_t i0 = 0; i0 < n; i0 += kTileActs) {
-      const int64_t i_end = std::min(n, i0 + kTileActs);
-      for (int64_t o = t * kTileRows; o < o_end; ++o)
-        for (int64_t i = i0; i < i_end; ++i) element(o, i);
-    }
+    for (int64_t i0 = 0; i0 < n; i0 += kTileActs)
+      block(t * kTileRows, o_end, i0, std::min(n, i0 + kTileActs));
   }
 }
 

@@ -1,13 +1,14 @@
 #pragma once
 // y = x W^T over a weight matrix kept in its ggml block format (never expanded to fp32).
 //
-// Each activation row is quantized once (Q8_0 or Q8_K, as llama.cpp does), then every output
-// element is one vec_dot of a weight row with an activation row. Batches of more than
-// kRowsForBlocking rows take the blocked path: output rows in tiles whose weight blocks stay
-// in cache while the tile meets every activation row. Both paths compute each element with
-// the same vec_dot on the same two rows, so a sequence's logits are bitwise the same whatever
-// it is batched with: batch invariance costs nothing here, and `serve --deterministic` and
-// the default behave alike on quantized weights.
+// Each activation row is quantized once (Q8_0 or Q8_K, as llama.cpp does), then the output
+// is computed in tiles of up to 4 weight rows x 4 activation rows (dot_tile: each weight block
+// decoded once per tile). Batches of more than kRowsForBlocking rows walk groups of output
+// rows whose weight blocks stay in cache while the group meets every activation row. At a
+// given SIMD level an element's value does not depend on the tile it was computed in
+// (quant_dot.h), so a sequence's logits are bitwise the same whatever it is batched with:
+// batch invariance costs nothing here, and `serve --deterministic` and the default behave
+// alike on quantized weights.
 #include <cstdint>
 #include <vector>
 

@@ -1,9 +1,11 @@
 // ggml block formats: sizes and byte layouts against hand-built blocks (the documented
 // formulas), quantize/dequantize round trips within the error the format allows, the dot
-// products (AVX2 against the scalar reference against fp32), and the quantized GEMM's batch
-// invariance.
+// products (every SIMD level this CPU runs against the scalar reference against fp32; tiles
+// against single dots bitwise), and the quantized GEMM's batch invariance at every level.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -246,76 +248,178 @@ TEST(QuantBlocks, ErrorBoundIsTight) {
   }
 }
 
+// The levels this CPU can run, each set for the scope of one test body.
+std::vector<SimdLevel> levels() {
+  std::vector<SimdLevel> out;
+  for (SimdLevel l : {SimdLevel::scalar, SimdLevel::avx2, SimdLevel::avx512})
+    if (simd_level_supported(l)) out.push_back(l);
+  return out;
+}
+
+struct LevelGuard {
+  SimdLevel saved = active_simd_level();
+  ~LevelGuard() { set_simd_level(saved); }
+};
+
+// Row width per type: an odd number of 32-value blocks where the format allows (the AVX-512
+// kernels pair blocks, so the last one goes alone).
+int64_t width(QType t, int64_t k_width) { return block_values(t) == 256 ? k_width : k_width + 32; }
+
 TEST(QuantDot, SimdMatchesScalarAndFloat) {
-  const int64_t n = 2048;
-  for (QType t : kTypes) {
-    const std::vector<float> w = random_row(n, 11), x = random_row(n, 12);
-    std::vector<uint8_t> wq(row_bytes(t, n)), a(activation_row_bytes(t, n));
-    quantize_row(t, w.data(), wq.data(), n);
-    prepare_activation(t, x.data(), a.data(), n);
-    std::vector<float> wd(static_cast<size_t>(n)), xd(static_cast<size_t>(n));
-    dequantize_row(t, wq.data(), wd.data(), n);
-    dequantize_row(activation_type(t), a.data(), xd.data(), n);
-    // Against the dequantized rows the only differences are fp32 summation order.
-    double exact = 0, mag = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      exact += double(wd[size_t(i)]) * xd[size_t(i)];
-      mag += std::fabs(double(wd[size_t(i)]) * xd[size_t(i)]);
+  LevelGuard guard;
+  for (SimdLevel level : levels()) {
+    set_simd_level(level);
+    for (QType t : kTypes) {
+      const int64_t n = width(t, 2048);
+      const std::vector<float> w = random_row(n, 11), x = random_row(n, 12);
+      std::vector<uint8_t> wq(row_bytes(t, n)), a(activation_row_bytes(t, n));
+      quantize_row(t, w.data(), wq.data(), n);
+      prepare_activation(t, x.data(), a.data(), n);
+      std::vector<float> wd(static_cast<size_t>(n)), xd(static_cast<size_t>(n));
+      dequantize_row(t, wq.data(), wd.data(), n);
+      dequantize_row(activation_type(t), a.data(), xd.data(), n);
+      // Against the dequantized rows the only differences are fp32 summation order.
+      double exact = 0, mag = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        exact += double(wd[size_t(i)]) * xd[size_t(i)];
+        mag += std::fabs(double(wd[size_t(i)]) * xd[size_t(i)]);
+      }
+      const float simd = vec_dot(t, n, wq.data(), a.data());
+      const float scalar = vec_dot_scalar(t, n, wq.data(), a.data());
+      EXPECT_NEAR(scalar, exact, 1e-5 * mag + 1e-9) << type_name(t);
+      EXPECT_NEAR(simd, exact, 1e-5 * mag + 1e-9) << type_name(t) << " (" << simd_level() << ")";
+      // and the SIMD kernel against the scalar one directly (the same integer sums per block)
+      EXPECT_NEAR(simd, scalar, 2e-6 * mag + 1e-9) << type_name(t) << " (" << simd_level() << ")";
+      // Against fp32 x: the activation's quantization error, bounded per block.
+      double bound = 1e-5 * mag;
+      const int64_t bv = std::max<int64_t>(block_values(activation_type(t)), 1);
+      for (int64_t b0 = 0; b0 < n; b0 += bv) {
+        double amax = 0;
+        for (int64_t i = b0; i < b0 + bv; ++i)
+          amax = std::max(amax, double(std::fabs(x[size_t(i)])));
+        for (int64_t i = b0; i < b0 + bv; ++i)
+          bound += std::fabs(wd[size_t(i)]) * max_block_error(activation_type(t), amax);
+      }
+      double fp = 0;
+      for (int64_t i = 0; i < n; ++i) fp += double(wd[size_t(i)]) * x[size_t(i)];
+      EXPECT_NEAR(simd, fp, bound) << type_name(t) << " (" << simd_level() << ")";
     }
-    const float simd = vec_dot(t, n, wq.data(), a.data());
-    const float scalar = vec_dot_scalar(t, n, wq.data(), a.data());
-    EXPECT_NEAR(scalar, exact, 1e-5 * mag + 1e-9) << type_name(t);
-    EXPECT_NEAR(simd, exact, 1e-5 * mag + 1e-9) << type_name(t) << " (" << simd_level() << ")";
-    // and the SIMD kernel against the scalar one directly (the same integer sums per block)
-    EXPECT_NEAR(simd, scalar, 2e-6 * mag + 1e-9) << type_name(t) << " (" << simd_level() << ")";
-    // Against fp32 x: the activation's quantization error, bounded per block.
-    double bound = 1e-5 * mag;
-    const int64_t bv = std::max<int64_t>(block_values(activation_type(t)), 1);
-    for (int64_t b0 = 0; b0 < n; b0 += bv) {
-      double amax = 0;
-      for (int64_t i = b0; i < b0 + bv; ++i) amax = std::max(amax, double(std::fabs(x[size_t(i)])));
-      for (int64_t i = b0; i < b0 + bv; ++i)
-        bound += std::fabs(wd[size_t(i)]) * max_block_error(activation_type(t), amax);
-    }
-    double fp = 0;
-    for (int64_t i = 0; i < n; ++i) fp += double(wd[size_t(i)]) * x[size_t(i)];
-    EXPECT_NEAR(simd, fp, bound) << type_name(t);
   }
 }
 
+TEST(QuantDot, LevelsReportAndSwitch) {
+  LevelGuard guard;
+  EXPECT_TRUE(simd_level_supported(SimdLevel::scalar));
+  set_simd_level(SimdLevel::scalar);
+  EXPECT_STREQ(simd_level(), "scalar");
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl")) {
+    ASSERT_TRUE(simd_level_supported(SimdLevel::avx512));
+    set_simd_level(SimdLevel::avx512);
+    EXPECT_STREQ(simd_level(), "avx512");
+  }
+#endif
+}
+
+// Every tile shape gives each element bitwise what vec_dot gives it, at every level.
+TEST(QuantDot, TilesEqualVecDotBitwise) {
+  LevelGuard guard;
+  for (SimdLevel level : levels()) {
+    set_simd_level(level);
+    for (QType t : kTypes) {
+      const int64_t n = width(t, 512);
+      const size_t wb = row_bytes(t, n), ab = activation_row_bytes(t, n);
+      std::vector<uint8_t> w(wb * kDotTileMax), a(ab * kDotTileMax);
+      for (int r = 0; r < kDotTileMax; ++r) {
+        quantize_row(t, random_row(n, uint32_t(30 + r)).data(), w.data() + r * wb, n);
+        prepare_activation(t, random_row(n, uint32_t(40 + r)).data(), a.data() + r * ab, n);
+      }
+      for (int R = 1; R <= kDotTileMax; ++R)
+        for (int C = 1; C <= kDotTileMax; ++C) {
+          const uint8_t* rows[kDotTileMax];
+          for (int r = 0; r < R; ++r) rows[r] = w.data() + (kDotTileMax - R + r) * wb;
+          float out[kDotTileMax * kDotTileMax];
+          dot_tile(t, n, rows, R, a.data(), ab, C, out);
+          for (int c = 0; c < C; ++c)
+            for (int r = 0; r < R; ++r)
+              ASSERT_EQ(out[c * R + r], vec_dot(t, n, rows[r], a.data() + c * ab))
+                  << type_name(t) << " " << R << "x" << C << " (" << simd_level() << ")";
+        }
+    }
+  }
+}
+
+// Batch invariance through the GEMM: row i of a batch of n equals row i computed alone,
+// bitwise, for n = 1..70 (every tile remainder, both the small-batch and the blocked path),
+// at every level; weights of two types stacked (Q4_K_M files mix Q4_K and Q6_K rows) and a
+// row count that is no multiple of the tile. The values are the scalar reference's within
+// the summation-order tolerance. One thread: an element is never split between threads, and
+// ~5000 tiny GEMMs would otherwise spend their time in OpenMP barriers on a loaded machine.
 TEST(QuantMatmul, BatchedRowsEqualAloneBitwise) {
-  const int64_t in = 512, out = 40, n = 11;  // 11 rows: the blocked path
-  for (QType t : {QType::q4_k, QType::q8_0, QType::f16}) {
-    std::vector<uint8_t> w(row_bytes(t, in) * out);
-    for (int64_t r = 0; r < out; ++r) {
-      const std::vector<float> row = random_row(in, uint32_t(100 + r));
-      quantize_row(t, row.data(), w.data() + size_t(r) * row_bytes(t, in), in);
-    }
-    // Two parts stacked, as q | k | v are.
-    const std::vector<QuantMatrix> parts = {{t, 24, in, w.data()},
-                                            {t, 16, in, w.data() + 24 * row_bytes(t, in)}};
-    std::vector<float> x(static_cast<size_t>(n * in));
-    for (int64_t i = 0; i < n; ++i) {
-      const std::vector<float> row = random_row(in, uint32_t(200 + i));
-      std::copy(row.begin(), row.end(), x.begin() + i * in);
-    }
-    std::vector<float> bias(static_cast<size_t>(out));
-    for (int64_t o = 0; o < out; ++o) bias[size_t(o)] = 0.01f * float(o);
-    std::vector<float> batched(size_t(n * out), 1.0f), alone(size_t(out), 1.0f);
-    quant_matmul(parts, x.data(), n, batched.data(), out, bias.data(), /*accumulate=*/true);
-    for (int64_t i = 0; i < n; ++i) {
-      std::fill(alone.begin(), alone.end(), 1.0f);
-      quant_matmul(parts, x.data() + i * in, 1, alone.data(), out, bias.data(), true);
-      for (int64_t o = 0; o < out; ++o) {
-        ASSERT_EQ(batched[size_t(i * out + o)], alone[size_t(o)]) << type_name(t);
-        // and it is the product: 1 + bias + dot
-        std::vector<uint8_t> a(activation_row_bytes(t, in));
-        prepare_activation(t, x.data() + i * in, a.data(), in);
-        const float d = vec_dot(t, in, w.data() + size_t(o) * row_bytes(t, in), a.data());
-        ASSERT_EQ(alone[size_t(o)], 1.0f + (d + bias[size_t(o)]));
+  LevelGuard guard;
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const int64_t out = 39, max_n = 70;
+  const std::vector<std::pair<QType, QType>> pairs = {
+      {QType::q8_0, QType::q8_0}, {QType::q4_0, QType::q4_0}, {QType::q4_k, QType::q4_k},
+      {QType::q6_k, QType::q6_k}, {QType::q4_k, QType::q6_k}, {QType::f16, QType::f16},
+      {QType::bf16, QType::bf16}, {QType::f32, QType::f32}};
+  for (SimdLevel level : levels()) {
+    set_simd_level(level);
+    for (const auto& [t0, t1] : pairs) {
+      const int64_t in = block_values(t0) == 256 || block_values(t1) == 256 ? 512 : 544;
+      const int64_t rows0 = 22, rows1 = out - rows0;
+      std::vector<uint8_t> w0(row_bytes(t0, in) * rows0), w1(row_bytes(t1, in) * rows1);
+      for (int64_t r = 0; r < out; ++r) {
+        const std::vector<float> row = random_row(in, uint32_t(100 + r));
+        if (r < rows0)
+          quantize_row(t0, row.data(), w0.data() + size_t(r) * row_bytes(t0, in), in);
+        else
+          quantize_row(t1, row.data(), w1.data() + size_t(r - rows0) * row_bytes(t1, in), in);
+      }
+      const std::vector<QuantMatrix> parts = {{t0, rows0, in, w0.data()},
+                                              {t1, rows1, in, w1.data()}};
+      std::vector<float> x(static_cast<size_t>(max_n * in));
+      for (int64_t i = 0; i < max_n; ++i) {
+        const std::vector<float> row = random_row(in, uint32_t(200 + i));
+        std::copy(row.begin(), row.end(), x.begin() + i * in);
+      }
+      std::vector<float> bias(static_cast<size_t>(out));
+      for (int64_t o = 0; o < out; ++o) bias[size_t(o)] = 0.01f * float(o);
+      // Each row alone, checked against vec_dot and the scalar reference.
+      std::vector<float> alone(size_t(max_n * out), 1.0f);
+      for (int64_t i = 0; i < max_n; ++i) {
+        quant_matmul(parts, x.data() + i * in, 1, alone.data() + i * out, out, bias.data(), true);
+        for (int64_t o = 0; o < out; ++o) {
+          const QType t = o < rows0 ? t0 : t1;
+          const uint8_t* wr = o < rows0 ? w0.data() + size_t(o) * row_bytes(t0, in)
+                                        : w1.data() + size_t(o - rows0) * row_bytes(t1, in);
+          std::vector<uint8_t> a(activation_row_bytes(t, in));
+          prepare_activation(t, x.data() + i * in, a.data(), in);
+          const float d = vec_dot(t, in, wr, a.data());
+          ASSERT_EQ(alone[size_t(i * out + o)], 1.0f + (d + bias[size_t(o)])) << type_name(t);
+          // summation order only: within 1e-5 of sum |w x|
+          std::vector<float> wd(static_cast<size_t>(in));
+          dequantize_row(t, wr, wd.data(), in);
+          double mag = 0;
+          for (int64_t k = 0; k < in; ++k)
+            mag += std::fabs(double(wd[size_t(k)]) * x[size_t(i * in + k)]);
+          ASSERT_NEAR(d, vec_dot_scalar(t, in, wr, a.data()), 2e-5 * mag + 1e-9) << type_name(t);
+        }
+      }
+      for (int64_t n = 2; n <= max_n; ++n) {
+        std::vector<float> batched(size_t(n * out), 1.0f);
+        quant_matmul(parts, x.data(), n, batched.data(), out, bias.data(), /*accumulate=*/true);
+        for (int64_t k = 0; k < n * out; ++k)
+          ASSERT_EQ(batched[size_t(k)], alone[size_t(k)])
+              << type_name(t0) << "|" << type_name(t1) << " n=" << n << " row " << k / out
+              << " col " << k % out << " (" << simd_level() << ")";
       }
     }
   }
+  omp_set_num_threads(threads);
 }
 
 }  // namespace

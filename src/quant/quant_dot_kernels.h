@@ -1,0 +1,22 @@
+#pragma once
+// The per-level kernel tables behind quant_dot.h's dispatch (private to src/quant). Each
+// level has one switch over the types it has kernels for; a type a level lacks falls to the
+// level below, element by element.
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/block_formats.h"
+
+namespace llmrun::quant::detail {
+
+// AVX2 + FMA + F16C (quant_dot_avx2.cpp); false when the type has no AVX2 kernel.
+bool vec_dot_avx2(QType t, int64_t n, const uint8_t* w, const uint8_t* a, float* out);
+
+// AVX-512 F/BW/VL/VNNI (quant_dot_avx512.cpp): out[c * R + r] = dot(w[r], a + c * a_stride)
+// for r < R, c < C (1 <= R, C <= kTileMax); false when the type has no AVX-512 tile kernel.
+// Each element's arithmetic does not depend on R or C (see quant_dot_avx512.cpp).
+inline constexpr int kTileMax = 4;
+bool dot_tile_avx512(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a,
+                     size_t a_stride, int C, float* out);
+
+}  // namespace llmrun::quant::detail
