@@ -144,12 +144,12 @@ inline Lanes sum_lanes_many(const Lanes* acc) {
   return fold<1>(l3[0], n3 > 1 ? l3[1] : l3[0]);
 }
 
-// Floats ahead of the current chunk that the decode loop asks the cache to fetch once a pass
-// has kPrefetchRows x rows or more: their FMA work keeps the core busy between W loads, and
-// the hardware prefetcher alone then leaves W's stream waiting on memory (measured with
-// bench/linear_rows_bench.sh: 8 and 16 rows 15-25% faster; 1-5 rows were not faster).
+// Floats ahead of the current chunk that the decode loop asks the cache to fetch, in passes
+// of 6+ x rows, or 3+ rows of 1024+ floats: their FMA work keeps the core busy between W
+// loads, and the hardware prefetcher alone then leaves W's stream waiting on memory.
+// Measured with bench/linear_rows_bench.sh on a cold 100 MB W: 3-30% faster there, while
+// 1-2 rows, and 4-5 rows of 512 floats, ran slower with it.
 constexpr int64_t kPrefetch = 2048;
-constexpr int kPrefetchRows = 6;
 
 // Decode: x rows i0 .. i0+MR against W row j in one pass: each 16-float chunk of the W row is
 // loaded once for MR independent FMA chains, and the MR sums leave through one vector tree.
@@ -159,9 +159,10 @@ void decode_row(const Operands& o, int64_t i0, int64_t j) {
   const float* x = o.x + i0 * o.k;
   const int64_t K = o.k;
   Lanes acc[MR] = {};
+  const bool prefetch = MR >= 6 || (MR >= 3 && K >= 1024);
   int64_t k = 0;
   for (; k + kLanes <= K; k += kLanes) {
-    if (MR >= kPrefetchRows) __builtin_prefetch(w + k + kPrefetch);
+    if (prefetch) __builtin_prefetch(w + k + kPrefetch);
     const Lanes wv = load(w + k);
     for (int i = 0; i < MR; ++i) acc[i] += load(x + i * K + k) * wv;
   }
