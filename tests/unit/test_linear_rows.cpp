@@ -92,6 +92,27 @@ TEST(LinearRows, RowsAreBitwiseIndependentOfTheBatch) {
   }
 }
 
+// The decode path (up to 16 rows, all x rows against one W row at a time, lanes summed for
+// several rows at once) and the 4 x 4 tiles beyond it give every element the bitwise result
+// of the one-row call: each batch size 1..20, lengths with and without a lane tail.
+TEST(LinearRows, EveryBatchSizeMatchesOneRowBitwise) {
+  auto be1 = test::make_test_backend(1);
+  auto be2 = test::make_test_backend(2);
+  for (const int64_t k : {1, 7, 16, 31, 64, 100, 512, 777}) {
+    const Problem p = make_problem(20, 45, k, 5 + uint32_t(k));
+    std::vector<std::vector<float>> alone;
+    for (int64_t i = 0; i < p.m; ++i) alone.push_back(run(*be1, p, i, 1, true, true));
+    for (int64_t m = 1; m <= p.m; ++m)
+      for (Backend* be : {be1.get(), be2.get()}) {
+        const std::vector<float> y = run(*be, p, 0, m, true, true);
+        for (int64_t i = 0; i < m; ++i)
+          ASSERT_EQ(0, std::memcmp(y.data() + i * p.n, alone[size_t(i)].data(),
+                                   size_t(p.n) * sizeof(float)))
+              << "k=" << k << " m=" << m << " row " << i << " with " << be->threads() << " threads";
+      }
+  }
+}
+
 TEST(LinearRows, RejectsMismatchedShapes) {
   auto be = test::make_test_backend(1);
   std::vector<float> x(6), w(12), y(8);

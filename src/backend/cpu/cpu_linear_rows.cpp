@@ -11,7 +11,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <utility>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
@@ -102,6 +104,106 @@ void tile_rows(const Operands& o, int mr, int64_t i0, int64_t j0) {
   }
 }
 
+typedef int LaneIndex __attribute__((vector_size(64)));
+
+// The lanes the tree keeps at distance D: of each block of 2D lanes the first D, taken from
+// a (result lanes 0..7) and then b (result lanes 8..15, indices 16.. of __builtin_shuffle).
+constexpr int kept_lane(int d, int e) {
+  const int r = e % (kLanes / 2);
+  return (e / (kLanes / 2)) * kLanes + (r / d) * 2 * d + r % d;
+}
+
+template <int D, int... E>
+constexpr LaneIndex kept_lanes(std::integer_sequence<int, E...>) {
+  return LaneIndex{kept_lane(D, E)...};
+}
+
+// One level of the lane tree for two accumulator sets at once: lanes that the tree adds at
+// distance D (8, 4, 2, 1) are gathered from a and b into two vectors and added, leaving
+// a's partial sums in the low half of the result and b's in the high half. Each lane is the
+// same single addition sum_lanes performs, so the sums are bitwise sum_lanes' results.
+template <int D>
+inline Lanes fold(Lanes a, Lanes b) {
+  constexpr LaneIndex kept = kept_lanes<D>(std::make_integer_sequence<int, kLanes>());
+  constexpr LaneIndex added = kept + D;
+  return __builtin_shuffle(a, b, kept) + __builtin_shuffle(a, b, added);
+}
+
+// sum_lanes of MR accumulators (MR <= 16) at once: after the four folds, lane i holds
+// sum_lanes(acc[i]).
+template <int MR>
+inline Lanes sum_lanes_many(const Lanes* acc) {
+  constexpr int n1 = (MR + 1) / 2, n2 = (n1 + 1) / 2, n3 = (n2 + 1) / 2;
+  Lanes l1[n1], l2[n2], l3[n3];
+  for (int t = 0; t < n1; ++t)
+    l1[t] = fold<8>(acc[2 * t], 2 * t + 1 < MR ? acc[2 * t + 1] : acc[2 * t]);
+  for (int t = 0; t < n2; ++t)
+    l2[t] = fold<4>(l1[2 * t], 2 * t + 1 < n1 ? l1[2 * t + 1] : l1[2 * t]);
+  for (int t = 0; t < n3; ++t)
+    l3[t] = fold<2>(l2[2 * t], 2 * t + 1 < n2 ? l2[2 * t + 1] : l2[2 * t]);
+  return fold<1>(l3[0], n3 > 1 ? l3[1] : l3[0]);
+}
+
+// Floats ahead of the current chunk that the decode loop asks the cache to fetch, in passes
+// of 6+ x rows, or 3+ rows of 1024+ floats: their FMA work keeps the core busy between W
+// loads, and the hardware prefetcher alone then leaves W's stream waiting on memory.
+// Measured with bench/linear_rows_bench.sh on a cold 100 MB W: 3-30% faster there, while
+// 1-2 rows, and 4-5 rows of 512 floats, ran slower with it.
+constexpr int64_t kPrefetch = 2048;
+
+// Decode: x rows i0 .. i0+MR against W row j in one pass: each 16-float chunk of the W row is
+// loaded once for MR independent FMA chains, and the MR sums leave through one vector tree.
+template <int MR>
+void decode_row(const Operands& o, int64_t i0, int64_t j) {
+  const float* w = o.w + j * o.k;
+  const float* x = o.x + i0 * o.k;
+  const int64_t K = o.k;
+  Lanes acc[MR] = {};
+  const bool prefetch = MR >= 6 || (MR >= 3 && K >= 1024);
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes) {
+    if (prefetch) __builtin_prefetch(w + k + kPrefetch);
+    const Lanes wv = load(w + k);
+    for (int i = 0; i < MR; ++i) acc[i] += load(x + i * K + k) * wv;
+  }
+  if (k < K) {  // the zero-padded tail adds 0 * 0 to the lanes it does not fill
+    const int r = static_cast<int>(K - k);
+    const Lanes wv = load_tail(w + k, r);
+    for (int i = 0; i < MR; ++i) acc[i] += load_tail(x + i * K + k, r) * wv;
+  }
+  const Lanes sums = sum_lanes_many<MR>(acc);
+  for (int i = 0; i < MR; ++i) {
+    float* y = o.y + (i0 + i) * o.n + j;
+    float v = sums[i];
+    if (o.bias) v += o.bias[j];
+    *y = o.accumulate ? *y + v : v;
+  }
+}
+
+using DecodeFn = void (*)(const Operands&, int64_t, int64_t);
+
+template <int... MR>
+constexpr std::array<DecodeFn, sizeof...(MR)> decode_table(std::integer_sequence<int, MR...>) {
+  return {&decode_row<MR + 1>...};
+}
+
+// W rows [j_begin, j_end) against all m x rows, in passes of at most `per_pass` x rows (as
+// even as possible; later passes read the W row from L1). A pass takes as many rows as fit
+// in L1 beside the W row, but at least 8: with fewer, the passes' few FMA chains are
+// latency-bound, which cost more than reading x from L2.
+void decode_rows(const Operands& o, int64_t m, int64_t j_begin, int64_t j_end) {
+  static constexpr auto kFns = decode_table(std::make_integer_sequence<int, kDecodeRows>());
+  constexpr int64_t kL1Floats = 24 * 1024 / 4;  // of the 32 KB L1d, leaving room for W
+  constexpr int64_t kMinPass = 8;  // fewer x rows per pass leave the FMA chains latency-bound
+  const int64_t per_pass =
+      std::clamp<int64_t>(kL1Floats / std::max<int64_t>(o.k, 1), kMinPass, kDecodeRows);
+  const int64_t passes = (m + per_pass - 1) / per_pass;
+  int64_t begin[kDecodeRows + 1];
+  for (int64_t p = 0; p <= passes; ++p) begin[p] = m * p / passes;
+  for (int64_t j = j_begin; j < j_end; ++j)
+    for (int64_t p = 0; p < passes; ++p) kFns[begin[p + 1] - begin[p] - 1](o, begin[p], j);
+}
+
 }  // namespace
 
 void CpuBackend::linear_rows(Tensor y, const Tensor& x, const Tensor& W, const Tensor* bias,
@@ -135,11 +237,13 @@ void CpuBackend::linear_rows(Tensor y, const Tensor& x, const Tensor& W, const T
     // follow poorly: measured on the 2-core VM, streaming a cold 1.4 MB W ran at ~6 GB/s
     // tiled and ~18 GB/s row by row. Each y element is the same dot product either way.
     // Up to kDecodeRows rows (a speculative verification's k + 1, a few sequences) take this
-    // path, the x rows in groups of 4 against the W row while it is in L1.
-#pragma omp parallel for num_threads(threads_) schedule(static) if (parallel)
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i0 = 0; i0 < m; i0 += kTile)
-        tile_rows<1>(o, static_cast<int>(std::min<int64_t>(kTile, m - i0)), i0, j);
+    // path: all x rows (up to 8 at least) against the W row in one pass (decode_rows), each
+    // thread over its own contiguous share of W's rows.
+#pragma omp parallel num_threads(threads_) if (parallel)
+    {
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      decode_rows(o, m, n * t / nt, n * (t + 1) / nt);
+    }
     return;
   }
   // Threads split W's rows: each streams its own share of the weights.
