@@ -53,23 +53,23 @@ check_served() {  # METHOD ARGS...: serves with these options and checks every t
   printf '%s\n' "${PROMPTS[@]}" > "$WORK/prompts.txt"
   printf '%s\0' "${WANT[@]}" > "$WORK/want.bin"
   /usr/bin/python3 - "$PORT" "$WORK/prompts.txt" "$WORK/want.bin" <<'PY' || { tail -n 20 "$WORK/server.log"; fail "$what: served text differs"; }
-import json, sys, threading, urllib.request
+import json, sys, urllib.request
 port, prompts, want = sys.argv[1], open(sys.argv[2]).read().splitlines(), open(sys.argv[3]).read().split("\0")[:-1]
+# One request with the prompt list: the engine schedules all of it from its first step, so the
+# small pool preempts however fast the server runs (separate concurrent requests could each
+# finish before the next one arrived).
+body = json.dumps({"prompt": prompts, "max_tokens": 40, "temperature": 0}).encode()
+req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"})
 out = [None] * len(prompts)
-def ask(i):
-    body = json.dumps({"prompt": prompts[i], "max_tokens": 40, "temperature": 0}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"})
-    out[i] = json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["text"]
-ts = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))] * 1
-for t in ts: t.start()
-for t in ts: t.join()
+for c in json.load(urllib.request.urlopen(req, timeout=120))["choices"]:
+    out[c["index"]] = c["text"]
 bad = [(p, o, w) for p, o, w in zip(prompts, out, want) if p + o != w]
 for b in bad: print("differs:", repr(b), file=sys.stderr)
 sys.exit(1 if bad else 0)
 PY
   local m
   m=$(curl -sf "http://127.0.0.1:$PORT/metrics")
-  echo "$m" | grep -qE '^llmrun:num_preemptions_total [1-9]' || { echo "$m" | grep preempt; fail "$what: the pool was meant to force preemption"; }
+  echo "$m" | grep -qE '^llmrun:num_preemptions_total [1-9]' || { echo "metrics: ${#m} bytes"; echo "$m" | grep -E "preempt|requests_total"; tail -5 "$WORK/server.log"; fail "$what: the pool was meant to force preemption"; }
   echo "$m" | grep -q '^llmrun:kv_cache_blocks_used 0$' || { echo "$m" | grep kv_cache; fail "$what: KV blocks still in use"; }
   echo "$m" | grep -qE '^llmrun:spec_decode_num_drafts_total [1-9]' || fail "$what: nothing proposed"
   # An unrelated random draft may see none of its guesses accepted, depending on which steps
@@ -88,7 +88,7 @@ check_served "draft (self)" --speculative draft --draft-model "$WORK/tiny"
 check_served "draft (other)" --speculative draft --draft-model "$WORK/other" --no-prefix-caching
 
 # Structured outputs are speculated too: constrained greedy requests (a regex and a JSON schema,
-# concurrent, preempting) give on speculative servers the text a plain server gives, valid,
+# in batches, preempting) give on speculative servers the text a plain server gives, valid,
 # with proposals accepted (the grammar's forced text is what prompt lookup guesses).
 constrained() {  # OUT_FILE ARGS...: serves with these options and writes the constrained texts
   local out=$1; shift
@@ -101,21 +101,24 @@ regex = r"(item[0-9] ){2,5}end"
 schema = {"type": "array", "minItems": 2, "maxItems": 3, "items": {"type": "object",
           "properties": {"k": {"enum": ["ab", "cd"]}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
           "required": ["k", "n"], "additionalProperties": False}}
-asks = []
-for i in range(4):
-    asks.append({"prompt": f"item{i} item{i + 1} end item{i}", "guided_regex": regex})
-    asks.append({"prompt": f'[{{"k":"ab","n":{i}}},{{"k":"cd","n":1}}]',
-                 "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
-out = [None] * len(asks)
+# Two concurrent requests, each a list of 4 prompts under one constraint: a list is scheduled
+# as one batch, and the schema list alone outgrows the 40-block pool, so preemption happens
+# however fast the server runs.
+asks = [{"prompt": [f"item{i} item{i + 1} end item{i}" for i in range(4)], "guided_regex": regex},
+        {"prompt": [f'[{{"k":"ab","n":{i}}},{{"k":"cd","n":1}}]' for i in range(4)],
+         "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}]
+texts = [None] * len(asks)
 def ask(i):
     body = dict(asks[i], max_tokens=60, temperature=0)
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(),
                                  {"Content-Type": "application/json"})
-    out[i] = json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["text"]
+    choices = json.load(urllib.request.urlopen(req, timeout=120))["choices"]
+    texts[i] = [c["text"] for c in sorted(choices, key=lambda c: c["index"])]
 ts = [threading.Thread(target=ask, args=(i,)) for i in range(len(asks))]
 for t in ts: t.start()
 for t in ts: t.join()
-for a, o in zip(asks, out):
+out = texts[0] + texts[1]
+for a, o in zip([asks[0]] * 4 + [asks[1]] * 4, out):
     if "guided_regex" in a:
         assert re.fullmatch(regex, o), ("regex", o)
     else:
