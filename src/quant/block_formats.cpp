@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "quant/block_formats_q5.h"
+#include "quant/k_quant_scales.h"
 #include "tensor/tensor.h"
 #include "util/error.h"
 
@@ -71,17 +72,6 @@ void dequantize_q4_0(const uint8_t* in, float* y, int64_t n) {
   }
 }
 
-// Q4_K's 6-bit scale and min of sub-block j from the 12 packed bytes.
-void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = uint8_t((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
-    m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
 // Q4_K block: d (f16) @0, dmin (f16) @2, scales[12] @4, qs[128] @16.
 void quantize_q4_k(const float* x, uint8_t* out, int64_t n) {
   for (int64_t b = 0; b < n / 256; ++b, x += 256, out += 144) {
@@ -143,10 +133,10 @@ void dequantize_q4_k(const uint8_t* in, float* y, int64_t n) {
     const uint8_t* scales = in + 4;
     const uint8_t* q = in + 16;
     for (int j = 0, is = 0; j < 256; j += 64, q += 32, is += 2) {
-      uint8_t sc, m;
-      scale_min_k4(is, scales, sc, m);
+      int sc, m;
+      k_scale_min(is, scales, sc, m);
       const float d1 = d * sc, m1 = dmin * m;
-      scale_min_k4(is + 1, scales, sc, m);
+      k_scale_min(is + 1, scales, sc, m);
       const float d2 = d * sc, m2 = dmin * m;
       for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0x0F) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;

@@ -3,33 +3,18 @@
 // asks the CPU (cpuid) whether it can run them.
 #include <cstring>
 
+#include "quant/avx2_helpers.h"
 #include "quant/quant_dot.h"
 #include "quant/quant_dot_kernels.h"
 #include "quant/quant_dot_q5.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define LLMRUN_AVX2 __attribute__((target("avx2,fma,f16c")))
-#endif
 
 namespace llmrun::quant {
 
 #if defined(__x86_64__)
 namespace {
 
-LLMRUN_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-LLMRUN_AVX2 inline int hsum_i32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s);
-}
+using avx2::hsum;
+using avx2::hsum_i32;
 
 LLMRUN_AVX2 inline float f16(const uint8_t* p) {
   uint16_t h;

@@ -5,12 +5,9 @@
 
 #include <cstring>
 
+#include "quant/avx2_helpers.h"
+#include "quant/k_quant_scales.h"
 #include "util/error.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define LLMRUN_AVX2 __attribute__((target("avx2,fma,f16c")))
-#endif
 
 namespace llmrun::quant {
 
@@ -69,17 +66,6 @@ float dot_q5_0_scalar(int64_t n, const uint8_t* w, const uint8_t* a) {
   return sum;
 }
 
-// Sub-block j's 6-bit scale and min from K-quants' 12 packed bytes.
-void scale_min(int j, const uint8_t* q, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // Q5_K (d, dmin, scales @4, qh @16, qs @48) against Q8_K (f32 d, qs @4, bsums @260): the
 // mins' term from the activation's sums of 16.
 float dot_q5_k_scalar(int64_t n, const uint8_t* w, const uint8_t* a) {
@@ -93,7 +79,7 @@ float dot_q5_k_scalar(int64_t n, const uint8_t* w, const uint8_t* a) {
     int sumi = 0, summ = 0;
     for (int j = 0; j < 8; ++j) {
       int sc, m;
-      scale_min(j, w + 4, sc, m);
+      k_scale_min(j, w + 4, sc, m);
       const uint8_t* q = w + 48 + 32 * (j / 2);
       const int shift = 4 * (j % 2);
       int s = 0;
@@ -109,19 +95,8 @@ float dot_q5_k_scalar(int64_t n, const uint8_t* w, const uint8_t* a) {
 
 #if defined(__x86_64__)
 
-LLMRUN_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-LLMRUN_AVX2 inline int hsum_i32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s);
-}
+using avx2::hsum;
+using avx2::hsum_i32;
 
 // 8 int32 sums of products of unsigned bytes u (< 128) with signed bytes y.
 LLMRUN_AVX2 inline __m256i dot_u8_i8(__m256i u, __m256i y) {
@@ -189,7 +164,7 @@ LLMRUN_AVX2 float dot_q5_k_avx2(int64_t n, const uint8_t* w, const uint8_t* a) {
     const auto* bsums = reinterpret_cast<const int16_t*>(a + 260);
     for (int j = 0; j < 8; ++j) {
       int m;
-      scale_min(j, w + 4, scales[j], m);
+      k_scale_min(j, w + 4, scales[j], m);
       summ += m * (bsums[2 * j] + bsums[2 * j + 1]);
     }
     // bit j of qh[l] is the fifth bit of value l of sub-block j: shifted down 2 per pair

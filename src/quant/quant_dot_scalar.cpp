@@ -1,6 +1,7 @@
 // Scalar dot products over ggml blocks: the reference the SIMD kernels are tested against.
 #include <cstring>
 
+#include "quant/k_quant_scales.h"
 #include "quant/quant_dot.h"
 #include "quant/quant_dot_q5.h"
 #include "tensor/tensor.h"
@@ -38,16 +39,6 @@ float dot_q4_0(int64_t n, const uint8_t* w, const uint8_t* a) {
   return sum;
 }
 
-void scale_min(int j, const uint8_t* q, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 float dot_q4_k(int64_t n, const uint8_t* w, const uint8_t* a) {
   float sum = 0;
   for (int64_t b = 0; b < n / 256; ++b, w += 144, a += 292) {
@@ -59,7 +50,7 @@ float dot_q4_k(int64_t n, const uint8_t* w, const uint8_t* a) {
     int sumi = 0, summ = 0;
     for (int j = 0; j < 8; ++j) {
       int sc, m;
-      scale_min(j, w + 4, sc, m);
+      k_scale_min(j, w + 4, sc, m);
       const uint8_t* q = q4 + 32 * (j / 2);
       const int shift = (j % 2) * 4;
       int s = 0;
