@@ -72,44 +72,55 @@ void dequantize_q4_0(const uint8_t* in, float* y, int64_t n) {
   }
 }
 
+}  // namespace
+
+KScales pack_k_scales(const float* x, int max_level, uint8_t* head) {
+  float step[8], lowest[8];  // per sub-block: step size and -min (>= 0)
+  float max_step = 0, max_min = 0;
+  for (int j = 0; j < 8; ++j) {
+    float lo = 0, hi = 0;  // the range always includes 0, as ggml's does
+    for (int l = 0; l < 32; ++l) {
+      lo = std::min(lo, x[32 * j + l]);
+      hi = std::max(hi, x[32 * j + l]);
+    }
+    step[j] = (hi - lo) / float(max_level);
+    lowest[j] = -lo;
+    max_step = std::max(max_step, step[j]);
+    max_min = std::max(max_min, lowest[j]);
+  }
+  KScales k;
+  const uint16_t dh = to_f16(max_step / 63.0f), mh = to_f16(max_min / 63.0f);
+  std::memcpy(head, &dh, 2);
+  std::memcpy(head + 2, &mh, 2);
+  k.d = from_f16(dh);
+  k.dmin = from_f16(mh);
+  for (int j = 0; j < 8; ++j) {
+    k.ls[j] = uint8_t(std::clamp(k.d > 0 ? nearest_int(step[j] / k.d) : 0, 0, 63));
+    k.lm[j] = uint8_t(std::clamp(k.dmin > 0 ? nearest_int(lowest[j] / k.dmin) : 0, 0, 63));
+  }
+  uint8_t* scales = head + 4;
+  std::memset(scales, 0, 12);
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      scales[j] = k.ls[j];
+      scales[j + 4] = k.lm[j];
+    } else {  // low 4 bits in bytes 8..11, the top 2 in the top bits of bytes 0..7
+      scales[j + 4] = uint8_t((k.ls[j] & 0x0F) | ((k.lm[j] & 0x0F) << 4));
+      scales[j - 4] |= uint8_t((k.ls[j] >> 4) << 6);
+      scales[j] |= uint8_t((k.lm[j] >> 4) << 6);
+    }
+  }
+  return k;
+}
+
+namespace {
+
 // Q4_K block: d (f16) @0, dmin (f16) @2, scales[12] @4, qs[128] @16.
 void quantize_q4_k(const float* x, uint8_t* out, int64_t n) {
   for (int64_t b = 0; b < n / 256; ++b, x += 256, out += 144) {
-    float step[8], lowest[8];  // per sub-block: step size and -min (>= 0)
-    float max_step = 0, max_min = 0;
-    for (int j = 0; j < 8; ++j) {
-      float lo = 0, hi = 0;  // the range always includes 0, as ggml's does
-      for (int l = 0; l < 32; ++l) {
-        lo = std::min(lo, x[32 * j + l]);
-        hi = std::max(hi, x[32 * j + l]);
-      }
-      step[j] = (hi - lo) / 15.0f;
-      lowest[j] = -lo;
-      max_step = std::max(max_step, step[j]);
-      max_min = std::max(max_min, lowest[j]);
-    }
-    const float d = from_f16(to_f16(max_step / 63.0f));
-    const float dmin = from_f16(to_f16(max_min / 63.0f));
-    uint8_t ls[8], lm[8];
-    for (int j = 0; j < 8; ++j) {
-      ls[j] = uint8_t(std::clamp(d > 0 ? nearest_int(step[j] / d) : 0, 0, 63));
-      lm[j] = uint8_t(std::clamp(dmin > 0 ? nearest_int(lowest[j] / dmin) : 0, 0, 63));
-    }
-    const uint16_t dh = to_f16(max_step / 63.0f), mh = to_f16(max_min / 63.0f);
-    std::memcpy(out, &dh, 2);
-    std::memcpy(out + 2, &mh, 2);
-    uint8_t* scales = out + 4;
-    std::memset(scales, 0, 12);
-    for (int j = 0; j < 8; ++j) {
-      if (j < 4) {
-        scales[j] = ls[j];
-        scales[j + 4] = lm[j];
-      } else {
-        scales[j + 4] = uint8_t((ls[j] & 0x0F) | ((lm[j] & 0x0F) << 4));
-        scales[j - 4] |= uint8_t((ls[j] >> 4) << 6);
-        scales[j] |= uint8_t((lm[j] >> 4) << 6);
-      }
-    }
+    const KScales k = pack_k_scales(x, 15, out);
+    const float d = k.d, dmin = k.dmin;
+    const uint8_t *ls = k.ls, *lm = k.lm;
     // Levels against the scales as stored, so rounding of the scales is not compounded.
     uint8_t L[256];
     for (int j = 0; j < 8; ++j) {

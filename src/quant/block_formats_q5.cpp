@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "quant/block_formats.h"
+#include "quant/k_quant_scales.h"
 
 namespace llmrun::quant::detail {
 
@@ -129,38 +130,9 @@ void dequantize_q5_1(const uint8_t* in, float* y, int64_t n) {
 // qs[128] @48.
 void quantize_q5_k(const float* x, uint8_t* out, int64_t n) {
   for (int64_t b = 0; b < n / 256; ++b, x += 256, out += 176) {
-    float step[8], lowest[8];  // per sub-block: step size and -min (>= 0)
-    float max_step = 0, max_min = 0;
-    for (int j = 0; j < 8; ++j) {
-      float lo = 0, hi = 0;  // the range always includes 0, as ggml's does
-      for (int l = 0; l < 32; ++l) {
-        lo = std::min(lo, x[32 * j + l]);
-        hi = std::max(hi, x[32 * j + l]);
-      }
-      step[j] = (hi - lo) / 31.0f;
-      lowest[j] = -lo;
-      max_step = std::max(max_step, step[j]);
-      max_min = std::max(max_min, lowest[j]);
-    }
-    const float d = put_f16(out, max_step / 63.0f);
-    const float dmin = put_f16(out + 2, max_min / 63.0f);
-    uint8_t ls[8], lm[8];
-    for (int j = 0; j < 8; ++j) {
-      ls[j] = uint8_t(std::clamp(d > 0 ? nearest_int(step[j] / d) : 0, 0, 63));
-      lm[j] = uint8_t(std::clamp(dmin > 0 ? nearest_int(lowest[j] / dmin) : 0, 0, 63));
-    }
-    uint8_t* scales = out + 4;
-    std::memset(scales, 0, 12);
-    for (int j = 0; j < 8; ++j) {
-      if (j < 4) {
-        scales[j] = ls[j];
-        scales[j + 4] = lm[j];
-      } else {  // low 4 bits in bytes 8..11, the top 2 in the top bits of bytes 0..7
-        scales[j + 4] = uint8_t((ls[j] & 0x0F) | ((lm[j] & 0x0F) << 4));
-        scales[j - 4] |= uint8_t((ls[j] >> 4) << 6);
-        scales[j] |= uint8_t((lm[j] >> 4) << 6);
-      }
-    }
+    const KScales k = pack_k_scales(x, 31, out);
+    const float d = k.d, dmin = k.dmin;
+    const uint8_t *ls = k.ls, *lm = k.lm;
     uint8_t* qh = out + 16;
     uint8_t* qs = out + 48;
     std::memset(qh, 0, 32);
