@@ -58,8 +58,8 @@ TEST(SamplingRowsEmulation, BatchKernelsPickWhatTheHostPathPicks) {
                         logits.begin() + int64_t(lrow + 1) * vocab);
         const double u =
             c.params.sampling.temperature > 0.0f ? dev_s[size_t(i)]->peek_uniform() : 0.0;
-        params.push_back(to_kernel(pack_processed_row(c.params, c.tokens, c.prompt_len, lrow, vocab,
-                                                      sample_vocab, u, i, adjusts)));
+        params.push_back(processed_row_params(pack_processed_row(
+            c.params, c.tokens, c.prompt_len, lrow, vocab, sample_vocab, u, i, adjusts)));
         if (c.params.logprobs >= 0) top_n = std::max(top_n, std::min(c.params.logprobs, vocab));
         if (!c.mask.empty()) {
           // Each batch's first structured row at step 1 allows only -inf tokens (padding).

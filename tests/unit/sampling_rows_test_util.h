@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../../kernels/sampling_rows_math.cuh"
+#include "backend/cuda/processed_row_params.h"
 #include "serve/device_sampler.h"
 #include "serve/logit_processors.h"
 #include "serve/sampler.h"
@@ -85,22 +86,6 @@ inline RowCase make_case(std::mt19937& rng, int i, int max_vocab) {
     c.mask = random_mask(rng, vocab, c.sample_vocab, i % 12 == 1 ? 0.05 : 0.4, only_padding);
   }
   return c;
-}
-
-inline kernels::ProcessedRow to_kernel(const ProcessedRowSample& s) {
-  kernels::ProcessedRow p;
-  p.logits_row = s.logits_row;
-  p.sample_vocab = s.sample_vocab;
-  p.temperature = s.temperature;
-  p.top_k = s.top_k;
-  p.top_p = s.top_p;
-  p.min_p = s.min_p;
-  p.u = s.u;
-  p.repetition_penalty = s.repetition_penalty;
-  p.presence_penalty = s.presence_penalty;
-  p.frequency_penalty = s.frequency_penalty;
-  p.logprobs = s.logprobs;
-  return p;
 }
 
 inline float as_float(int32_t bits) {

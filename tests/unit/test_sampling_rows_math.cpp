@@ -35,7 +35,7 @@ namespace {
 std::vector<int32_t> device_math(const RowCase& c, double u, int top_n) {
   const int V = int(c.logits.size());
   std::vector<ProcessedTokenAdjust> adjusts;
-  kernels::ProcessedRow p = to_kernel(
+  kernels::ProcessedRow p = processed_row_params(
       pack_processed_row(c.params, c.tokens, c.prompt_len, 0, V, c.sample_vocab, u, 0, adjusts));
   std::vector<float> raw(static_cast<size_t>(V));
   for (int v = 0; v < V; ++v) raw[size_t(v)] = v < p.sample_vocab ? c.logits[size_t(v)] : -INFINITY;
@@ -139,7 +139,7 @@ TEST(SamplingRowsMath, EachProcessorMovesTheRowAsTheHostDoes) {
   const float* use = apply_logit_processors(c.params, c.tokens, c.prompt_len, c.logits.data(), 6,
                                             c.sample_vocab, masked, work, raw);
   std::vector<ProcessedTokenAdjust> adjusts;
-  const kernels::ProcessedRow p = to_kernel(
+  const kernels::ProcessedRow p = processed_row_params(
       pack_processed_row(c.params, c.tokens, c.prompt_len, 0, 6, c.sample_vocab, 0.0, 0, adjusts));
   ASSERT_EQ(adjusts.size(), 5u);  // ids 0, 1, 2 (seen), 3 and 5 (bias); 9 and -1 outside
   std::vector<float> got(c.logits);

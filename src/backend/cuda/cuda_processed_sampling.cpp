@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/processed_row_params.h"
 #include "kernels/sampling_rows.cuh"
 
 namespace llmrun {
@@ -46,19 +47,7 @@ void cuda_sample_processed_rows(Backend& be, Tensor out, Tensor workspace, const
     const ProcessedRowSample& s = rows[r];
     LLMRUN_CHECK(s.logits_row >= 0 && s.logits_row < logits.rows(),
                  "sample_processed_rows: no logits row " + std::to_string(s.logits_row));
-    kernels::ProcessedRow& p = params[r];
-    p.logits_row = s.logits_row;
-    p.sample_vocab = s.sample_vocab;
-    p.temperature = s.temperature;
-    p.top_k = s.top_k;
-    p.top_p = s.top_p;
-    p.min_p = s.min_p;
-    p.u = s.u;
-    p.repetition_penalty = s.repetition_penalty;
-    p.presence_penalty = s.presence_penalty;
-    p.frequency_penalty = s.frequency_penalty;
-    p.logprobs = s.logprobs;
-    p.mask_at = s.mask_at;
+    params[r] = processed_row_params(s);
     LLMRUN_CHECK(s.mask_at < 0 || size_t(s.mask_at) + size_t((vocab + 31) / 32) <= masks.size(),
                  "sample_processed_rows: row " + std::to_string(r) + "'s bitmask outside `masks`");
   }
