@@ -8,6 +8,7 @@
 
 #include "quant/block_formats_q5.h"
 #include "quant/k_quant_scales.h"
+#include "tensor/half_convert.h"
 #include "tensor/tensor.h"
 #include "util/error.h"
 
@@ -400,20 +401,10 @@ void dequantize_row(QType t, const void* in, float* y, int64_t n) {
     case QType::f32:
       std::memcpy(y, p, size_t(n) * 4);
       return;
-    case QType::f16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        y[i] = f16_to_f32(h);
-      }
-      return;
+    case QType::f16:  // rows of 2-byte values start 2-byte aligned in every pool and file
+      return half::f16_row_to_f32(reinterpret_cast<const uint16_t*>(p), y, n);
     case QType::bf16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        y[i] = bf16_to_f32(h);
-      }
-      return;
+      return half::bf16_row_to_f32(reinterpret_cast<const uint16_t*>(p), y, n);
     case QType::q8_0:
       return dequantize_q8_0(p, y, n);
     case QType::q4_0:

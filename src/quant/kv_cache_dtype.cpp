@@ -10,9 +10,102 @@
 #include <vector>
 
 #include "backend/op_shapes.h"
+#include "tensor/half_convert.h"
 #include "util/error.h"
 
 namespace llmrun::quant {
+
+namespace {
+
+// One head's key or value row as fp32: f32 rows are read in place, the others converted into
+// `scratch`. f16 and bf16 convert inline (vector conversions); a per-row call through
+// dequantize_row cost more than the attention's arithmetic at decode-sized contexts.
+template <QType T>
+inline const float* head_row(const uint8_t* src, float* scratch, int d) {
+  if constexpr (T == QType::f32) {
+    return reinterpret_cast<const float*>(src);
+  } else if constexpr (T == QType::f16) {
+    half::f16_row_to_f32(reinterpret_cast<const uint16_t*>(src), scratch, d);
+  } else if constexpr (T == QType::bf16) {
+    half::bf16_row_to_f32(reinterpret_cast<const uint16_t*>(src), scratch, d);
+  } else {
+    dequantize_row(T, src, scratch, d);
+  }
+  return scratch;
+}
+
+struct PagedArgs {
+  const float* q;
+  float* out;
+  const KvPoolView &k_pool, &v_pool;
+  const int32_t *bt, *qs, *cl, *seq_of;
+  int64_t tokens, max_blocks;
+  int block_size, heads, kv_heads, head_dim;
+  int64_t work;  // multiply-adds of the scores, to decide whether a team pays off
+};
+
+// The online-softmax paged attention of every (token, head), one task each; a task's result
+// depends only on its own query and context, whatever else is in the batch.
+template <QType T>
+void attend_all(const PagedArgs& a) {
+  const int d = a.head_dim, group = a.heads / a.kv_heads, block_size = a.block_size;
+  const int64_t hd = int64_t(a.heads) * d, max_blocks = a.max_blocks;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const size_t rb = a.k_pool.row_bytes(), head_bytes = row_bytes(T, d);
+  const int32_t *qs = a.qs, *cl = a.cl, *bt = a.bt;
+  const int64_t tasks = a.tokens * a.heads;
+  const int team = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), tasks));
+#pragma omp parallel num_threads(team) if (a.work > (int64_t(1) << 17))
+  {
+    std::vector<float> acc(static_cast<size_t>(d)), scores(static_cast<size_t>(block_size)),
+        scratch(static_cast<size_t>(d));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t t = task / a.heads;
+      const int h = static_cast<int>(task % a.heads);
+      const int s = a.seq_of[size_t(t)];
+      const int64_t pos = cl[s] - (qs[s + 1] - qs[s]) + (t - qs[s]);  // this query's position
+      const float* qrow = a.q + t * hd + int64_t(h) * d;
+      // The head's slice starts on a block boundary (check_kv_dtype): its bytes stand alone.
+      const size_t head_off = size_t(h / group) * head_bytes;
+      const int32_t* table = bt + int64_t(s) * max_blocks;
+      float m = -INFINITY, l = 0.0f;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t b0 = 0; b0 <= pos; b0 += block_size) {
+        const int n = static_cast<int>(std::min<int64_t>(block_size, pos + 1 - b0));
+        const int64_t base = int64_t(table[b0 / block_size]) * block_size;
+        float bm = -INFINITY;
+        for (int j = 0; j < n; ++j) {
+          const float* row =
+              head_row<T>(a.k_pool.data + (base + j) * rb + head_off, scratch.data(), d);
+          float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+          for (int c = 0; c < d; ++c) dot += qrow[c] * row[c];
+          scores[size_t(j)] = dot * scale;
+          bm = std::max(bm, scores[size_t(j)]);
+        }
+        const float new_m = std::max(m, bm);
+        const float correction = std::exp(m - new_m);  // 0 on the first block (m = -inf)
+        l *= correction;
+        for (int c = 0; c < d; ++c) acc[size_t(c)] *= correction;
+        for (int j = 0; j < n; ++j) {
+          const float p = std::exp(scores[size_t(j)] - new_m);
+          l += p;
+          const float* row =
+              head_row<T>(a.v_pool.data + (base + j) * rb + head_off, scratch.data(), d);
+#pragma omp simd
+          for (int c = 0; c < d; ++c) acc[size_t(c)] += p * row[c];
+        }
+        m = new_m;
+      }
+      float* orow = a.out + t * hd + int64_t(h) * d;
+      const float inv = 1.0f / l;
+      for (int c = 0; c < d; ++c) orow[c] = acc[size_t(c)] * inv;
+    }
+  }
+}
+
+}  // namespace
 
 QType parse_kv_dtype(const std::string& name) {
   if (name == "f32") return QType::f32;
@@ -113,59 +206,17 @@ void kv_paged_attention(Tensor out, const Tensor& q, const KvPoolView& k_pool,
     for (int64_t t = qs[s]; t < qs[s + 1]; ++t) seq_of[size_t(t)] = static_cast<int32_t>(s);
   }
   if (tokens == 0) return;
-  const int d = head_dim, group = heads / kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const QType type = k_pool.type;
-  const size_t rb = k_pool.row_bytes(), head_bytes = row_bytes(type, d);
-  const float* qp = q.f32();
-  float* o = out.f32();
-  const int64_t tasks = tokens * heads;
-  const int team = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), tasks));
-#pragma omp parallel num_threads(team) if (work > (int64_t(1) << 17))
-  {
-    std::vector<float> acc(static_cast<size_t>(d)), scores(static_cast<size_t>(block_size)),
-        row(static_cast<size_t>(d));
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t t = task / heads;
-      const int h = static_cast<int>(task % heads);
-      const int s = seq_of[size_t(t)];
-      const int64_t pos = cl[s] - (qs[s + 1] - qs[s]) + (t - qs[s]);  // this query's position
-      const float* qrow = qp + t * hd + int64_t(h) * d;
-      // The head's slice starts on a block boundary (check_kv_dtype): its bytes stand alone.
-      const size_t head_off = size_t(h / group) * head_bytes;
-      const int32_t* table = bt + int64_t(s) * max_blocks;
-      float m = -INFINITY, l = 0.0f;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t b0 = 0; b0 <= pos; b0 += block_size) {
-        const int n = static_cast<int>(std::min<int64_t>(block_size, pos + 1 - b0));
-        const int64_t base = int64_t(table[b0 / block_size]) * block_size;
-        float bm = -INFINITY;
-        for (int j = 0; j < n; ++j) {
-          dequantize_row(type, k_pool.data + (base + j) * rb + head_off, row.data(), d);
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int c = 0; c < d; ++c) dot += qrow[c] * row[size_t(c)];
-          scores[size_t(j)] = dot * scale;
-          bm = std::max(bm, scores[size_t(j)]);
-        }
-        const float new_m = std::max(m, bm);
-        const float correction = std::exp(m - new_m);  // 0 on the first block (m = -inf)
-        l *= correction;
-        for (int c = 0; c < d; ++c) acc[size_t(c)] *= correction;
-        for (int j = 0; j < n; ++j) {
-          const float p = std::exp(scores[size_t(j)] - new_m);
-          l += p;
-          dequantize_row(type, v_pool.data + (base + j) * rb + head_off, row.data(), d);
-#pragma omp simd
-          for (int c = 0; c < d; ++c) acc[size_t(c)] += p * row[size_t(c)];
-        }
-        m = new_m;
-      }
-      float* orow = o + t * hd + int64_t(h) * d;
-      const float inv = 1.0f / l;
-      for (int c = 0; c < d; ++c) orow[c] = acc[size_t(c)] * inv;
-    }
+  const PagedArgs a{q.f32(), out.f32(),  k_pool,     v_pool, bt,       qs,       cl,  seq_of.data(),
+                    tokens,  max_blocks, block_size, heads,  kv_heads, head_dim, work};
+  switch (k_pool.type) {  // check_kv_dtype admitted only these
+    case QType::f16:
+      return attend_all<QType::f16>(a);
+    case QType::bf16:
+      return attend_all<QType::bf16>(a);
+    case QType::q8_0:
+      return attend_all<QType::q8_0>(a);
+    default:
+      return attend_all<QType::f32>(a);
   }
 }
 

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "tensor/half_convert.h"
+
 namespace llmrun {
 
 size_t dtype_size(DType t) {
@@ -129,14 +131,8 @@ uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-float bf16_to_f32(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t f32_to_f16(float f) { return std::bit_cast<uint16_t>(static_cast<_Float16>(f)); }
-float f16_to_f32(uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
+float bf16_to_f32(uint16_t h) { return half::bf16_to_f32(h); }
+uint16_t f32_to_f16(float f) { return half::f32_to_f16(f); }
+float f16_to_f32(uint16_t h) { return half::f16_to_f32(h); }
 
 }  // namespace llmrun
