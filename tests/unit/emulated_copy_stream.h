@@ -3,9 +3,10 @@
 //  - Execution: issued work runs later, in a seeded random order that only stream order and
 //    event waits constrain (the host waiting on an event runs work until the event is
 //    reached), so data copied without the wait it needs is read stale and the results differ.
-//  - Races: every copy and every compute() names the memory it reads and writes; an access
-//    on one stream that is not ordered (stream order, events; vector clocks at issue time)
-//    after a conflicting access on the other is reported in races(), whatever order ran.
+//  - Races: every copy and every work item names the memory it reads and writes; an access
+//    on one stream that is not ordered (stream order, events, or the host having waited for
+//    it before issuing; vector clocks at issue time) after a conflicting access on the other
+//    is reported in races(), whatever order ran.
 //  - Time: each stream keeps a simulated clock (copies take bytes / copy_bytes_per_s, compute
 //    the seconds it is given, a wait moves the clock to the event's time), so that
 //    seconds_between() gives what a device with infinitely fast host issue would show.
@@ -39,6 +40,7 @@ class EmulatedStreams {
 
   std::unique_ptr<StreamEvent> mark(Stream s) {
     pump();
+    after_host(s);
     const int id = int(events_.size());
     events_.push_back({s, vc_[s], clock_[s], false});
     queue_[s].push_back({Op::record, id, {}, {}});
@@ -46,6 +48,7 @@ class EmulatedStreams {
   }
   void wait(Stream s, const StreamEvent& e) {
     pump();
+    after_host(s);
     const EventState& ev = events_[size_t(id(e))];
     for (int k = 0; k < 2; ++k) vc_[s][k] = std::max(vc_[s][k], ev.vc[k]);
     clock_[s] = std::max(clock_[s], ev.time);
@@ -55,6 +58,7 @@ class EmulatedStreams {
   void work(Stream s, const std::vector<Tensor>& reads, const std::vector<Tensor>& writes,
             double seconds, std::function<void()> fn, std::string name) {
     pump();
+    after_host(s);
     ++vc_[s][s];
     issued_names_.push_back(name);
     for (const Tensor& t : reads) access(s, t, false, name);
@@ -75,6 +79,8 @@ class EmulatedStreams {
     return events_[size_t(id(e))].reached;
   }
   void host_waits(const StreamEvent& e) {
+    const EventState& ev = events_[size_t(id(e))];
+    for (int k = 0; k < 2; ++k) host_vc_[k] = std::max(host_vc_[k], ev.vc[k]);
     while (!events_[size_t(id(e))].reached)
       if (!step_random())
         throw std::runtime_error(
@@ -117,6 +123,10 @@ class EmulatedStreams {
     int64_t stamp;
     std::string name;
   };
+  // What the host saw finish (host_waits) is ordered before everything it issues next.
+  void after_host(int s) {
+    for (int k = 0; k < 2; ++k) vc_[s][k] = std::max(vc_[s][k], host_vc_[k]);
+  }
   static int id(const StreamEvent& e) { return static_cast<const Event&>(e).id; }
 
   void access(int s, const Tensor& t, bool write, const std::string& name) {
@@ -157,6 +167,7 @@ class EmulatedStreams {
   std::mt19937_64 rng_;
   double bytes_per_s_;
   std::array<std::array<int64_t, 2>, 2> vc_{};
+  std::array<int64_t, 2> host_vc_{};
   std::array<double, 2> clock_{};
   std::deque<Op> queue_[2];
   std::vector<EventState> events_;

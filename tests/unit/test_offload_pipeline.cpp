@@ -6,11 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <vector>
 
+#include "backend/device_streams.h"
 #include "emulated_copy_stream.h"
+#include "forwarding_backend.h"
 #include "train/offload_pipeline.h"
+#include "train/shard_store.h"
 
 namespace llmrun {
 namespace {
@@ -232,6 +236,81 @@ TEST(OffloadPipeline, WithoutACopyStreamCopiesSynchronously) {
   EXPECT_EQ(h.v[0], want.v[0]);
   EXPECT_FALSE(pipe.asynchronous());
   EXPECT_EQ(pipe.transfers().flight_s, 0);
+}
+
+// A device backend whose memory is host memory and whose compute stream is emulated: it
+// offers the emulated copy stream, copies on the compute stream as CUDA's copy() does (the
+// host waits for them), and says it is a device, so ShardStore stages chunks through it.
+class EmulatedDevice final : public test::ForwardingBackend, public DeviceStreams {
+ public:
+  explicit EmulatedDevice(std::shared_ptr<EmulatedStreams> s)
+      : ForwardingBackend(make_cpu_backend(1)), streams_(std::move(s)) {}
+  Device device() const override { return Device::cuda; }
+  void* compute_stream() const override { return nullptr; }
+  int device_ordinal() const override { return 0; }
+  std::unique_ptr<CopyStream> make_copy_stream() override {
+    return std::make_unique<EmulatedCopyStream>(streams_);
+  }
+  void copy(Tensor dst, const Tensor& src) override {
+    streams_->work(
+        EmulatedStreams::compute_stream, {src}, {dst}, 0,
+        [dst, src] { std::memcpy(dst.data, src.data, dst.bytes()); }, "backend copy");
+    streams_->host_waits(*streams_->mark(EmulatedStreams::compute_stream));
+  }
+
+ private:
+  std::shared_ptr<EmulatedStreams> streams_;
+};
+
+// ShardStore with cpu offload on a device: whole buckets with will_visit's hints and buckets
+// in two calls (the rest of the bucket guessed), then reads and writes from the host, on
+// random stream orders: the synchronous result, no unordered access, copies counted.
+TEST(OffloadPipeline, ShardStoreStreamsHostStateThroughTheCopyStream) {
+  const std::vector<int64_t> sizes = {3000, 1500, 2500};  // pieces of 1024
+  HostState want(sizes);
+  for (int step = 1; step <= 3; ++step)
+    for (size_t b = 0; b < sizes.size(); ++b)
+      update(want.m[b].data(), want.v[b].data(), sizes[b], 0, step);
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    auto streams = std::make_shared<EmulatedStreams>(seed);
+    EmulatedDevice dev(streams);
+    ShardOffload where;
+    where.kind = Offload::cpu;
+    where.buffer_bytes = 1024 * 4 * 2 * 2;  // two slots of 1024 floats per array
+    ShardStore store(dev, "optimizer", sizes, 2, where, 0);
+    EXPECT_EQ(store.max_chunk(), 1024);
+    HostState init(sizes);
+    for (size_t b = 0; b < sizes.size(); ++b)
+      for (int a = 0; a < 2; ++a) store.write(int(b), a, init.bucket(b)[size_t(a)]);
+    for (int step = 1; step <= 3; ++step)
+      for (int b = 0; b < int(sizes.size()); ++b) {
+        auto fn = [&](int64_t offset, const std::vector<Tensor>& mv) {
+          const Tensor m = mv[0], v = mv[1];
+          streams->work(
+              EmulatedStreams::compute_stream, {m, v}, {m, v}, 0,
+              [m, v, offset, step] { update(m.f32(), v.f32(), m.numel(), offset, step); },
+              "update");
+        };
+        if (b + 1 < int(sizes.size())) store.will_visit(b + 1, 0, sizes[size_t(b) + 1]);
+        if (step == 2) {  // two calls: the second half is guessed to follow the first
+          store.for_each_chunk(b, 0, sizes[size_t(b)] / 2, fn);
+          store.for_each_chunk(b, sizes[size_t(b)] / 2, sizes[size_t(b)], fn);
+        } else {
+          store.for_each_chunk(b, fn);
+        }
+      }
+    HostState got(sizes);
+    for (size_t b = 0; b < sizes.size(); ++b)
+      for (int a = 0; a < 2; ++a) store.read(int(b), a, got.bucket(b)[size_t(a)]);
+    for (size_t b = 0; b < sizes.size(); ++b) {
+      ASSERT_EQ(got.m[b], want.m[b]) << "seed " << seed << " bucket " << b;
+      ASSERT_EQ(got.v[b], want.v[b]) << "seed " << seed << " bucket " << b;
+      // array() hands the host memory out only once the copies back have landed.
+      ASSERT_EQ(store.array(int(b), 1).f32()[7], want.v[b][7]);
+    }
+    ASSERT_TRUE(streams->races().empty()) << streams->races().front();
+    EXPECT_GT(store.transfers().flight_s, 0);
+  }
 }
 
 }  // namespace
