@@ -31,7 +31,7 @@ cudaEvent_t event_of(const StreamEvent& e) { return static_cast<const CudaStream
 
 class CudaCopyStream final : public CopyStream {
  public:
-  CudaCopyStream(int ordinal, cudaStream_t compute) : compute_(compute) {
+  CudaCopyStream(int ordinal, cudaStream_t compute) : ordinal_(ordinal), compute_(compute) {
     check(cudaSetDevice(ordinal), "cudaSetDevice (copy stream)");
     check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
   }
@@ -40,8 +40,16 @@ class CudaCopyStream final : public CopyStream {
     cudaStreamDestroy(copy_);
   }
 
-  StreamEventPtr mark_compute() override { return std::make_unique<CudaStreamEvent>(compute_); }
-  StreamEventPtr mark_copy() override { return std::make_unique<CudaStreamEvent>(copy_); }
+  // Events are made on this stream's device, whichever thread asks (checkpoint writers settle
+  // the pipeline from threads of their own).
+  StreamEventPtr mark_compute() override {
+    check(cudaSetDevice(ordinal_), "cudaSetDevice (copy stream)");
+    return std::make_unique<CudaStreamEvent>(compute_);
+  }
+  StreamEventPtr mark_copy() override {
+    check(cudaSetDevice(ordinal_), "cudaSetDevice (copy stream)");
+    return std::make_unique<CudaStreamEvent>(copy_);
+  }
   void copy_waits(const StreamEvent& e) override {
     check(cudaStreamWaitEvent(copy_, event_of(e), 0), "cudaStreamWaitEvent (copy stream)");
   }
@@ -71,6 +79,7 @@ class CudaCopyStream final : public CopyStream {
   }
 
  private:
+  int ordinal_;
   cudaStream_t compute_;
   cudaStream_t copy_ = nullptr;
 };
