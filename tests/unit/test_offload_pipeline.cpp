@@ -43,7 +43,9 @@ struct HostState {
 
 // The update every piece gets: depends on both arrays, the element's offset and the step, so
 // a piece computed on stale data, or written back to the wrong place, changes the result.
-void update(float* m, float* v, int64_t n, int64_t offset, int step) {
+// One compiled body for the pipeline and the reference (noipa: never inlined, cloned or
+// folded at compile time, where sinf or an FMA contraction could round otherwise).
+[[gnu::noipa]] void update(float* m, float* v, int64_t n, int64_t offset, int step) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = std::sin(float(offset + i) * 0.37f + float(step));
     m[i] = 0.9f * m[i] + 0.1f * g;
