@@ -29,7 +29,7 @@ enum RankField {
   f_grad_hidden,
   f_gather,  // parameter all-gathers (ZeRO-1/2 after the optimizer, ZeRO-3 before each use)
   f_gather_hidden,
-  f_offload,  // nvme-offloaded state's reads and write-backs
+  f_offload,  // offloaded state's reads and write-backs, or device copies of it
   f_offload_hidden,
   f_mem_params,
   f_mem_grads,
@@ -138,7 +138,9 @@ nlohmann::json overlap_json(const std::vector<double>& all, int world) {
                    "ZeRO parameter all-gathers (stage 3 before each bucket's use, stages 1-2 "
                    "after the optimizer), per step, all ranks");
   j["offload"] = overlap_part(all, world, f_offload, f_offload_hidden,
-                              "nvme-offloaded state's reads and write-backs, per step, all ranks");
+                              "offloaded state's transfers: nvme reads and write-backs, and on a "
+                              "device the copy-stream copies to and from host memory, per step, "
+                              "all ranks");
   return j;
 }
 
@@ -297,7 +299,7 @@ std::string format_train_bench(const nlohmann::json& r) {
   for (const auto& [key, label, what] :
        {std::tuple{"param_gathers", "  parameter gathers hidden", "ZeRO parameter all-gathers"},
         std::tuple{"offload", "  offload I/O hidden",
-                   "reads and write-backs of nvme-offloaded state"}}) {
+                   "reads and write-backs of offloaded state, or device copies of it"}}) {
     const auto& part = ov[key];
     if (part["comm_s"].get<double>() > 0)
       line("%-28s %11.1f%%  (%.4f s of %.4f s of %s per step, all ranks)\n", label,

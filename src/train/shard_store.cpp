@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <future>
 
+#include "backend/device_streams.h"
 #include "util/error.h"
 
 namespace llmrun {
@@ -45,18 +46,23 @@ ShardStore::ShardStore(Backend& be, std::string name, const std::vector<int64_t>
   const int64_t largest =
       shard_.empty() ? 1 : std::max<int64_t>(1, *std::max_element(shard_.begin(), shard_.end()));
   if (be.device() != Device::cpu && where_.kind != Offload::none) {
-    // The backend computes on its own memory only: chunks of host-held arrays visit it.
-    device_chunk_ =
+    // The backend computes on its own memory only: chunks of host-held arrays visit it, in
+    // pieces of two device slots that share the staging budget.
+    const int64_t piece =
         std::min(largest, std::max<int64_t>(1024, where_.buffer_bytes / (2 * arrays_ * 4)));
-    for (int a = 0; a < arrays_; ++a)
-      device_slot_.push_back(be.allocate(size_t(device_chunk_) * 4));
+    pipeline_ = std::make_unique<OffloadPipeline>(be, make_copy_stream(be), arrays_, piece);
   }
+  // Host memory that the device copies from and to is page-locked, so the copies are
+  // asynchronous (the CPU backend's is ordinary memory: it copies nothing).
+  auto host_buffer = [&](size_t bytes) {
+    return pipeline_ ? be.allocate_host_pinned(bytes) : Buffer::host(bytes);
+  };
   if (in_memory()) {
     for (int64_t n : shard_) {
       auto& bucket = mem_.emplace_back();
       // cpu: host memory even when the backend's own memory is a device's.
       for (int a = 0; a < arrays_; ++a)
-        bucket.push_back(where_.kind == Offload::cpu ? Buffer::host(size_t(n) * 4)
+        bucket.push_back(where_.kind == Offload::cpu ? host_buffer(size_t(n) * 4)
                                                      : be.allocate(size_t(n) * 4));
     }
     return;
@@ -65,7 +71,7 @@ ShardStore::ShardStore(Backend& be, std::string name, const std::vector<int64_t>
   chunk_ = std::max<int64_t>(1024, where_.buffer_bytes / (2 * arrays_ * 4));
   chunk_ = std::max<int64_t>(1, std::min(chunk_, *std::max_element(shard_.begin(), shard_.end())));
   for (auto& slot : slots_)
-    for (int a = 0; a < arrays_; ++a) slot.push_back(Buffer::host(size_t(chunk_) * 4));
+    for (int a = 0; a < arrays_; ++a) slot.push_back(host_buffer(size_t(chunk_) * 4));
   dir_ = (std::filesystem::path(where_.nvme_path) /
           ("llmrun-" + name_ + "-" + std::to_string(getpid()) + "-rank" + std::to_string(rank)))
              .string();
@@ -82,6 +88,7 @@ ShardStore::ShardStore(Backend& be, std::string name, const std::vector<int64_t>
 }
 
 ShardStore::~ShardStore() {
+  pipeline_.reset();  // its copies back finish before the host memory goes
   for (int fd : fds_) close(fd);
   if (!dir_.empty()) {
     std::error_code ec;
@@ -93,12 +100,35 @@ std::string ShardStore::file(int b) const {
   return dir_ + "/bucket-" + std::to_string(b) + "." + name_;
 }
 
-Tensor ShardStore::array(int b, int a) const { return mem_[b][a].as(DType::f32, {shard_[b]}); }
+// The caller may read or write the array: the device copies of it finish first.
+Tensor ShardStore::array(int b, int a) const {
+  if (pipeline_) pipeline_->invalidate();
+  return mem_[b][a].as(DType::f32, {shard_[b]});
+}
+
+std::vector<Tensor> ShardStore::host_range(int b, int64_t begin, int64_t end) const {
+  std::vector<Tensor> r;
+  for (int a = 0; a < arrays_; ++a)
+    r.push_back(mem_[b][a].as(DType::f32, {shard_[b]}).flat(begin, end - begin));
+  return r;
+}
+
+void ShardStore::will_visit(int b, int64_t begin, int64_t end) {
+  LLMRUN_CHECK(0 <= b && b < int(shard_.size()) && 0 <= begin && begin <= end && end <= shard_[b],
+               "will_visit: range outside the shards");
+  next_visit_ = {b, begin, end};
+}
+
+OverlapCounter ShardStore::transfers() const {
+  OverlapCounter c = transfers_;
+  if (pipeline_) c += pipeline_->transfers();
+  return c;
+}
 
 int64_t ShardStore::max_chunk() const {
   int64_t n = 0;
   for (int64_t s : shard_) n = std::max(n, in_memory() ? s : std::min(s, chunk_));
-  return device_chunk_ > 0 ? std::min(n, device_chunk_) : n;
+  return pipeline_ ? std::min(n, pipeline_->piece()) : n;
 }
 
 size_t ShardStore::resident_bytes() const {
@@ -111,7 +141,15 @@ size_t ShardStore::resident_bytes() const {
 void ShardStore::read_range(int b, int a, int64_t first, const Tensor& dst) const {
   const int64_t n = dst.numel();
   LLMRUN_CHECK(first >= 0 && first + n <= shard_[b], "shard read outside the shard");
-  if (in_memory()) return be_.copy(dst, array(b, a).flat(first, n));
+  if (in_memory()) {
+    const Tensor src = mem_[b][a].as(DType::f32, {shard_[b]}).flat(first, n);
+    // Host-held: the copies back to it must land first (on the device when dst is there).
+    if (pipeline_ && src.device == Device::cpu && dst.device == Device::cpu)
+      pipeline_->settle();
+    else if (pipeline_ && src.device == Device::cpu)
+      pipeline_->order_compute_after_copies();
+    return be_.copy(dst, src);
+  }
   const off_t at = off_t(a * shard_[b] + first) * 4;
   if (dst.device == Device::cpu) return pread_all(fds_[b], dst.data, size_t(n) * 4, at, file(b));
   Buffer staging = Buffer::host(size_t(n) * 4);
@@ -122,7 +160,7 @@ void ShardStore::read_range(int b, int a, int64_t first, const Tensor& dst) cons
 void ShardStore::write_range(int b, int a, int64_t first, const Tensor& src) {
   const int64_t n = src.numel();
   LLMRUN_CHECK(first >= 0 && first + n <= shard_[b], "shard write outside the shard");
-  if (in_memory()) return be_.copy(array(b, a).flat(first, n), src);
+  if (in_memory()) return be_.copy(array(b, a).flat(first, n), src);  // array(): invalidates
   const off_t at = off_t(a * shard_[b] + first) * 4;
   if (src.device == Device::cpu) return pwrite_all(fds_[b], src.data, size_t(n) * 4, at, file(b));
   Buffer staging = Buffer::host(size_t(n) * 4);
@@ -142,21 +180,13 @@ void ShardStore::write_chunk(int b, int64_t offset, int64_t len,
                file(b));
 }
 
-void ShardStore::run_chunk(int64_t offset, const std::vector<Tensor>& host_chunk,
-                           const ChunkFn& fn) {
-  if (device_chunk_ == 0 || host_chunk.empty() || host_chunk[0].device != Device::cpu)
+void ShardStore::run_chunk(int64_t offset, const std::vector<Tensor>& host_chunk, const ChunkFn& fn,
+                           const std::vector<Tensor>& next) {
+  if (!pipeline_ || host_chunk.empty() || host_chunk[0].device != Device::cpu)
     return fn(offset, host_chunk);
-  const int64_t n = host_chunk[0].numel();
-  std::vector<Tensor> dev(host_chunk.size());
-  for (int64_t at = 0; at < n; at += device_chunk_) {
-    const int64_t len = std::min(device_chunk_, n - at);
-    for (size_t a = 0; a < host_chunk.size(); ++a) {
-      dev[a] = device_slot_[a].as(DType::f32, {len});
-      be_.copy(dev[a], host_chunk[a].flat(at, len));
-    }
-    fn(offset + at, dev);
-    for (size_t a = 0; a < host_chunk.size(); ++a) be_.copy(host_chunk[a].flat(at, len), dev[a]);
-  }
+  pipeline_->run(offset, host_chunk, fn, next);
+  // nvme: the staging slot goes to the file (and is refilled) as soon as this returns.
+  if (!in_memory()) pipeline_->settle();
 }
 
 void ShardStore::for_each_chunk(int b, int64_t begin, int64_t end, const ChunkFn& fn) {
@@ -164,8 +194,15 @@ void ShardStore::for_each_chunk(int b, int64_t begin, int64_t end, const ChunkFn
   if (begin == end) return;
   std::vector<Tensor> chunk(static_cast<size_t>(arrays_));
   if (in_memory()) {
-    for (int a = 0; a < arrays_; ++a) chunk[a] = array(b, a).flat(begin, end - begin);
-    run_chunk(begin, chunk, fn);
+    // What follows: the rest of this bucket, or will_visit's range once the bucket ends.
+    std::vector<Tensor> next;
+    if (end < shard_[b]) {
+      next = host_range(b, end, shard_[b]);
+    } else if (next_visit_.b >= 0) {
+      next = host_range(next_visit_.b, next_visit_.begin, next_visit_.end);
+      next_visit_ = {};
+    }
+    run_chunk(begin, host_range(b, begin, end), fn, next);
     return;
   }
   TimedTask reading, writing;

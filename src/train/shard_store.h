@@ -5,11 +5,13 @@
 // file per bucket under memory.offload.nvme_path streamed through a bounded set of staging
 // buffers (`nvme`), so a run whose state exceeds memory still trains.
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "parallel/memory_config.h"
+#include "train/offload_pipeline.h"
 #include "train/overlap_counter.h"
 
 namespace llmrun {
@@ -34,11 +36,17 @@ class ShardStore {
   // chunk[a] is array a from `offset` on. One chunk when in memory. nvme reads the next chunk
   // ahead and writes each chunk back after fn, on other threads. Every rank with equal shards
   // sees the same chunk boundaries, so fn may run collectives. With a device backend and
-  // host-side arrays (cpu, nvme), each chunk reaches fn in device staging buffers (copied in
-  // before, back after), at most buffer_bytes / arrays of elements at a time.
+  // host-side arrays (cpu, nvme), each chunk reaches fn in device staging buffers, at most
+  // buffer_bytes / (2 * arrays) elements at a time, through an OffloadPipeline: pinned host
+  // memory, copies on a copy stream overlapping fn's compute (train/offload_pipeline.h).
   using ChunkFn = std::function<void(int64_t offset, const std::vector<Tensor>& chunk)>;
   void for_each_chunk(int b, int64_t begin, int64_t end, const ChunkFn& fn);
   void for_each_chunk(int b, const ChunkFn& fn) { for_each_chunk(b, 0, shard_[b], fn); }
+  // Host-held arrays on a device backend: the next for_each_chunk call that ends its bucket
+  // will be followed by one over elements [begin, end) of bucket b, whose first piece may
+  // then be copied in while that call's last piece computes. A call that ends inside its bucket
+  // is taken to be followed by the rest of that bucket. A wrong guess costs one copy.
+  void will_visit(int b, int64_t begin, int64_t end);
   // Whole-array copies between array a of bucket b and `t` (shard_numel(b) floats). Reads of
   // different buckets may run on several threads at once.
   void read(int b, int a, const Tensor& dst) const { read_range(b, a, 0, dst); }
@@ -55,9 +63,10 @@ class ShardStore {
   size_t resident_bytes() const;  // memory held: the arrays, or the nvme staging buffers
   std::string file(int b) const;  // nvme: bucket b's file (array a at a * shard_numel(b) floats)
   // nvme: for_each_chunk's reads and write-backs since construction, and the part of them that
-  // ran beside fn (read-ahead, write-behind). Zero in memory: nothing moves but the device
-  // staging copies, which run on the compute stream in order with it (nothing to hide).
-  const OverlapCounter& transfers() const { return transfers_; }
+  // ran beside fn (read-ahead, write-behind); plus, host-held arrays on a device backend, the
+  // copies to and from the device and the part of them the compute did not wait for
+  // (OffloadPipeline::transfers: pieces still under way count once finished).
+  OverlapCounter transfers() const;
 
  private:
   void read_chunk(int b, int64_t offset, int64_t len, std::vector<Buffer>& slot) const;
@@ -72,11 +81,17 @@ class ShardStore {
   std::string dir_;                       // nvme
   std::vector<int> fds_;                  // nvme: one file per bucket
   int64_t chunk_ = 0;
-  std::vector<Buffer> slots_[2];     // nvme: two staging slots of one buffer per array
-  int64_t device_chunk_ = 0;         // > 0: host chunks are staged through device_slot_
-  std::vector<Buffer> device_slot_;  // one device buffer per array
+  std::vector<Buffer> slots_[2];  // nvme: two staging slots of one buffer per array
+  // A device backend with host-side arrays: chunks visit the device through it.
+  std::unique_ptr<OffloadPipeline> pipeline_;
   OverlapCounter transfers_;
-  void run_chunk(int64_t offset, const std::vector<Tensor>& host_chunk, const ChunkFn& fn);
+  void run_chunk(int64_t offset, const std::vector<Tensor>& host_chunk, const ChunkFn& fn,
+                 const std::vector<Tensor>& next = {});
+  std::vector<Tensor> host_range(int b, int64_t begin, int64_t end) const;  // in memory
+  struct Visit {
+    int b = -1;
+    int64_t begin = 0, end = 0;
+  } next_visit_;  // will_visit's hint
 };
 
 }  // namespace llmrun

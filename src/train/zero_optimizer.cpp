@@ -415,6 +415,12 @@ void ZeroOptimizer::step(float lr) {
     for (PostedGather& g : gathers)
       if (g.done == 0 && g.req->test()) g.done = steady_seconds();
     const Tensor g = owned_grad(model_.grads(), grad_shard_, shard_numel_[b], stage_, b);
+    // Offloaded to host memory on a device: bucket b + 1's state is copied in while bucket
+    // b's last piece updates.
+    if (b + 1 < params.num_buckets()) {
+      moments_->will_visit(b + 1, 0, shard_numel_[b + 1]);
+      if (param_shards_) param_shards_->will_visit(b + 1, 0, shard_numel_[b + 1]);
+    }
     if (stage_ == 3) {
       // Offloaded shards stream through in chunks (moments chunked within each).
       param_shards_->for_each_chunk(

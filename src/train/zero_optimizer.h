@@ -107,10 +107,11 @@ class ZeroOptimizer final : public BucketHooks {
   // (each bucket's posted while the next buckets update). Groups of one rank count nothing.
   const OverlapCounter& param_gathers() const { return gathers_; }
   // Offloaded state's transfers since construction: nvme reads and write-backs of the moments
-  // and parameter shards (read ahead, written behind the optimizer's compute) and ZeRO-3's
-  // reads of offloaded parameter shards (a bucket ahead of their gathers). Zero when nothing
-  // is offloaded to nvme: host-held (cpu) state moves only in device staging copies, which
-  // run in order with the compute on its stream.
+  // and parameter shards (read ahead, written behind the optimizer's compute), ZeRO-3's
+  // reads of offloaded parameter shards (a bucket ahead of their gathers), and, on a device
+  // backend, the copy-stream copies of host-held (cpu or nvme) state to and from the device
+  // (the next piece or bucket copied in while this one updates; OffloadPipeline). Zero when
+  // nothing is offloaded, or on the CPU backend with cpu offload (nothing moves).
   OverlapCounter offload_transfers() const;
 
   void acquire(int bucket, Phase phase) override;

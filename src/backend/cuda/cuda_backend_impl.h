@@ -108,6 +108,8 @@ class CudaBackend final : public Backend, public Fp8GemmOps, public DeviceStream
 
   void* compute_stream() const override { return stream_; }
   int device_ordinal() const override { return ctx_.ordinal; }
+  // A copy stream of its own beside the compute stream (cuda_copy_stream.cpp).
+  std::unique_ptr<CopyStream> make_copy_stream() override;
 
   std::string fp8_unsupported() const override;
   bool fp8_shape_supported(int64_t m, int64_t n, int64_t k) const override;
