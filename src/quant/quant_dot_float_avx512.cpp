@@ -34,6 +34,7 @@ namespace {
 
 // 16 weights from value i on, widened to f32; `m` masks the loaded lanes (the rest are 0).
 struct F32Row {
+  static constexpr int kBytes = 4;
   static inline __m512 load(const uint8_t* w, int64_t i) {
     return _mm512_loadu_ps(reinterpret_cast<const float*>(w) + i);
   }
@@ -43,6 +44,7 @@ struct F32Row {
 };
 
 struct F16Row {
+  static constexpr int kBytes = 2;
   static inline __m512 load(const uint8_t* w, int64_t i) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * i)));
   }
@@ -53,6 +55,7 @@ struct F16Row {
 
 // BF16 is the top half of an f32: widening is exact, a zero-extend and a shift.
 struct BF16Row {
+  static constexpr int kBytes = 2;
   static inline __m512 widen(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
@@ -74,7 +77,7 @@ inline void in_register(__m512& a, __m512& b) { asm("" : "+v"(a), "+v"(b)); }
 // rows r < R).
 template <class W, int R, int C>
 void pass(const uint8_t* const* w, const float* const* x, int64_t i0, int64_t i1, int64_t n,
-          __m512 (&acc)[2][2][C]) {
+          int64_t ahead, __m512 (&acc)[2][2][C]) {
   __m512 acc0[R][C], acc1[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) {
@@ -88,6 +91,9 @@ void pass(const uint8_t* const* w, const float* const* x, int64_t i0, int64_t i1
       w0[r] = W::load(w[r], i);
       w1[r] = W::load(w[r], i + 16);
       in_register(w0[r], w1[r]);
+      for (int k = 0; k < W::kBytes / 2; ++k)
+        _mm_prefetch(reinterpret_cast<const char*>(w[r]) + W::kBytes * i + 64 * k + ahead,
+                     _MM_HINT_T0);
     }
     for (int c = 0; c < C; ++c) {
       __m512 x0 = _mm512_loadu_ps(x[c] + i), x1 = _mm512_loadu_ps(x[c] + i + 16);
@@ -156,13 +162,18 @@ void tile_c(int64_t n, const uint8_t* const* w, int R, const uint8_t* a, size_t 
     for (auto& k : p)
       for (auto& r : k)
         for (auto& v : r) v = _mm512_setzero_ps();
+  // Prefetched: the same place two tiles on (the rows that follow these in memory). R short
+  // rows read side by side lose the hardware prefetchers: 4 rows x 4 activations over a
+  // 50257 x 768 F16 matrix streamed from DRAM took 22-26 ms without, 15-20 one tile ahead,
+  // 12-17 two tiles ahead (a loaded Zen 4, noisy).
+  const int64_t ahead = 2 * R * W::kBytes * n;
   for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
     const int64_t i1 = n - i0 <= kChunk ? n : i0 + kChunk;
     for (int p = 0; 2 * p < R; ++p) {
       if (R - 2 * p >= 2)
-        pass<W, 2, C>(w + 2 * p, x, i0, i1, n, acc[p]);
+        pass<W, 2, C>(w + 2 * p, x, i0, i1, n, ahead, acc[p]);
       else
-        pass<W, 1, C>(w + 2 * p, x, i0, i1, n, acc[p]);
+        pass<W, 1, C>(w + 2 * p, x, i0, i1, n, ahead, acc[p]);
     }
   }
   for (int p = 0; 2 * p < R; ++p) {
