@@ -5,8 +5,9 @@
 // Integer products are summed exactly within a block; the scales are applied per block in
 // fp32. Kernels come in levels chosen at run time from what the CPU has (cpuid): "avx512"
 // (F/BW/VL/VNNI: tiles of several weight rows x several activation rows, each weight block
-// decoded once per tile), "avx2" (AVX2+FMA+F16C, one row pair at a time) and "scalar", the
-// reference the others are tested against.
+// decoded once per tile), "avx2" (AVX2+FMA+F16C, one row pair at a time; the float types as
+// tiles too, quant_dot_float_avx2.cpp) and "scalar", the reference the others are tested
+// against.
 //
 // Batch invariance: at a given level an element's value is bitwise the same whether it is
 // computed by vec_dot or inside any tile of dot_tile, so the quantized GEMM gives a row the

@@ -138,25 +138,6 @@ LLMRUN_AVX2 float dot_q6_k(int64_t n, const uint8_t* w, const uint8_t* a) {
   return sum;
 }
 
-LLMRUN_AVX2 float dot_float(QType t, int64_t n, const uint8_t* w, const float* a) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 x;
-    if (t == QType::f32) {
-      x = _mm256_loadu_ps(reinterpret_cast<const float*>(w) + i);
-    } else {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * i));
-      x = t == QType::f16 ? _mm256_cvtph_ps(h)
-                          : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-    acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(a + i), acc);
-  }
-  float sum = hsum(acc);
-  if (i < n) sum += vec_dot_scalar(t, n - i, w + (t == QType::f32 ? 4 : 2) * i, a + i);
-  return sum;
-}
-
 }  // namespace
 
 namespace detail {
@@ -174,11 +155,6 @@ bool vec_dot_avx2(QType t, int64_t n, const uint8_t* w, const uint8_t* a, float*
       return true;
     case QType::q6_k:
       *out = dot_q6_k(n, w, a);
-      return true;
-    case QType::f32:
-    case QType::f16:
-    case QType::bf16:
-      *out = dot_float(t, n, w, reinterpret_cast<const float*>(a));
       return true;
     case QType::q4_1:
     case QType::q5_0:

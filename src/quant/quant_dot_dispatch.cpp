@@ -72,16 +72,22 @@ float vec_dot(QType t, int64_t n, const void* wv, const void* av) {
   const auto* a = static_cast<const uint8_t*>(av);
   const SimdLevel l = active_simd_level();
   float v;
-  if (l >= SimdLevel::avx512 && detail::dot_tile_avx512(t, n, &w, 1, a, 0, 1, &v)) return v;
-  if (l >= SimdLevel::avx2 && detail::vec_dot_avx2(t, n, w, a, &v)) return v;
+  if (l >= SimdLevel::avx512 && (detail::dot_tile_avx512(t, n, &w, 1, a, 0, 1, &v) ||
+                                 detail::dot_tile_float_avx512(t, n, &w, 1, a, 0, 1, &v)))
+    return v;
+  if (l >= SimdLevel::avx2 && (detail::dot_tile_float_avx2(t, n, &w, 1, a, 0, 1, &v) ||
+                               detail::vec_dot_avx2(t, n, w, a, &v)))
+    return v;
   return vec_dot_scalar(t, n, w, a);
 }
 
 void dot_tile(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a, size_t a_stride,
               int C, float* out) {
-  if (active_simd_level() >= SimdLevel::avx512 &&
-      detail::dot_tile_avx512(t, n, w, R, a, a_stride, C, out))
+  const SimdLevel l = active_simd_level();
+  if (l >= SimdLevel::avx512 && (detail::dot_tile_avx512(t, n, w, R, a, a_stride, C, out) ||
+                                 detail::dot_tile_float_avx512(t, n, w, R, a, a_stride, C, out)))
     return;
+  if (l >= SimdLevel::avx2 && detail::dot_tile_float_avx2(t, n, w, R, a, a_stride, C, out)) return;
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) out[c * R + r] = vec_dot(t, n, w[r], a + size_t(c) * a_stride);
 }

@@ -19,4 +19,12 @@ inline constexpr int kTileMax = 4;
 bool dot_tile_avx512(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a,
                      size_t a_stride, int C, float* out);
 
+// F32/F16/BF16 weights against f32 activations, the same tile contract as dot_tile_avx512
+// (up to kTileMax x kTileMax), at the AVX-512 (quant_dot_float_avx512.cpp) and AVX2
+// (quant_dot_float_avx2.cpp) levels; false for the other types.
+bool dot_tile_float_avx512(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a,
+                           size_t a_stride, int C, float* out);
+bool dot_tile_float_avx2(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a,
+                         size_t a_stride, int C, float* out);
+
 }  // namespace llmrun::quant::detail
