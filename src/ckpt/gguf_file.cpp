@@ -228,6 +228,15 @@ const uint8_t* GgufReader::data(const GgufTensorInfo& t) const {
   return reinterpret_cast<const uint8_t*>(file_->data()) + data_start_ + t.offset;
 }
 
+void GgufReader::release(const GgufTensorInfo& t) const {
+  file_->release(data_start_ + t.offset, t.bytes);
+}
+
+void GgufReader::drop_metadata() {
+  std::map<std::string, GgufValue>().swap(kv_);
+  file_->release(0, data_start_);
+}
+
 void GgufWriter::set(const std::string& key, GgufType type, json value) {
   kv_.push_back({key, GgufValue{type, GgufType::u32, std::move(value)}});
 }
