@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "util/error.h"
@@ -228,8 +229,8 @@ const uint8_t* GgufReader::data(const GgufTensorInfo& t) const {
   return reinterpret_cast<const uint8_t*>(file_->data()) + data_start_ + t.offset;
 }
 
-void GgufReader::release(const GgufTensorInfo& t) const {
-  file_->release(data_start_ + t.offset, t.bytes);
+void GgufReader::release(const GgufTensorInfo& t, size_t bytes) const {
+  file_->release(data_start_ + t.offset, std::min(bytes, t.bytes));
 }
 
 void GgufReader::drop_metadata() {

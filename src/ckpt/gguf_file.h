@@ -77,7 +77,8 @@ class GgufReader {
   // compared), and the metadata once a loader has taken what it needs: drop_metadata() frees
   // the parsed key/value pairs (a tokenizer's 50k-entry arrays) and unmaps the header's pages,
   // after which has() is false and get() fails for every key; tensors stay readable.
-  void release(const GgufTensorInfo& t) const;
+  // `bytes`: only the tensor's first bytes (by default all of them).
+  void release(const GgufTensorInfo& t, size_t bytes = SIZE_MAX) const;
   void drop_metadata();
 
  private:

@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -215,17 +216,23 @@ double meta_float(const GgufReader& r, const std::string& key, double fallback) 
 
 // An output.weight that is a byte-for-byte copy of token_embd.weight (same type and shape): the
 // tied head as llama.cpp's gpt2 files (and llmrun's exports of them) store it.
-// The comparison maps both tensors in; their pages are released after it, or the copy that is
-// never read again (the model runs its head on token_embd.weight) would stay resident: 30 MiB,
-// a quarter of a GPT-2-124M Q4_K_M file.
+// The comparison maps both tensors in, a few MiB at a time, and releases what it has compared:
+// otherwise the copy that is never read again (the model runs its head on token_embd.weight)
+// would stay resident (30 MiB, a quarter of a GPT-2-124M Q4_K_M file), and both whole tables
+// would be resident at once while loading.
 bool duplicated_head(const GgufReader& r) {
   const GgufTensorInfo* out = r.find_tensor("output.weight");
   const GgufTensorInfo* emb = r.find_tensor("token_embd.weight");
   if (!out || !emb || out->type != emb->type || out->ne != emb->ne || out->bytes != emb->bytes)
     return false;
-  const bool same = std::memcmp(r.data(*out), r.data(*emb), out->bytes) == 0;
-  r.release(*out);
-  r.release(*emb);
+  constexpr size_t kChunk = size_t(4) << 20;
+  bool same = true;
+  for (size_t at = 0; same && at < out->bytes; at += kChunk) {
+    const size_t n = std::min(kChunk, out->bytes - at);
+    same = std::memcmp(r.data(*out) + at, r.data(*emb) + at, n) == 0;
+    r.release(*out, at + n);  // all compared so far: the pages wholly inside it go
+    r.release(*emb, at + n);
+  }
   return same;
 }
 
