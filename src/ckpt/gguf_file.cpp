@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "util/error.h"
@@ -226,6 +227,15 @@ const GgufTensorInfo& GgufReader::tensor(const std::string& name) const {
 
 const uint8_t* GgufReader::data(const GgufTensorInfo& t) const {
   return reinterpret_cast<const uint8_t*>(file_->data()) + data_start_ + t.offset;
+}
+
+void GgufReader::release(const GgufTensorInfo& t, size_t bytes) const {
+  file_->release(data_start_ + t.offset, std::min(bytes, t.bytes));
+}
+
+void GgufReader::drop_metadata() {
+  std::map<std::string, GgufValue>().swap(kv_);
+  file_->release(0, data_start_);
 }
 
 void GgufWriter::set(const std::string& key, GgufType type, json value) {

@@ -73,6 +73,13 @@ class GgufReader {
   const GgufTensorInfo* find_tensor(const std::string& name) const;
   const GgufTensorInfo& tensor(const std::string& name) const;  // UserError if missing
   const uint8_t* data(const GgufTensorInfo& t) const;
+  // Resident memory (MappedFile::release): `t`'s pages once read for the last time (or only
+  // compared), and the metadata once a loader has taken what it needs: drop_metadata() frees
+  // the parsed key/value pairs (a tokenizer's 50k-entry arrays) and unmaps the header's pages,
+  // after which has() is false and get() fails for every key; tensors stay readable.
+  // `bytes`: only the tensor's first bytes (by default all of them).
+  void release(const GgufTensorInfo& t, size_t bytes = SIZE_MAX) const;
+  void drop_metadata();
 
  private:
   std::unique_ptr<MappedFile> file_;

@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -23,6 +24,7 @@
 #include "quant/quantized_embedding.h"
 #include "quant/quantized_linear.h"
 #include "util/error.h"
+#include "util/heap_release.h"
 #include "util/json_file.h"
 
 namespace llmrun {
@@ -214,11 +216,24 @@ double meta_float(const GgufReader& r, const std::string& key, double fallback) 
 
 // An output.weight that is a byte-for-byte copy of token_embd.weight (same type and shape): the
 // tied head as llama.cpp's gpt2 files (and llmrun's exports of them) store it.
+// The comparison maps both tensors in, a few MiB at a time, and releases what it has compared:
+// otherwise the copy that is never read again (the model runs its head on token_embd.weight)
+// would stay resident (30 MiB, a quarter of a GPT-2-124M Q4_K_M file), and both whole tables
+// would be resident at once while loading.
 bool duplicated_head(const GgufReader& r) {
   const GgufTensorInfo* out = r.find_tensor("output.weight");
   const GgufTensorInfo* emb = r.find_tensor("token_embd.weight");
-  return out && emb && out->type == emb->type && out->ne == emb->ne && out->bytes == emb->bytes &&
-         std::memcmp(r.data(*out), r.data(*emb), out->bytes) == 0;
+  if (!out || !emb || out->type != emb->type || out->ne != emb->ne || out->bytes != emb->bytes)
+    return false;
+  constexpr size_t kChunk = size_t(4) << 20;
+  bool same = true;
+  for (size_t at = 0; same && at < out->bytes; at += kChunk) {
+    const size_t n = std::min(kChunk, out->bytes - at);
+    same = std::memcmp(r.data(*out) + at, r.data(*emb) + at, n) == 0;
+    r.release(*out, at + n);  // all compared so far: the pages wholly inside it go
+    r.release(*emb, at + n);
+  }
+  return same;
 }
 
 ModelConfig config_from_gguf(const GgufReader& r, std::string& arch) {
@@ -442,7 +457,8 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
     for (const ParamSpec& spec : b.params) used.insert(gguf_name(cfg, spec.hf_name));
   if (cfg.rope_scaling.type == RopeScaling::Type::llama3) used.insert("rope_freqs.weight");
   // a tied head's copy (a different output.weight is an untied head, lm_head.weight's tensor)
-  if (cfg.tie_embeddings && duplicated_head(r)) used.insert("output.weight");
+  // (config_from_gguf ties the head only where output.weight is absent or such a copy)
+  if (cfg.tie_embeddings && r.find_tensor("output.weight")) used.insert("output.weight");
   for (const GgufTensorInfo& t : r.tensors())
     if (!used.count(t.name))
       throw UserError(where + ": tensor " + t.name + " (" + quant::type_name(t.type) +
@@ -524,6 +540,7 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
       }
       backend.copy(params.tensor(b, pi).view({spec.numel()}),
                    Tensor(host.data(), DType::f32, {spec.numel()}));
+      r.release(t);  // the fp32 store holds it now (GPT-2's position table: 3 MiB)
     }
   if (!dequantize) weights->runner.attach(*m.model, sites);
   m.tokenizer = read_gguf_tokenizer(r);
@@ -535,6 +552,10 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
     m.eos_token_ids.push_back(int32_t(r.get("tokenizer.ggml.eos_token_id").get<int64_t>()));
   spdlog::debug("{}: {} model, {} MB of quantized linear weights, {} kernels", where, arch,
                 weights->runner.weight_bytes() / 1000000, quant::simd_level());
+  // Only the tensor data is read from here on: the parsed metadata (the tokenizer's arrays,
+  // ~5 MiB of heap for a 50k vocabulary) and the header's file pages go.
+  weights->reader->drop_metadata();
+  release_free_heap();
   m.keep_alive = weights;
   return m;
 }

@@ -14,6 +14,7 @@
 #include "quant/kv_cache_dtype.h"
 #include "serve/http_server.h"
 #include "util/error.h"
+#include "util/heap_release.h"
 
 namespace llmrun::cli {
 
@@ -97,6 +98,7 @@ int serve(ServeArgs& a) {
   spdlog::info("{}",
                quant::kv_cache_summary(cfg, ec.kv_dtype, int64_t(ec.num_blocks) * ec.block_size));
   HttpServer server(engine, *m.tokenizer, tmpl, a.server);
+  release_free_heap();  // what loading, the metadata's second read and the setup freed
   server.run();
   return 0;
 }

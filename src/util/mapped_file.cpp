@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "util/file_io.h"
@@ -38,6 +39,15 @@ MappedFile::MappedFile(const std::filesystem::path& path, bool populate) : path_
     data_ = static_cast<const std::byte*>(p);
   }
   ::close(fd);  // the mapping keeps the file alive
+}
+
+void MappedFile::release(size_t offset, size_t bytes) const {
+  if (!data_ || offset >= size_) return;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t end = std::min(size_, offset + bytes) / page * page;  // whole pages only
+  const size_t begin = (offset + page - 1) / page * page;
+  if (end > begin)  // advice only: a failure leaves the pages mapped, nothing else changes
+    ::madvise(const_cast<std::byte*>(data_) + begin, end - begin, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

@@ -19,6 +19,11 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::filesystem::path& path() const { return path_; }
 
+  // Unmaps this process's copy of the whole pages inside [offset, offset + bytes): data read
+  // once (a header, a table copied elsewhere) stops counting in the resident set. The pages
+  // are clean, so a later read faults them back in from the page cache unchanged.
+  void release(size_t offset, size_t bytes) const;
+
  private:
   std::filesystem::path path_;
   const std::byte* data_ = nullptr;  // null for an empty file: mmap cannot map 0 bytes
