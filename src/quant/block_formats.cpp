@@ -1,6 +1,6 @@
 // The ggml block formats: quantize (round to the nearest level of a per-block scale, as
-// ggml's reference quantizers do; Q4_K and Q5_K search each sub-block's scale and min for the
-// least weighted squared error, as ggml's do) and dequantize (bit-exact to ggml's formulas).
+// ggml's reference quantizers do; Q5_K searches each sub-block's scale and min for the least
+// weighted squared error, as ggml's does) and dequantize (bit-exact to ggml's formulas).
 #include "quant/block_formats.h"
 
 #include <algorithm>
@@ -187,7 +187,7 @@ namespace {
 // Q4_K block: d (f16) @0, dmin (f16) @2, scales[12] @4, qs[128] @16.
 void quantize_q4_k(const float* x, uint8_t* out, int64_t n) {
   for (int64_t b = 0; b < n / 256; ++b, x += 256, out += 144) {
-    const KScales k = pack_k_scales(x, 15, kQ4KSearch, out);
+    const KScales k = pack_k_scales(x, 15, KScaleSearch{}, out);  // min/max (k_quant_scales.h)
     const float d = k.d, dmin = k.dmin;
     const uint8_t *ls = k.ls, *lm = k.lm;
     // Levels against the scales as stored, so rounding of the scales is not compounded.
@@ -506,12 +506,12 @@ void dequantize_row(QType t, const void* in, float* y, int64_t n) {
 
 namespace {
 
-// Q4_K / Q5_K (levels 0..N): each sub-block's fit (pack_k_scales' search) keeps every value
-// within one min/max step D = (hi - lo) / N <= 2 amax / N, its scale s* <= (hi - lo + 2 D) / N
-// and its min m* <= -lo + D <= amax (1 + 2 / N). Storing s* and m* as 6-bit multiples of
-// d = max s* / 63 and dmin = max m* / 63 moves each by half of that, so a value's fit level
-// lands at most N d / 2 + dmin / 2 <= 3 amax (1 + 2 / N) / 126 further off; the stored
-// nearest level is no worse. Plus f16 and float rounding.
+// Q4_K / Q5_K (levels 0..N): each sub-block's fit (pack_k_scales, searched or not) keeps every
+// value within one min/max step D = (hi - lo) / N <= 2 amax / N, its scale s* <= (hi - lo + 2 D) /
+// N and its min m* <= -lo + D <= amax (1 + 2 / N). Storing s* and m* as 6-bit multiples of d = max
+// s* / 63 and dmin = max m* / 63 moves each by half of that, so a value's fit level lands at most N
+// d / 2 + dmin / 2 <= 3 amax (1 + 2 / N) / 126 further off; the stored nearest level is no worse.
+// Plus f16 and float rounding.
 double k_quant_error(int levels, double amax) {
   const double n = levels;
   return amax * (2.0 / n + 3.0 * (1.0 + 2.0 / n) / 126 + std::ldexp(1.0, -8));
@@ -524,7 +524,7 @@ double max_block_error(QType t, double amax) {
   // times the largest level, plus where ggml's rules clamp the far end of the range by one
   // step. The sub-block scales of K-quants are themselves quantized (6 bits relative to the
   // block's largest for Q4_K, 8 bits for Q6_K), which adds their rounding times the level;
-  // Q4_K's and Q5_K's searched scales may trade up to a whole step (k_quant_error).
+  // Q5_K's searched scales may trade up to a whole step (k_quant_error, Q4_K's too).
   switch (t) {
     case QType::f32:
       return 0;

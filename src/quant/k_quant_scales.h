@@ -28,14 +28,15 @@ struct KScales {
 // values with inverse scales (max_level + rmin + rdelta * i) / (max - min), each refitted by
 // weighted least squares (scale, min; the min kept <= 0); the fit with the least weighted
 // squared error wins, weights |x| + rms(x) of the sub-block (large values count more).
-// ggml's settings: Q4_K rmin -1, rdelta 0.1, 20 steps; Q5_K -0.5, 0.1, 15 (rmin >= -1). Unlike
+// Q5_K uses ggml's settings (rmin -0.5, rdelta 0.1, 15 steps; rmin >= -1 is assumed). Unlike
 // ggml, a candidate must keep every value within one min/max step and its range within a step
-// of the values' (rarely binding), so max_block_error stays a proven bound.
+// of the values' (rarely binding), so max_block_error stays a proven bound. Q4_K keeps the
+// min/max fit: with ggml's Q4_K settings (-1, 0.1, 20) its RMS error fell 8% but a trained
+// model's perplexity rose (bench/RESULTS.md, "Q5_K scale search").
 struct KScaleSearch {
   float rmin = 0, rdelta = 0;
   int steps = 0;  // 0: the min/max fit alone
 };
-inline constexpr KScaleSearch kQ4KSearch{-1.0f, 0.1f, 20};
 inline constexpr KScaleSearch kQ5KSearch{-0.5f, 0.1f, 15};
 
 // Chooses the scales of the 8 sub-blocks of 32 in x[256] for levels 0..max_level (15 for Q4_K,
