@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GGUF interop with llama.cpp itself (issue 19), both directions:
 #   bash bench/llamacpp_interop.sh LLAMA_BIN_DIR LLMRUN_BUILD_DIR WORKDIR
+# (OURS="f32 q5_k_m" THEIRS="Q5_K_M" in the environment limit the files to those types)
 # LLAMA_BIN_DIR is an already built llama.cpp bin/ (llama-simple, llama-perplexity,
 # llama-quantize); nothing of llama.cpp is part of this repository.
 #  1. A byte-level BPE tokenizer.json (tests/data/make_tiny_bpe.py, 700 merges) and a llama and
@@ -28,8 +29,8 @@ set -euo pipefail
 LB=$(realpath "$1") BUILD=$(realpath "$2") WORK=$3
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 L=$BUILD/llmrun
-OURS="f32 f16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k_m q5_k_m"
-THEIRS="Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K_M Q5_K_M Q6_K"
+OURS=${OURS:-"f32 f16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k_m q5_k_m"}
+THEIRS=${THEIRS:-"Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K_M Q5_K_M Q6_K"}
 mkdir -p "$WORK" && cd "$WORK"
 cat /usr/share/common-licenses/GPL-3 >train.txt
 [ -f tok.json ] || /usr/bin/python3 "$SRC/tests/data/make_tiny_bpe.py" tok.json train.txt 700

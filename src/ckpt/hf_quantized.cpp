@@ -203,7 +203,9 @@ LoadedModel load_hf_quantized_weights(const fs::path& dir, const ModelConfig& cf
   check_names(files, layout, packed);
 
   quant::QuantizedLinear::SiteParts sites;
-  std::map<std::string, int> counts;  // block type -> linears
+  quant::QuantizedLinear::SiteGathers gathers;  // one per part, as sites
+  int reordered = 0;                            // act-order linears stored with gathered inputs
+  std::map<std::string, int> counts;            // block type -> linears
   std::vector<float> host;
   for (int b = 0; b < int(layout.size()); ++b)
     for (int pi = 0; pi < int(layout[size_t(b)].params.size()); ++pi) {
@@ -235,7 +237,9 @@ LoadedModel load_hf_quantized_weights(const fs::path& dir, const ModelConfig& cf
           const QType t = quant::requant_block_type(ints, qc.bits);
           ++counts[quant::type_name(t)];
           weights->owned.push_back(quant::to_block_rows(ints, t));
-          sites[key].push_back({t, p.out, p.in, weights->owned.back().data()});
+          sites[key].push_back({t, p.out, ints.in, weights->owned.back().data()});
+          gathers[key].push_back(ints.gather);
+          reordered += !ints.gather.empty();
           continue;
         }
       } else {
@@ -252,6 +256,7 @@ LoadedModel load_hf_quantized_weights(const fs::path& dir, const ModelConfig& cf
           weights->owned.push_back(std::move(rows));
           sites[key].push_back(
               {QType::f32, spec.shape[0], spec.shape[1], weights->owned.back().data()});
+          gathers[key].emplace_back();
           continue;
         }
       }
@@ -260,13 +265,16 @@ LoadedModel load_hf_quantized_weights(const fs::path& dir, const ModelConfig& cf
     }
   // Every linear is in `sites`, packed or not (an unquantized lm_head as F32 rows): the fp32
   // store holds no linear weights.
-  if (!dequantize) weights->runner.attach(*m.model, sites);
+  if (!dequantize) weights->runner.attach(*m.model, sites, gathers);
   std::string summary;
   for (const auto& [name, n] : counts)
     summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + name;
   spdlog::info("{}: {} {}-bit, group {}: {} linears requantized ({}), {} kernels", where, method,
                qc.bits, qc.group_size, packed.size(), summary.empty() ? "dequantized" : summary,
                quant::simd_level());
+  if (reordered)
+    spdlog::info("{}: act-order: {} linears hold their inputs sorted by group (g_idx)", where,
+                 reordered);
   m.keep_alive = weights;
   return m;
 }

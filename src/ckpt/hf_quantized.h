@@ -12,9 +12,10 @@
 // dequantized model in fp32.
 //
 // Accepted: Llama-family models (Llama, Mistral, Qwen 2, Phi-3) without experts; GPTQ bits 4
-// or 8, any group_size whose groups are whole blocks of 32 inputs (or -1), desc_act when
-// g_idx keeps each block of 32 inputs in one group; AWQ bits 4 with zero points. Anything
-// else is refused, naming the key.
+// or 8, any group_size whose groups are whole blocks of 32 inputs (or -1), with or without
+// desc_act (act-order: a linear whose g_idx splits a block of 32 inputs is stored with its
+// inputs sorted by group and gathers x through that order, see quant/quantized_linear.h);
+// AWQ bits 4 with zero points. Anything else is refused, naming the key.
 #include <filesystem>
 
 #include "ckpt/model_dir.h"

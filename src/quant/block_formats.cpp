@@ -1,5 +1,6 @@
 // The ggml block formats: quantize (round to the nearest level of a per-block scale, as
-// ggml's reference quantizers do) and dequantize (bit-exact to ggml's formulas).
+// ggml's reference quantizers do; Q5_K searches each sub-block's scale and min for the least
+// weighted squared error, as ggml's does) and dequantize (bit-exact to ggml's formulas).
 #include "quant/block_formats.h"
 
 #include <algorithm>
@@ -75,17 +76,85 @@ void dequantize_q4_0(const uint8_t* in, float* y, int64_t n) {
 
 }  // namespace
 
-KScales pack_k_scales(const float* x, int max_level, uint8_t* head) {
+namespace {
+
+// One sub-block's fit x ~ scale * L - min (L in 0..max_level, min >= 0), by KScaleSearch.
+struct SubBlockFit {
+  float scale = 0, min = 0;
+};
+
+SubBlockFit fit_sub_block(const float* x, int max_level, const KScaleSearch& search) {
+  constexpr int n = 32;
+  float w[n], sum_x2 = 0;
+  for (int l = 0; l < n; ++l) sum_x2 += x[l] * x[l];
+  const float rms = std::sqrt(sum_x2 / n);
+  float lo = x[0], hi = x[0], sum_w = 0, sum_x = 0;
+  for (int l = 0; l < n; ++l) {
+    w[l] = rms + std::fabs(x[l]);
+    lo = std::min(lo, x[l]);
+    hi = std::max(hi, x[l]);
+    sum_w += w[l];
+    sum_x += w[l] * x[l];
+  }
+  lo = std::min(lo, 0.0f);  // the range always includes 0, as ggml's does
+  if (hi <= lo) return {0, -lo};
+  auto levels = [&](float iscale, int* L) {
+    for (int l = 0; l < n; ++l) L[l] = std::clamp(nearest_int(iscale * (x[l] - lo)), 0, max_level);
+  };
+  // The weighted squared error of a fit, and its largest single error in `worst`.
+  auto error = [&](float scale, float offset, const int* L, float& worst) {
+    float e = 0;
+    worst = 0;
+    for (int l = 0; l < n; ++l) {
+      const float diff = scale * float(L[l]) + offset - x[l];
+      e += w[l] * diff * diff;
+      worst = std::max(worst, std::fabs(diff));
+    }
+    return e;
+  };
+  int L[n];
+  const float step = (hi - lo) / float(max_level);  // the min/max fit's
+  float best_scale = step, best_offset = lo, worst = 0;
+  levels(float(max_level) / (hi - lo), L);
+  float best = error(best_scale, best_offset, L, worst);
+  for (int i = 0; i <= search.steps && search.steps > 0; ++i) {
+    levels((float(max_level) + search.rmin + search.rdelta * float(i)) / (hi - lo), L);
+    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+    for (int l = 0; l < n; ++l) {
+      sum_l += w[l] * float(L[l]);
+      sum_l2 += w[l] * float(L[l]) * float(L[l]);
+      sum_xl += w[l] * float(L[l]) * x[l];
+    }
+    const float det = sum_w * sum_l2 - sum_l * sum_l;
+    if (det <= 0) continue;
+    float scale = (sum_w * sum_xl - sum_x * sum_l) / det;
+    float offset = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+    if (offset > 0) {  // the min stays <= 0 (stored as a non-negative dmin multiple)
+      offset = 0;
+      scale = sum_xl / sum_l2;
+    }
+    const float e = error(scale, offset, L, worst);
+    // Kept only within one min/max step everywhere (max_block_error's derivation).
+    const bool bounded = scale > 0 && worst <= step && offset >= lo - step &&
+                         offset + float(max_level) * scale <= hi + step;
+    if (e < best && bounded) {
+      best = e;
+      best_scale = scale;
+      best_offset = offset;
+    }
+  }
+  return {std::max(best_scale, 0.0f), -best_offset};
+}
+
+}  // namespace
+
+KScales pack_k_scales(const float* x, int max_level, const KScaleSearch& search, uint8_t* head) {
   float step[8], lowest[8];  // per sub-block: step size and -min (>= 0)
   float max_step = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
-    float lo = 0, hi = 0;  // the range always includes 0, as ggml's does
-    for (int l = 0; l < 32; ++l) {
-      lo = std::min(lo, x[32 * j + l]);
-      hi = std::max(hi, x[32 * j + l]);
-    }
-    step[j] = (hi - lo) / float(max_level);
-    lowest[j] = -lo;
+    const SubBlockFit f = fit_sub_block(x + 32 * j, max_level, search);
+    step[j] = f.scale;
+    lowest[j] = f.min;
     max_step = std::max(max_step, step[j]);
     max_min = std::max(max_min, lowest[j]);
   }
@@ -119,7 +188,7 @@ namespace {
 // Q4_K block: d (f16) @0, dmin (f16) @2, scales[12] @4, qs[128] @16.
 void quantize_q4_k(const float* x, uint8_t* out, int64_t n) {
   for (int64_t b = 0; b < n / 256; ++b, x += 256, out += 144) {
-    const KScales k = pack_k_scales(x, 15, out);
+    const KScales k = pack_k_scales(x, 15, KScaleSearch{}, out);  // min/max (k_quant_scales.h)
     const float d = k.d, dmin = k.dmin;
     const uint8_t *ls = k.ls, *lm = k.lm;
     // Levels against the scales as stored, so rounding of the scales is not compounded.
@@ -426,11 +495,27 @@ void dequantize_row(QType t, const void* in, float* y, int64_t n) {
   }
 }
 
+namespace {
+
+// Q4_K / Q5_K (levels 0..N): each sub-block's fit (pack_k_scales, searched or not) keeps every
+// value within one min/max step D = (hi - lo) / N <= 2 amax / N, its scale s* <= (hi - lo + 2 D) /
+// N and its min m* <= -lo + D <= amax (1 + 2 / N). Storing s* and m* as 6-bit multiples of d = max
+// s* / 63 and dmin = max m* / 63 moves each by half of that, so a value's fit level lands at most N
+// d / 2 + dmin / 2 <= 3 amax (1 + 2 / N) / 126 further off; the stored nearest level is no worse.
+// Plus f16 and float rounding.
+double k_quant_error(int levels, double amax) {
+  const double n = levels;
+  return amax * (2.0 / n + 3.0 * (1.0 + 2.0 / n) / 126 + std::ldexp(1.0, -8));
+}
+
+}  // namespace
+
 double max_block_error(QType t, double amax) {
   // Half a step of the block's scale, plus the f16 rounding of the scale (relative 2^-11)
   // times the largest level, plus where ggml's rules clamp the far end of the range by one
   // step. The sub-block scales of K-quants are themselves quantized (6 bits relative to the
-  // block's largest for Q4_K, 8 bits for Q6_K), which adds their rounding times the level.
+  // block's largest for Q4_K, 8 bits for Q6_K), which adds their rounding times the level;
+  // Q5_K's searched scales may trade up to a whole step (k_quant_error, Q4_K's too).
   switch (t) {
     case QType::f32:
       return 0;
@@ -444,8 +529,7 @@ double max_block_error(QType t, double amax) {
     case QType::q4_0:
       return amax * (1.0 / 8 + std::ldexp(1.0, -9));
     case QType::q4_k:
-      // step <= 2 amax / 15; scales rounded to (2 amax / 15) / 126, mins to amax / 126.
-      return amax * (1.0 / 15 + 15.0 * (2.0 / 15) / 126 + 1.0 / 126 + std::ldexp(1.0, -8));
+      return k_quant_error(15, amax);
     case QType::q6_k:
       return amax * (1.0 / 32 + 32.0 / (32 * 254) + std::ldexp(1.0, -8));
     case QType::q5_0:  // as Q4_0 with steps of amax / 16
@@ -456,8 +540,8 @@ double max_block_error(QType t, double amax) {
       return amax * (1.0 / 15 + std::ldexp(1.0, -8));
     case QType::q5_1:
       return amax * (1.0 / 31 + std::ldexp(1.0, -8));
-    case QType::q5_k:  // as Q4_K with 31 steps
-      return amax * (1.0 / 31 + 31.0 * (2.0 / 31) / 126 + 1.0 / 126 + std::ldexp(1.0, -8));
+    case QType::q5_k:
+      return k_quant_error(31, amax);
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 // Q4_1, Q5_0, Q5_1 and Q5_K: quantize (round to the nearest level of the scale and min as
 // stored, so their f16 rounding is not compounded; Q5_0 keeps ggml's rule, the largest
-// magnitude on level -16 like Q4_0's) and dequantize (bit-exact to ggml's formulas).
+// magnitude on level -16 like Q4_0's; Q5_K's sub-block scales and mins come from
+// pack_k_scales' search, as Q4_K's) and dequantize (bit-exact to ggml's formulas).
 #include "quant/block_formats_q5.h"
 
 #include <algorithm>
@@ -130,7 +131,7 @@ void dequantize_q5_1(const uint8_t* in, float* y, int64_t n) {
 // qs[128] @48.
 void quantize_q5_k(const float* x, uint8_t* out, int64_t n) {
   for (int64_t b = 0; b < n / 256; ++b, x += 256, out += 176) {
-    const KScales k = pack_k_scales(x, 31, out);
+    const KScales k = pack_k_scales(x, 31, kQ5KSearch, out);
     const float d = k.d, dmin = k.dmin;
     const uint8_t *ls = k.ls, *lm = k.lm;
     uint8_t* qh = out + 16;

@@ -23,9 +23,25 @@ struct KScales {
   uint8_t ls[8], lm[8];
 };
 
+// How each sub-block's scale and min are searched (ggml's make_qkx2_quants): starting from the
+// range's own fit (min/max, the range including 0), `steps` + 1 more candidates round the
+// values with inverse scales (max_level + rmin + rdelta * i) / (max - min), each refitted by
+// weighted least squares (scale, min; the min kept <= 0); the fit with the least weighted
+// squared error wins, weights |x| + rms(x) of the sub-block (large values count more).
+// Q5_K uses ggml's settings (rmin -0.5, rdelta 0.1, 15 steps; rmin >= -1 is assumed). Unlike
+// ggml, a candidate must keep every value within one min/max step and its range within a step
+// of the values' (rarely binding), so max_block_error stays a proven bound. Q4_K keeps the
+// min/max fit: with ggml's Q4_K settings (-1, 0.1, 20) its RMS error fell 8% but a trained
+// model's perplexity rose (bench/RESULTS.md, "Q5_K scale search").
+struct KScaleSearch {
+  float rmin = 0, rdelta = 0;
+  int steps = 0;  // 0: the min/max fit alone
+};
+inline constexpr KScaleSearch kQ5KSearch{-0.5f, 0.1f, 15};
+
 // Chooses the scales of the 8 sub-blocks of 32 in x[256] for levels 0..max_level (15 for Q4_K,
-// 31 for Q5_K; each range includes 0, as ggml's does), writes d and dmin (f16) at head[0..3]
-// and the 12 packed scale bytes at head[4..15], and returns them as stored.
-KScales pack_k_scales(const float* x, int max_level, uint8_t* head);
+// 31 for Q5_K) by `search`, writes d and dmin (f16) at head[0..3] and the 12 packed scale
+// bytes at head[4..15], and returns them as stored.
+KScales pack_k_scales(const float* x, int max_level, const KScaleSearch& search, uint8_t* head);
 
 }  // namespace llmrun::quant

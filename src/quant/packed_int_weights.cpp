@@ -48,14 +48,6 @@ GroupedInts unpack_packed_linear(const PackedLinear& p) {
   if (p.in % 32 || p.in % per || p.out % per)
     throw UserError(n + ": " + std::to_string(p.out) + " x " + std::to_string(p.in) +
                     " is not whole blocks of 32 inputs and whole packed words");
-  GroupedInts g;
-  g.out = p.out;
-  g.in = p.in;
-  g.q.resize(size_t(p.out * p.in));
-  const int64_t blocks = p.in / 32;
-  g.zero.resize(size_t(p.out * blocks));
-  g.scale.resize(size_t(p.out * blocks));
-
   std::vector<int64_t> group(size_t(p.in));
   for (int64_t i = 0; i < p.in; ++i) {
     group[size_t(i)] = p.g_idx ? word_at(p.g_idx, i) : i / p.group_size;
@@ -64,31 +56,55 @@ GroupedInts unpack_packed_linear(const PackedLinear& p) {
                       std::to_string(group[size_t(i)]) + ", not a group below " +
                       std::to_string(groups));
   }
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t i = b * 32; i < b * 32 + 32; ++i)
-      if (group[size_t(i)] != group[size_t(b * 32)])
-        throw UserError(n + ".g_idx puts inputs " + std::to_string(b * 32) + ".." +
-                        std::to_string(b * 32 + 31) + " in groups " +
-                        std::to_string(group[size_t(b * 32)]) + " and " +
-                        std::to_string(group[size_t(i)]) +
-                        " (desc_act: act-order); llmrun needs each block of 32 inputs in one "
-                        "group");
+  GroupedInts g;
+  g.out = p.out;
+  g.inputs = p.in;
+  // The stored columns: the inputs in order when each block of 32 lies in one group (also
+  // act-order that moves whole blocks), else act-order's rearrangement (header).
+  bool whole_blocks = true;
+  for (int64_t i = 0; i < p.in && whole_blocks; ++i)
+    whole_blocks = group[size_t(i)] == group[size_t(i - i % 32)];
+  std::vector<int64_t> col_group;  // the group of each stored column
+  if (whole_blocks) {
+    col_group = group;
+  } else {
+    std::vector<std::vector<int32_t>> members(static_cast<size_t>(groups));
+    for (int64_t i = 0; i < p.in; ++i) members[size_t(group[size_t(i)])].push_back(int32_t(i));
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      const std::vector<int32_t>& m = members[size_t(gi)];
+      g.gather.insert(g.gather.end(), m.begin(), m.end());
+      g.gather.resize((g.gather.size() + 31) / 32 * 32, -1);
+      col_group.resize(g.gather.size(), gi);
+    }
+  }
+  g.in = int64_t(col_group.size());
+  const int64_t blocks = g.in / 32;
+  g.q.resize(size_t(p.out * g.in));
+  g.zero.resize(size_t(p.out * blocks));
+  g.scale.resize(size_t(p.out * blocks));
 
   const int64_t words_per_row = p.out / per;  // qzeros (both) and AWQ's qweight
+  const int max_q = (1 << p.bits) - 1;
   for (int64_t c = 0; c < p.out; ++c) {
     const int slot = p.format == PackedFormat::awq ? kAwqSlot[c % 8] : int(c % per);
-    uint8_t* qrow = g.q.data() + c * p.in;
-    for (int64_t i = 0; i < p.in; ++i)
-      qrow[i] =
-          p.format == PackedFormat::awq
-              ? uint8_t(field(word_at(p.qweight, i * words_per_row + c / per), p.bits, slot))
-              : uint8_t(field(word_at(p.qweight, (i / per) * p.out + c), p.bits, int(i % per)));
     for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t gi = group[size_t(b * 32)];
+      const int64_t gi = col_group[size_t(b * 32)];
       const int stored = field(word_at(p.qzeros, gi * words_per_row + c / per), p.bits, slot);
       g.zero[size_t(c * blocks + b)] =
           int16_t(p.format == PackedFormat::gptq ? stored + 1 : stored);  // GPTQ v1: zero - 1
       g.scale[size_t(c * blocks + b)] = half_at(p.scales, gi * p.out + c);
+    }
+    uint8_t* qrow = g.q.data() + c * g.in;
+    for (int64_t j = 0; j < g.in; ++j) {
+      const int64_t i = g.gather.empty() ? j : g.gather[size_t(j)];
+      if (i < 0) {  // a pad: its group's zero point, so its weight is (about) 0
+        qrow[j] = uint8_t(std::min<int>(g.zero[size_t(c * blocks + j / 32)], max_q));
+        continue;
+      }
+      qrow[j] =
+          p.format == PackedFormat::awq
+              ? uint8_t(field(word_at(p.qweight, i * words_per_row + c / per), p.bits, slot))
+              : uint8_t(field(word_at(p.qweight, (i / per) * p.out + c), p.bits, int(i % per)));
     }
   }
   return g;
@@ -113,10 +129,13 @@ std::vector<uint8_t> to_block_rows(const GroupedInts& g, QType t) {
   const size_t rb = row_bytes(t, g.in);
   std::vector<uint8_t> out(rb * size_t(g.out));
   const int64_t blocks = g.in / 32;
-  if (t == QType::f32) {
-    std::vector<float> w(size_t(g.out * g.in));
-    dequantize_grouped(g, w.data());
-    std::memcpy(out.data(), w.data(), out.size());
+  if (t == QType::f32) {  // s (q - z) per stored column (a pad's q - z is 0 or near it)
+    for (int64_t c = 0; c < g.out; ++c)
+      for (int64_t j = 0; j < g.in; ++j) {
+        const size_t k = size_t(c * blocks + j / 32);
+        const float v = from_f16(g.scale[k]) * float(int(g.q[size_t(c * g.in + j)]) - g.zero[k]);
+        std::memcpy(out.data() + size_t(c) * rb + size_t(j) * 4, &v, 4);
+      }
     return out;
   }
   LLMRUN_CHECK(t == QType::q4_0 || t == QType::q4_1 || t == QType::q8_0,
@@ -159,9 +178,12 @@ double requant_error_bound(const GroupedInts& g, QType t) {
 void dequantize_grouped(const GroupedInts& g, float* w) {
   const int64_t blocks = g.in / 32;
   for (int64_t c = 0; c < g.out; ++c)
-    for (int64_t i = 0; i < g.in; ++i) {
-      const size_t k = size_t(c * blocks + i / 32);
-      w[c * g.in + i] = from_f16(g.scale[k]) * float(int(g.q[size_t(c * g.in + i)]) - g.zero[k]);
+    for (int64_t j = 0; j < g.in; ++j) {
+      const int64_t i = g.gather.empty() ? j : g.gather[size_t(j)];
+      if (i < 0) continue;  // a pad
+      const size_t k = size_t(c * blocks + j / 32);
+      w[c * g.inputs + i] =
+          from_f16(g.scale[k]) * float(int(g.q[size_t(c * g.in + j)]) - g.zero[k]);
     }
 }
 

@@ -17,9 +17,14 @@
 //     scales  f16 [groups, out]; the group of input i is i / group_size
 //   Both: w[out c, in i] = scale[g(i), c] * (q[i, c] - zero[g(i), c]).
 //
-// Requantization: every block of 32 inputs lies in one group (group sizes are multiples of
-// 32; act-order g_idx is accepted when it keeps blocks whole), so a block has one f16 scale s
-// and one integer zero z, and the values s * (q - z) are held by
+// Act-order (desc_act): g_idx may give a block of 32 inputs more than one group. Such a
+// linear is stored with its inputs reordered, as exllama does: sorted by group (stably), each
+// group's run padded with zero weights to whole blocks of 32, and GroupedInts::gather maps
+// each stored column back to its input (-1 for a pad). The runner gathers the activation row
+// through it (quant/quantized_linear.h), so x W^T is unchanged; any g_idx loads this way.
+//
+// Requantization: every stored block of 32 columns lies in one group, so a block has one f16
+// scale s and one integer zero z, and the values s * (q - z) are held by
 //   Q4_0 (d = s, nibble = q) when b = 4 and every z = 8 (symmetric GPTQ): exactly;
 //   Q4_1 (d = s, nibble = q, m = f16(-s * z)) otherwise at b = 4 (AWQ, asymmetric GPTQ: 5
 //        bits a weight instead of Q8_0's 8.5). d q is exact; m rounds to f16, so each weight
@@ -59,27 +64,32 @@ struct PackedShapes {
 };
 PackedShapes packed_shapes(PackedFormat f, int bits, int64_t in, int64_t out, int64_t group_size);
 
-// The integer form: q per weight, and per (output, block of 32 inputs) one f16 scale and one
-// zero point.
+// The integer form: q per weight, and per (output, block of 32 stored columns) one f16 scale
+// and one zero point. The stored columns are the linear's inputs in order, or, when gather is
+// not empty, the act-order arrangement above (a pad's q is its group's zero point, clamped to
+// the bit width: its weight is 0 or near it, and it only ever meets a gathered 0).
 struct GroupedInts {
-  int64_t out = 0, in = 0;
+  int64_t out = 0;
+  int64_t in = 0;               // stored columns, whole blocks of 32
+  int64_t inputs = 0;           // the linear's inputs (in, unless gathered and padded)
+  std::vector<int32_t> gather;  // empty, or [in]: the input stored column j holds, -1 for a pad
   std::vector<uint8_t> q;       // [out, in]
   std::vector<int16_t> zero;    // [out, in / 32]
   std::vector<uint16_t> scale;  // [out, in / 32], f16 bits
 };
 
-// UserError naming the linear when a block of 32 inputs spans two groups (act-order that
-// scatters a block), a g_idx entry is out of range, or in is not a multiple of 32.
+// UserError naming the linear when a g_idx entry is out of range, or the linear is not whole
+// blocks of 32 inputs and whole packed words.
 GroupedInts unpack_packed_linear(const PackedLinear& p);
 
 // Q4_0, Q4_1, Q8_0 or F32: the type above that holds g's values (exactly but for Q4_1's m).
 QType requant_block_type(const GroupedInts& g, int bits);
 // The largest |block value - s (q - z)| of g held as t: 0 but for Q4_1 (the f16 m).
 double requant_error_bound(const GroupedInts& g, QType t);
-// Rows of `out` blocks of type t (requant_block_type's, or one it allows: Q4_1 for any 4-bit
-// g, Q8_0 where q - z fits int8, F32 always).
+// Rows of `out` blocks of type t over the stored columns (requant_block_type's, or one it
+// allows: Q4_1 for any 4-bit g, Q8_0 where q - z fits int8, F32 always).
 std::vector<uint8_t> to_block_rows(const GroupedInts& g, QType t);
-// w [out, in] in fp32.
+// w [out, inputs] in fp32, in the linear's own input order (pads dropped).
 void dequantize_grouped(const GroupedInts& g, float* w);
 
 }  // namespace llmrun::quant

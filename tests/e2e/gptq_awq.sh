@@ -1,6 +1,10 @@
 # GPTQ and AWQ Hugging Face dirs through the real binary. tests/oracle/gptq_awq.py (an
 # independent packer) quantizes a Llama's linears with round-to-nearest into each packed layout,
-# and writes the same model with the dequantized weights in fp32 (REF). For each variant:
+# and writes the same model with the dequantized weights in fp32 (REF). The act-order variant
+# (desc_act, g_idx a random permutation of i // 128: every block of 32 inputs spans several
+# groups; q, k, v and gate, up share one order in layer 0, each has its own in layer 1) has REF
+# from PyTorch's dequantization of the packed tensors by GPTQ's formula with g_idx. For each
+# variant:
 #  - `convert DIR --to hf` dequantizes to exactly REF's tensors (the unpacking is exact);
 #  - `eval DIR` gives PyTorch's loss on REF within 2e-3 relative: the weights llmrun multiplies
 #    by are REF's values exactly (Q4_0 / Q8_0 blocks) or within Q4_1's f16 rounding of the min
@@ -22,24 +26,29 @@ cp tok/model/tokenizer.json tok/model/tokenizer_config.json fp/
 field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
 close() { /usr/bin/python3 -c "import sys; a,b,r=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b) <= r*abs(b) else 1)" "$@"; }
 
-# name: method bits group sym, and the block type llmrun holds it in
+# name: method bits group sym, the block type llmrun holds it in, and act-order
 declare -A VARIANT=([gptq4]="gptq 4 128 sym Q4_0" [gptq4-asym-col]="gptq 4 -1 asym Q4_1"
-                    [gptq8]="gptq 8 128 sym Q8_0" [awq4]="awq 4 128 asym Q4_1")
-variants="gptq4 gptq4-asym-col gptq8 awq4"
+                    [gptq8]="gptq 8 128 sym Q8_0" [awq4]="awq 4 128 asym Q4_1"
+                    [gptq4-act]="gptq 4 128 sym Q4_0 act")
+variants="gptq4 gptq4-asym-col gptq8 awq4 gptq4-act"
 refs=""
 for v in $variants; do
-  read -r method bits group sym type <<<"${VARIANT[$v]}"
-  $QZ quantize fp $v $v-ref $method $bits $group $sym || fail "$v: quantize failed"
+  read -r method bits group sym type act <<<"${VARIANT[$v]}"
+  $QZ quantize fp $v $v-ref $method $bits $group $sym $act || fail "$v: quantize failed"
   refs="$refs $v-ref"
 done
 # PyTorch on the dequantized dirs (one python start for all of them)
 $PY loss text.txt $refs > torch-loss.txt || fail "PyTorch loss failed"
 for v in $variants; do
-  read -r method bits group sym type <<<"${VARIANT[$v]}"
+  read -r method bits group sym type act <<<"${VARIANT[$v]}"
   "$LLMRUN" convert $v --to hf $v-back 2>convert.log || { cat convert.log; fail "$v: --to hf failed"; }
   $PY same $v-ref $v-back >/dev/null || fail "$v: convert --to hf differs from the dequantized weights"
   ours=$("$LLMRUN" eval $v --text text.txt --json 2>eval.log | field loss) || { cat eval.log; fail "$v: eval failed"; }
   grep -q "14 linears requantized (14 $type)" eval.log || { cat eval.log; fail "$v: not held as $type"; }
+  if [ -n "$act" ]; then  # every linear gathers its inputs (no block of 32 is one group's)
+    grep -q "act-order: 14 linears hold their inputs sorted by group" eval.log ||
+      { cat eval.log; fail "$v: act-order linears not reordered"; }
+  fi
   torch=$(grep "^$v-ref " torch-loss.txt | cut -d' ' -f2)
   # the fp32 dequantized dir: llmrun's fp32 path equals PyTorch (the oracle agrees)
   plain=$("$LLMRUN" eval $v-back --text text.txt --json | field loss)
@@ -81,14 +90,14 @@ edit exl "q['quant_method']='awq'; q['version']='exllama'"
 expect_exit 2 "quantization_config.version is \"exllama\"" "$LLMRUN" eval exl --text text.txt
 edit g48 "q['group_size']=48"
 expect_exit 2 "quantization_config.group_size is 48" "$LLMRUN" eval g48 --text text.txt
-# act-order that scatters a block of 32 inputs over two groups
-edit actorder "q['desc_act']=True"
+# a g_idx naming a group the scales do not have
+edit badgidx "q['desc_act']=True"
 /usr/bin/python3 -c "
 import sys; sys.path.insert(0, '$SRC/tests/oracle'); import safetensors_np as st, numpy as np
-t, meta = st.load('actorder/model.safetensors')
-g = t['model.layers.0.mlp.down_proj.g_idx']; g[0], g[200] = g[200], g[0]
-st.save('actorder/model.safetensors', t, meta)"
-expect_exit 2 "model.layers.0.mlp.down_proj.g_idx puts inputs 0..31 in groups" "$LLMRUN" eval actorder --text text.txt
+t, meta = st.load('badgidx/model.safetensors')
+t['model.layers.0.mlp.down_proj.g_idx'][7] = 3
+st.save('badgidx/model.safetensors', t, meta)"
+expect_exit 2 "model.layers.0.mlp.down_proj.g_idx\\[7\\] is 3, not a group below 3" "$LLMRUN" eval badgidx --text text.txt
 expect_exit 2 "gptq4: config.json has a quantization_config" "$LLMRUN" convert gptq4 --to gguf x.gguf
 # training from a quantized dir is refused up front (no fp32 tensors to train)
 printf 'model: {from: gptq4}\ndata: {train: [{path: text.txt}]}\ntrain: {steps: 1}\n' > from.yaml
