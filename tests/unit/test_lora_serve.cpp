@@ -13,6 +13,7 @@
 #include "backend/backend_factory.h"
 #include "ckpt/peft_adapter.h"
 #include "serve/kv_block_manager.h"
+#include "serve/lora_delta.h"
 #include "serve/lora_registry.h"
 #include "serve/lora_runner.h"
 #include "serve/scheduler.h"
@@ -345,6 +346,53 @@ TEST(LoraServe, RunnerFusedRegionEqualsBaseThenDeltas) {
     EXPECT_NE(base[size_t(7 * out)], fused[size_t(7 * out)]);
     EXPECT_EQ(base[size_t(3 * out + 1)], fused[size_t(3 * out + 1)]);
   }
+}
+
+// The CPU kernel over operands that span several packed panels (serve/lora_delta.h): width
+// 3 x 24 = 72 (A panels of 64 and 16 columns), targets of 40 and 70 columns (B panels of 32,
+// then 16 with 8 or 6 of y's columns in the last vector), 7 rows (tiles of 4 and 3), against a
+// double-precision x A^T (scale B)^T added to y, and y's columns outside the targets untouched.
+TEST(LoraServe, HostKernelMatchesReferenceAcrossPanels) {
+  const int64_t in = 37, rank = 24, rows = 7, y_cols = 200;
+  const std::vector<std::pair<int64_t, int64_t>> spans = {{0, 40}, {50, 70}, {130, 70}};
+  const int64_t width = rank * int64_t(spans.size());
+  std::mt19937 rng(21);
+  auto fill = [&](std::vector<float>& v) {
+    for (float& e : v) e = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  };
+  std::vector<float> a(size_t(width * in)), x(size_t(rows * in)), y(size_t(rows * y_cols));
+  fill(a);
+  fill(x);
+  fill(y);
+  std::vector<std::vector<float>> bs;
+  std::vector<LoraTargetSource> sources;
+  for (const auto& [begin, cols] : spans) {
+    bs.emplace_back(size_t(cols * rank));
+    fill(bs.back());
+    sources.push_back({begin, cols, bs.back().data()});
+  }
+  const float scale = 0.75f;
+  const LoraHostSite site = lora_pack_site(in, rank, a.data(), sources, scale);
+  EXPECT_EQ(site.macs_per_row(), in * width + rank * (40 + 70 + 70));
+  const std::vector<float> y0 = y;
+  std::vector<float> u(size_t(kLoraTileRows * lora_pad(width)));
+  lora_host_delta(site, x.data(), rows, y.data(), y_cols, u.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < y_cols; ++c) {
+      double want = y0[size_t(r * y_cols + c)];
+      for (size_t t = 0; t < spans.size(); ++t) {
+        const auto [begin, cols] = spans[t];
+        if (c < begin || c >= begin + cols) continue;
+        for (int64_t j = 0; j < rank; ++j) {
+          double uj = 0;
+          for (int64_t k = 0; k < in; ++k)
+            uj += double(x[size_t(r * in + k)]) * a[size_t((int64_t(t) * rank + j) * in + k)];
+          want += scale * uj * bs[t][size_t((c - begin) * rank + j)];
+        }
+      }
+      EXPECT_NEAR(y[size_t(r * y_cols + c)], want, 1e-3 * (1 + std::abs(want))) << r << "," << c;
+    }
+  EXPECT_EQ(y[size_t(45)], y0[size_t(45)]);  // between the first two targets
 }
 
 }  // namespace
