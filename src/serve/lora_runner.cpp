@@ -64,7 +64,7 @@ void LoraBatchRunner::forward(Backend& be, LinearSite site, Tensor y, const Tens
     const int threads = std::min(be.threads(), host_slots_);
     if (macs > 0 && macs < serial_macs_ && inner_is_fp32_ && threads > 1 &&
         x.rows() * W.rows() * W.cols() > fused_base_macs_ && x.dtype == DType::f32 &&
-        W.dtype == DType::f32 && y.dtype == DType::f32)
+        W.dtype == DType::f32 && y.dtype == DType::f32 && (!bias || bias->dtype == DType::f32))
       return forward_fused(be, y, x, W, bias, accumulate, site);
     inner_.forward(be, site, y, x, W, bias, accumulate);
     if (macs > 0) forward_host(be, site, y, x, macs);
