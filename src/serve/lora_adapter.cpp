@@ -56,41 +56,32 @@ ServedLora::ServedLora(Transformer& model, std::string name, std::filesystem::pa
       // The targets' A tensors are adjacent in the bucket (lora_layout): one [width, in] view.
       Tensor a = store_.tensor(bucket, s.targets.front().a);
       a.shape[0] = width;
-      if (host) {
-        LoraHostSite& hs = host_sites_[l][size_t(k)];
-        hs.in = a.cols();
-        hs.width = width;
-        hs.rank = r;
-        const int64_t wpad = lora_pad(width);
+      if (host) {  // the CPU kernel's packed copy (serve/lora_delta.h)
         host_a.resize(size_t(a.numel()));
-        be.copy(Tensor(host_a.data(), DType::f32, {width, hs.in}), a);
-        hs.at.assign(size_t(hs.in * wpad), 0.0f);
-        for (int64_t c = 0; c < width; ++c)
-          for (int64_t i = 0; i < hs.in; ++i)
-            hs.at[size_t(i * wpad + c)] = host_a[size_t(c * hs.in + i)];
+        be.copy(Tensor(host_a.data(), DType::f32, {width, a.cols()}), a);
+        std::vector<std::vector<float>> host_bs(s.targets.size());
+        std::vector<LoraTargetSource> sources;
+        for (size_t t = 0; t < s.targets.size(); ++t) {
+          const LoraTarget& tg = s.targets[t];
+          const Tensor b = store_.tensor(bucket, tg.b);  // [cols, r]
+          host_bs[t].resize(size_t(b.numel()));
+          be.copy(Tensor(host_bs[t].data(), DType::f32, {tg.cols, r}), b);
+          sources.push_back({tg.col_begin, tg.cols, host_bs[t].data()});
+        }
+        host_sites_[l][size_t(k)] = lora_pack_site(a.cols(), r, host_a.data(), sources, scale);
+        continue;
       }
-      bd.assign(host ? 0 : size_t(s.out_cols * width), 0.0f);
+      bd.assign(size_t(s.out_cols * width), 0.0f);
       for (size_t t = 0; t < s.targets.size(); ++t) {
         const LoraTarget& tg = s.targets[t];
         const Tensor b = store_.tensor(bucket, tg.b);  // [cols, r]
         host_b.resize(size_t(b.numel()));
         be.copy(Tensor(host_b.data(), DType::f32, {tg.cols, r}), b);
-        if (host) {
-          LoraHostTarget ht{tg.col_begin, tg.cols, int64_t(t) * r, {}};
-          const int64_t cpad = lora_pad(tg.cols);
-          ht.bt.assign(size_t(r * cpad), 0.0f);
-          for (int64_t i = 0; i < tg.cols; ++i)
-            for (int64_t j = 0; j < r; ++j)
-              ht.bt[size_t(j * cpad + i)] = scale * host_b[size_t(i * r + j)];
-          host_sites_[l][size_t(k)].targets.push_back(std::move(ht));
-          continue;
-        }
         for (int64_t i = 0; i < tg.cols; ++i)
           for (int64_t j = 0; j < r; ++j)
             bd[size_t((tg.col_begin + i) * width + int64_t(t) * r + j)] =
                 scale * host_b[size_t(i * r + j)];
       }
-      if (host) continue;
       b_storage_.push_back(be.allocate(bd.size() * 4));
       const Tensor b = b_storage_.back().as(DType::f32, {s.out_cols, width});
       be.copy(b, Tensor(bd.data(), DType::f32, {s.out_cols, width}));

@@ -7,11 +7,13 @@
 #include <omp.h>
 
 #include <filesystem>
+#include <limits>
 #include <random>
 
 #include "backend/backend_factory.h"
 #include "ckpt/peft_adapter.h"
 #include "serve/kv_block_manager.h"
+#include "serve/lora_delta.h"
 #include "serve/lora_registry.h"
 #include "serve/lora_runner.h"
 #include "serve/scheduler.h"
@@ -284,6 +286,113 @@ TEST(LoraServe, RunnerThreadedDeltasEqualSerialOnes) {
                              false);
   EXPECT_NE(base[size_t(8 * out)], serial[size_t(8 * out)]);
   EXPECT_EQ(base[size_t(5 * out + 3)], serial[size_t(5 * out + 3)]);
+}
+
+// Decode-sized steps at 2 threads run the base GEMM's share and the deltas of each thread in
+// one region (forward_fused; fused_base_macs 0 forces it on this small model): every y element
+// must be bitwise what the base runner plus the serial deltas give, over the fused q|k|v GEMM
+// (several targets) and the accumulating down projection with a bias, and a row alone must
+// match the same row in the batch.
+TEST(LoraServe, RunnerFusedRegionEqualsBaseThenDeltas) {
+  Fixture f;
+  const std::unique_ptr<Backend> be2 = make_backend(BackendKind::cpu, 2);
+  LoraRegistry reg(f.model, "base", 4, 2);
+  reg.load("a", (f.dir / "a").string());
+  reg.load("b", (f.dir / "a").string());
+  const auto a = reg.find("a"), b = reg.find("b");
+  const int n = 10;
+  std::mt19937 rng(17);
+  for (const LinearKind kind : {LinearKind::qkv, LinearKind::down}) {
+    const BlockTensors bt = block_tensors(f.cfg, f.model.params(), 1);
+    const Tensor W = kind == LinearKind::qkv ? bt.qkv_w : bt.down_w;
+    const int in = int(W.cols()), out = int(W.rows());
+    const bool accumulate = kind == LinearKind::down;
+    std::vector<float> x(size_t(n * in)), y0(size_t(n * out)), bias(static_cast<size_t>(out));
+    for (float& v : x) v = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+    for (float& v : y0) v = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+    for (float& v : bias) v = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+    const Tensor xt(x.data(), DType::f32, {n, in}), bt_bias(bias.data(), DType::f32, {out});
+    const LinearSite site{1, kind};
+    std::vector<float> fused = y0, separate = y0, alone(y0.begin() + 7 * out, y0.begin() + 8 * out);
+    {
+      LoraBatchRunner runner(f.model, 16, reg.max_width(), LoraBatchRunner::kDefaultSerialMacs,
+                             int64_t(0));
+      // Rows 0-2: adapter b; 3-4: the base; 5-9: adapter a (row 7 is checked alone below).
+      runner.set_step({b.get(), nullptr, a.get()}, {0, 3, 5, 10});
+      runner.forward(*be2, site, Tensor(fused.data(), DType::f32, {n, out}), xt, W, &bt_bias,
+                     accumulate);
+      EXPECT_EQ(runner.fused_forwards(), 1);
+      runner.set_step({a.get()}, {0, 1});
+      runner.forward(*be2, site, Tensor(alone.data(), DType::f32, {1, out}),
+                     Tensor(x.data() + 7 * in, DType::f32, {1, in}), W, &bt_bias, accumulate);
+      EXPECT_EQ(runner.fused_forwards(), 2);
+    }
+    {
+      LoraBatchRunner runner(f.model, 16, reg.max_width(), LoraBatchRunner::kDefaultSerialMacs,
+                             std::numeric_limits<int64_t>::max());
+      runner.set_step({b.get(), nullptr, a.get()}, {0, 3, 5, 10});
+      runner.forward(*be2, site, Tensor(separate.data(), DType::f32, {n, out}), xt, W, &bt_bias,
+                     accumulate);
+      EXPECT_EQ(runner.fused_forwards(), 0);
+    }
+    for (size_t i = 0; i < fused.size(); ++i)
+      ASSERT_EQ(fused[i], separate[i]) << linear_kind_name(kind) << " " << i;
+    for (int c = 0; c < out; ++c)
+      EXPECT_EQ(alone[size_t(c)], fused[size_t(7 * out + c)]) << linear_kind_name(kind) << " " << c;
+    // The deltas are there: adapter rows differ from the base computed alone.
+    std::vector<float> base = y0;
+    inference_linear().forward(*be2, site, Tensor(base.data(), DType::f32, {n, out}), xt, W,
+                               &bt_bias, accumulate);
+    EXPECT_NE(base[size_t(7 * out)], fused[size_t(7 * out)]);
+    EXPECT_EQ(base[size_t(3 * out + 1)], fused[size_t(3 * out + 1)]);
+  }
+}
+
+// The CPU kernel over operands that span several packed panels (serve/lora_delta.h): width
+// 3 x 24 = 72 (A panels of 64 and 16 columns), targets of 40 and 70 columns (B panels of 32,
+// then 16 with 8 or 6 of y's columns in the last vector), 7 rows (tiles of 4 and 3), against a
+// double-precision x A^T (scale B)^T added to y, and y's columns outside the targets untouched.
+TEST(LoraServe, HostKernelMatchesReferenceAcrossPanels) {
+  const int64_t in = 37, rank = 24, rows = 7, y_cols = 200;
+  const std::vector<std::pair<int64_t, int64_t>> spans = {{0, 40}, {50, 70}, {130, 70}};
+  const int64_t width = rank * int64_t(spans.size());
+  std::mt19937 rng(21);
+  auto fill = [&](std::vector<float>& v) {
+    for (float& e : v) e = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  };
+  std::vector<float> a(size_t(width * in)), x(size_t(rows * in)), y(size_t(rows * y_cols));
+  fill(a);
+  fill(x);
+  fill(y);
+  std::vector<std::vector<float>> bs;
+  std::vector<LoraTargetSource> sources;
+  for (const auto& [begin, cols] : spans) {
+    bs.emplace_back(size_t(cols * rank));
+    fill(bs.back());
+    sources.push_back({begin, cols, bs.back().data()});
+  }
+  const float scale = 0.75f;
+  const LoraHostSite site = lora_pack_site(in, rank, a.data(), sources, scale);
+  EXPECT_EQ(site.macs_per_row(), in * width + rank * (40 + 70 + 70));
+  const std::vector<float> y0 = y;
+  std::vector<float> u(size_t(kLoraTileRows * lora_pad(width)));
+  lora_host_delta(site, x.data(), rows, y.data(), y_cols, u.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < y_cols; ++c) {
+      double want = y0[size_t(r * y_cols + c)];
+      for (size_t t = 0; t < spans.size(); ++t) {
+        const auto [begin, cols] = spans[t];
+        if (c < begin || c >= begin + cols) continue;
+        for (int64_t j = 0; j < rank; ++j) {
+          double uj = 0;
+          for (int64_t k = 0; k < in; ++k)
+            uj += double(x[size_t(r * in + k)]) * a[size_t((int64_t(t) * rank + j) * in + k)];
+          want += scale * uj * bs[t][size_t((c - begin) * rank + j)];
+        }
+      }
+      EXPECT_NEAR(y[size_t(r * y_cols + c)], want, 1e-3 * (1 + std::abs(want))) << r << "," << c;
+    }
+  EXPECT_EQ(y[size_t(45)], y0[size_t(45)]);  // between the first two targets
 }
 
 }  // namespace
