@@ -1,9 +1,11 @@
 // The run-time choice of dot-product kernels: the CPU is asked once (cpuid) which levels it
 // can run, LLMRUN_QUANT_SIMD may lower the choice, and each call goes to the best level that
 // has a kernel for the type.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "quant/quant_dot.h"
 #include "quant/quant_dot_kernels.h"
@@ -79,9 +81,31 @@ float vec_dot(QType t, int64_t n, const void* wv, const void* av) {
 
 void dot_tile(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a, size_t a_stride,
               int C, float* out) {
-  if (active_simd_level() >= SimdLevel::avx512 &&
-      detail::dot_tile_avx512(t, n, w, R, a, a_stride, C, out))
-    return;
+  if (active_simd_level() >= SimdLevel::avx512) {
+    // several activation rows: the batched kernels, as QuantPlan runs them
+    if (C > 1 && detail::has_panel_kernel_avx512(t)) {
+      const size_t ps = detail::panel_row_bytes_avx512(t, n);
+      if (ps == 0) {  // the kernels read the activation rows as they are
+        detail::dot_panel_avx512(t, n, w, R, a, a_stride, C, out);
+        return;
+      }
+      thread_local std::vector<uint8_t> panel;
+      if (panel.size() < ps * size_t(C)) panel.resize(ps * size_t(C));
+      for (int c = 0; c < C; ++c)
+        detail::pack_panel_avx512(t, a + size_t(c) * a_stride, n, panel.data() + size_t(c) * ps);
+      detail::dot_panel_avx512(t, n, w, R, panel.data(), ps, C, out);
+      return;
+    }
+    float part[detail::kTileMax * detail::kTileMax];
+    int c0 = 0;
+    for (; c0 < C; c0 += detail::kTileMax) {
+      const int cn = std::min(detail::kTileMax, C - c0);
+      if (!detail::dot_tile_avx512(t, n, w, R, a + size_t(c0) * a_stride, a_stride, cn, part))
+        break;
+      std::copy(part, part + cn * R, out + c0 * R);
+    }
+    if (c0 >= C) return;
+  }
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) out[c * R + r] = vec_dot(t, n, w[r], a + size_t(c) * a_stride);
 }
