@@ -195,7 +195,9 @@ using TileQ4_0 = TilePairs<Q4_0Weights, R, C>;
 // done once per row (pack_q8_0_panel) instead of once per tile, and the per-pair scales become
 // one table of products per tile, so that a pair of blocks costs each element three
 // instructions: vpdpbusd, the int32 -> fp32 conversion and an FMA whose scale operand is a
-// broadcast load.
+// broadcast load. That is the floor of this arithmetic (one FMA per element and pair of
+// blocks, next to its vpdpbusd): on Zen 4 the loop measured alone runs at the speed of these
+// kernels, about 1.3 ns per element and pair on the shared 2-core machine.
 //
 // The arithmetic is TilePairs' exactly, lane for lane: the 16 lanes are only held in another
 // order. Lane 2m holds what TilePairs keeps in lane m (4-byte group m of the pair's first
@@ -605,7 +607,10 @@ void q4_k_group(int64_t n, const uint8_t* w, const uint8_t* a, size_t as, int R,
   for (int c = 0; c < C; ++c) out[c * R] = _mm512_reduce_add_ps(acc[c]);
 }
 
-// Q6_K: a superblock's four 64-value vectors and their scales decoded once per group.
+// Q6_K: a superblock's four 64-value vectors and their scales decoded once per group. (The
+// 32 (y0 + y1) terms depend on the activation row only, but packing them once per row and
+// adding them with a second vpdpwssd was 20% slower than recomputing them here: vpdpwssd is
+// the scarce unit on Zen 4, vpmaddubsw and vpsubw are not.)
 template <int C>
 void q6_k_group(int64_t n, const uint8_t* w, const uint8_t* a, size_t as, int R, float* out) {
   __m512 acc[C];
