@@ -9,6 +9,8 @@
 
 #include "quant/block_formats_q5.h"
 #include "quant/k_quant_scales.h"
+#include "quant/quant_dot.h"
+#include "quant/quant_dot_kernels.h"
 #include "tensor/half_convert.h"
 #include "tensor/tensor.h"
 #include "util/error.h"
@@ -443,6 +445,8 @@ void quantize_row(QType t, const float* x, void* out, int64_t n) {
       }
       return;
     case QType::q8_0:
+      // activation rows (once per GEMM row): the vectorized quantizer writes the same bytes
+      if (active_simd_level() >= SimdLevel::avx512 && detail::quantize_q8_0_avx512(x, o, n)) return;
       return quantize_q8_0(x, o, n);
     case QType::q4_0:
       return quantize_q4_0(x, o, n);
@@ -451,6 +455,7 @@ void quantize_row(QType t, const float* x, void* out, int64_t n) {
     case QType::q6_k:
       return quantize_q6_k(x, o, n);
     case QType::q8_k:
+      if (active_simd_level() >= SimdLevel::avx512 && detail::quantize_q8_k_avx512(x, o, n)) return;
       return quantize_q8_k(x, o, n);
     case QType::q4_1:
       return detail::quantize_q4_1(x, o, n);

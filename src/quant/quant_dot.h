@@ -33,8 +33,9 @@ float vec_dot(QType t, int64_t n, const void* w, const void* a);
 float vec_dot_scalar(QType t, int64_t n, const void* w, const void* a);
 
 // A tile of dot products: out[c * R + r] = vec_dot(t, n, w[r], a + c * a_stride), bitwise,
-// for r < R, c < C, 1 <= R, C <= kDotTileMax.
+// for r < R, c < C, 1 <= R <= kDotTileMax, 1 <= C <= kDotTileCols.
 inline constexpr int kDotTileMax = 4;
+inline constexpr int kDotTileCols = 8;
 void dot_tile(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a, size_t a_stride,
               int C, float* out);
 

@@ -1,9 +1,11 @@
 // The run-time choice of dot-product kernels: the CPU is asked once (cpuid) which levels it
 // can run, LLMRUN_QUANT_SIMD may lower the choice, and each call goes to the best level that
 // has a kernel for the type.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "quant/quant_dot.h"
 #include "quant/quant_dot_kernels.h"
@@ -84,10 +86,37 @@ float vec_dot(QType t, int64_t n, const void* wv, const void* av) {
 void dot_tile(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a, size_t a_stride,
               int C, float* out) {
   const SimdLevel l = active_simd_level();
-  if (l >= SimdLevel::avx512 && (detail::dot_tile_avx512(t, n, w, R, a, a_stride, C, out) ||
-                                 detail::dot_tile_float_avx512(t, n, w, R, a, a_stride, C, out)))
+  // several activation rows of a block type: the batched kernels, as QuantPlan runs them
+  if (l >= SimdLevel::avx512 && C > 1 && detail::has_panel_kernel_avx512(t)) {
+    const size_t ps = detail::panel_row_bytes_avx512(t, n);
+    if (ps == 0) {  // the kernels read the activation rows as they are
+      detail::dot_panel_avx512(t, n, w, R, a, a_stride, C, out);
+      return;
+    }
+    thread_local std::vector<uint8_t> panel;
+    if (panel.size() < ps * size_t(C)) panel.resize(ps * size_t(C));
+    for (int c = 0; c < C; ++c)
+      detail::pack_panel_avx512(t, a + size_t(c) * a_stride, n, panel.data() + size_t(c) * ps);
+    detail::dot_panel_avx512(t, n, w, R, panel.data(), ps, C, out);
     return;
-  if (l >= SimdLevel::avx2 && detail::dot_tile_float_avx2(t, n, w, R, a, a_stride, C, out)) return;
+  }
+  // The tile kernels take up to kTileMax activation rows, so C goes in chunks; a kernel refuses
+  // a type it has no code for on the first chunk, and the next candidate is tried.
+  using TileKernel =
+      bool (*)(QType, int64_t, const uint8_t* const*, int, const uint8_t*, size_t, int, float*);
+  auto in_chunks = [&](TileKernel tile) {
+    float part[detail::kTileMax * detail::kTileMax];
+    for (int c0 = 0; c0 < C; c0 += detail::kTileMax) {
+      const int cn = std::min(detail::kTileMax, C - c0);
+      if (!tile(t, n, w, R, a + size_t(c0) * a_stride, a_stride, cn, part)) return false;
+      std::copy(part, part + cn * R, out + c0 * R);
+    }
+    return true;
+  };
+  if (l >= SimdLevel::avx512 &&
+      (in_chunks(detail::dot_tile_avx512) || in_chunks(detail::dot_tile_float_avx512)))
+    return;
+  if (l >= SimdLevel::avx2 && in_chunks(detail::dot_tile_float_avx2)) return;
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) out[c * R + r] = vec_dot(t, n, w[r], a + size_t(c) * a_stride);
 }

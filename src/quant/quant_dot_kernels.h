@@ -27,4 +27,22 @@ bool dot_tile_float_avx512(QType t, int64_t n, const uint8_t* const* w, int R, c
 bool dot_tile_float_avx2(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a,
                          size_t a_stride, int C, float* out);
 
+// The batched path (QuantPlan, n >= 2 activation rows): a type whose AVX-512 kernels read
+// activation rows re-laid ("panel" rows, panel_row_bytes_avx512(t, n) > 0) has them packed
+// once per GEMM by pack_panel_avx512 from the rows prepare_activation made. dot_panel_avx512
+// is dot_tile_avx512 over such rows (panel rows at stride a_stride, or the activation rows
+// themselves for a type without a panel form), with any number of activation rows up to kPanelCols;
+// false when the type has no such kernel. Every element is bitwise what dot_tile_avx512 gives it.
+inline constexpr int kPanelCols = 64;
+bool has_panel_kernel_avx512(QType t);
+size_t panel_row_bytes_avx512(QType t, int64_t n);
+void pack_panel_avx512(QType t, const uint8_t* a, int64_t n, uint8_t* out);
+bool dot_panel_avx512(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a,
+                      size_t a_stride, int C, float* out);
+
+// Activation quantization with AVX-512 F/BW/VL (quantize_act_avx512.cpp), bytewise what the
+// scalar Q8_0 and Q8_K quantizers write; false when this build has no such kernel.
+bool quantize_q8_0_avx512(const float* x, uint8_t* out, int64_t n);
+bool quantize_q8_k_avx512(const float* x, uint8_t* out, int64_t n);
+
 }  // namespace llmrun::quant::detail

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "quant/quant_dot.h"
+#include "quant/quant_dot_kernels.h"
 #include "util/error.h"
 
 namespace llmrun::quant {
@@ -40,23 +41,44 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
                     bool accumulate) const {
   LLMRUN_CHECK(out() <= ldy, "quant_matmul: output narrower than the weights");
   const int64_t cols = cols_, out = this->out();
-  // Each activation row quantized once per format the weights need.
-  std::vector<size_t> stride(act_types_.size());
-  std::vector<std::vector<uint8_t>> acts(act_types_.size());
-  for (size_t k = 0; k < act_types_.size(); ++k) {
-    stride[k] = row_bytes(act_types_[k], cols);
-    acts[k].resize(stride[k] * size_t(n));
-    uint8_t* dst = acts[k].data();
+  // Batches go to the batched AVX-512 kernels where the type has them (activation rows
+  // re-laid once per GEMM when the type wants a panel).
+  const bool wide = n >= 2 && active_simd_level() >= SimdLevel::avx512;
+  // Each activation row quantized once per format the weights need (and packed into its
+  // panel form); the buffers are the calling thread's, kept between calls.
+  thread_local std::vector<std::vector<uint8_t>> acts, panels;
+  const size_t formats = act_types_.size();
+  if (acts.size() < formats) acts.resize(formats), panels.resize(formats);
+  // Plain pointers for the workers (a thread_local named inside a parallel region would be
+  // each worker's own), one per activation format (f32, Q8_0, Q8_K).
+  size_t stride[3] = {}, pstride[3] = {};
+  const uint8_t* act_rows[3] = {};
+  const uint8_t* panel_rows[3] = {};
+  LLMRUN_CHECK(formats <= 3, "quant_matmul: more than three activation formats");
+  for (size_t k = 0; k < formats; ++k) {
     const QType at = act_types_[k];
+    stride[k] = row_bytes(at, cols);
+    // the panel form is the activation format's (Q8_0 for Q8_0 and Q4_0 weights alike)
+    pstride[k] = wide && at == QType::q8_0 ? detail::panel_row_bytes_avx512(at, cols) : 0;
+    if (acts[k].size() < stride[k] * size_t(n)) acts[k].resize(stride[k] * size_t(n));
+    if (panels[k].size() < pstride[k] * size_t(n)) panels[k].resize(pstride[k] * size_t(n));
+    uint8_t* dst = acts[k].data();
+    uint8_t* pan = panels[k].data();
+    act_rows[k] = dst;
+    panel_rows[k] = pan;
+    const size_t as = stride[k], ps = pstride[k];
 #pragma omp parallel for if (n > 1 && n * cols > 32768)
-    for (int64_t i = 0; i < n; ++i)
-      quantize_row(at, x + i * cols, dst + size_t(i) * stride[k], cols);
+    for (int64_t i = 0; i < n; ++i) {
+      quantize_row(at, x + i * cols, dst + size_t(i) * as, cols);
+      if (ps) detail::pack_panel_avx512(at, dst + size_t(i) * as, cols, pan + size_t(i) * ps);
+    }
   }
-  // Output rows [o0, o1) x activation rows [i0, i1) in dot_tile tiles of up to
-  // kDotTileMax x kDotTileMax; a tile's weight rows share one type.
+  // Output rows [o0, o1) x activation rows [i0, i1) (at most kTileActs) in tiles of up to
+  // kDotTileMax weight rows of one type x the activation rows (batched kernels) or
+  // kDotTileMax of them (dot_tile).
   auto block = [&](int64_t o0, int64_t o1, int64_t i0, int64_t i1) {
     const uint8_t* w[kDotTileMax];
-    float v[kDotTileMax * kDotTileMax];
+    float v[kDotTileMax * kTileActs];
     for (int64_t o = o0; o < o1;) {
       const Row& first = rows_[size_t(o)];
       int R = 0;
@@ -65,11 +87,8 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
         w[R] = rows_[size_t(o + R)].w;
         ++R;
       }
-      const size_t as = stride[size_t(first.act)];
-      const uint8_t* a = acts[size_t(first.act)].data();
-      for (int64_t i = i0; i < i1; i += kDotTileMax) {
-        const int C = int(std::min<int64_t>(kDotTileMax, i1 - i));
-        dot_tile(first.type, cols, w, R, a + size_t(i) * as, as, C, v);
+      const size_t f = size_t(first.act);
+      auto store = [&](int64_t i, int C) {
         for (int c = 0; c < C; ++c)
           for (int r = 0; r < R; ++r) {
             float val = v[c * R + r];
@@ -77,6 +96,19 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
             float& dst = y[(i + c) * ldy + o + r];
             dst = accumulate ? dst + val : val;
           }
+      };
+      if (wide && detail::has_panel_kernel_avx512(first.type)) {
+        // the activation rows [i0, i1) in one call (its own register groups)
+        const size_t ps = pstride[f] ? pstride[f] : stride[f];
+        const uint8_t* a = (pstride[f] ? panel_rows[f] : act_rows[f]) + size_t(i0) * ps;
+        detail::dot_panel_avx512(first.type, cols, w, R, a, ps, int(i1 - i0), v);
+        store(i0, int(i1 - i0));
+      } else {
+        for (int64_t i = i0; i < i1; i += kDotTileMax) {
+          const int C = int(std::min<int64_t>(kDotTileMax, i1 - i));
+          dot_tile(first.type, cols, w, R, act_rows[f] + size_t(i) * stride[f], stride[f], C, v);
+          store(i, C);
+        }
       }
       o += R;
     }

@@ -3,7 +3,10 @@
 //
 // Each activation row is quantized once (Q8_0 or Q8_K, as llama.cpp does), then the output
 // is computed in tiles of up to 4 weight rows x 4 activation rows (dot_tile: each weight block
-// decoded once per tile). Batches of more than kRowsForBlocking rows walk groups of output
+// decoded once per tile). From 2 activation rows on, the AVX-512 level runs its batched
+// kernels instead (Q8_0, Q4_0, Q4_K, Q6_K: the activation rows re-laid once per GEMM, a weight
+// block decoded once per group of up to 4 or 8 activation rows; quant_dot_kernels.h).
+// Batches of more than kRowsForBlocking rows walk groups of output
 // rows whose weight blocks stay in cache while the group meets every activation row. At a
 // given SIMD level an element's value does not depend on the tile it was computed in
 // (quant_dot.h), so a sequence's logits are bitwise the same whatever it is batched with:

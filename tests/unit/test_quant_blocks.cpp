@@ -324,6 +324,36 @@ TEST(QuantDot, LevelsReportAndSwitch) {
 #endif
 }
 
+// The activation quantizers (vectorized at the avx512 level) write the scalar quantizers'
+// bytes: random rows, an all-zero block, and blocks whose max is 127 so that x * id lands on
+// exact halves (roundf rounds them away from zero for Q8_0, lrintf to even for Q8_K).
+TEST(QuantDot, ActivationQuantizersEqualScalarBytewise) {
+  LevelGuard guard;
+  const int64_t n = 1024;
+  std::vector<std::vector<float>> rows = {random_row(n, 7), random_row(n, 8),
+                                          std::vector<float>(size_t(n), 0.0f)};
+  std::vector<float> ties(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    ties[size_t(i)] = i % 32 == 0 ? 127.0f : float((i * 37) % 200 - 100) + (i % 2 ? 0.5f : -0.5f);
+  rows.push_back(ties);
+  for (auto& v : ties) v *= 3.0e-3f;  // the same pattern at another scale
+  rows.push_back(ties);
+  rows[0][5] = -rows[0][5] * 40.0f;  // a negative maximum
+  for (QType t : {QType::q8_0, QType::q8_k}) {
+    for (const auto& x : rows) {
+      std::vector<uint8_t> ref(row_bytes(t, n)), got(row_bytes(t, n));
+      set_simd_level(SimdLevel::scalar);
+      quantize_row(t, x.data(), ref.data(), n);
+      for (SimdLevel level : levels()) {
+        set_simd_level(level);
+        std::fill(got.begin(), got.end(), uint8_t(0xAA));
+        quantize_row(t, x.data(), got.data(), n);
+        ASSERT_EQ(got, ref) << type_name(t) << " (" << simd_level() << ")";
+      }
+    }
+  }
+}
+
 // Every tile shape gives each element bitwise what vec_dot gives it, at every level.
 TEST(QuantDot, TilesEqualVecDotBitwise) {
   LevelGuard guard;
@@ -332,16 +362,16 @@ TEST(QuantDot, TilesEqualVecDotBitwise) {
     for (QType t : kTypes) {
       const int64_t n = width(t, 512);
       const size_t wb = row_bytes(t, n), ab = activation_row_bytes(t, n);
-      std::vector<uint8_t> w(wb * kDotTileMax), a(ab * kDotTileMax);
-      for (int r = 0; r < kDotTileMax; ++r) {
+      std::vector<uint8_t> w(wb * kDotTileMax), a(ab * kDotTileCols);
+      for (int r = 0; r < kDotTileMax; ++r)
         quantize_row(t, random_row(n, uint32_t(30 + r)).data(), w.data() + r * wb, n);
-        prepare_activation(t, random_row(n, uint32_t(40 + r)).data(), a.data() + r * ab, n);
-      }
+      for (int c = 0; c < kDotTileCols; ++c)
+        prepare_activation(t, random_row(n, uint32_t(40 + c)).data(), a.data() + c * ab, n);
       for (int R = 1; R <= kDotTileMax; ++R)
-        for (int C = 1; C <= kDotTileMax; ++C) {
+        for (int C = 1; C <= kDotTileCols; ++C) {
           const uint8_t* rows[kDotTileMax];
           for (int r = 0; r < R; ++r) rows[r] = w.data() + (kDotTileMax - R + r) * wb;
-          float out[kDotTileMax * kDotTileMax];
+          float out[kDotTileMax * kDotTileCols];
           dot_tile(t, n, rows, R, a.data(), ab, C, out);
           for (int c = 0; c < C; ++c)
             for (int r = 0; r < R; ++r)
