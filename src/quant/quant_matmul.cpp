@@ -20,7 +20,7 @@ constexpr int64_t kTileActs = 64;
 
 }  // namespace
 
-QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts) {
+QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts) : gemv_(parts) {
   LLMRUN_CHECK(!parts.empty(), "quant_matmul: no weight parts");
   cols_ = parts[0].cols;
   for (const QuantMatrix& p : parts) {
@@ -39,6 +39,7 @@ QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts) {
 void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const float* bias,
                     bool accumulate) const {
   LLMRUN_CHECK(out() <= ldy, "quant_matmul: output narrower than the weights");
+  if (n == 1) return gemv_.run(x, y, bias, accumulate);
   const int64_t cols = cols_, out = this->out();
   // Each activation row quantized once per format the weights need.
   std::vector<size_t> stride(act_types_.size());
