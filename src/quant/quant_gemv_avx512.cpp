@@ -70,6 +70,7 @@ inline __m512 halves_f16(const uint8_t* p0, const uint8_t* p1) {
 struct Q8_0Weights {
   static constexpr int64_t kBytes = 34;
   static constexpr char kOffset = char(0x80);
+  static constexpr int64_t kPrefetch = 0;  // the hardware prefetchers keep up
   template <bool Two>
   static inline void decode(const uint8_t* p, __m512i& u, __m512& dw) {
     const __m256i hi = Two ? load32(p + 36) : _mm256_setzero_si256();
@@ -81,6 +82,8 @@ struct Q8_0Weights {
 struct Q4_0Weights {
   static constexpr int64_t kBytes = 18;
   static constexpr char kOffset = 8;
+  // bytes ahead to prefetch: 3072 x 768 streamed from DRAM, 0.15 ms without, 0.13 ms with
+  static constexpr int64_t kPrefetch = 2048;
   template <bool Two>
   static inline void decode(const uint8_t* p, __m512i& u, __m512& dw) {
     const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
@@ -117,32 +120,8 @@ inline __m512 pair_fma(const PairAct& x, __m512i u, __m512 dw, __m512 acc) {
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, x.da), acc);
 }
 
-// R rows side by side (they share each activation pair's loads), then the rest one by one.
-template <class W, int R>
-inline void pair_rows(const uint8_t* w, size_t stride, const PairAct* x, int64_t full, bool odd,
-                      float* out) {
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < full; ++k) {
-    const PairAct& xk = x[k];
-    for (int r = 0; r < R; ++r) {
-      __m512i u;
-      __m512 dw;
-      W::template decode<true>(w + r * stride + 2 * W::kBytes * k, u, dw);
-      acc[r] = pair_fma(xk, u, dw, acc[r]);
-    }
-  }
-  if (odd) {
-    for (int r = 0; r < R; ++r) {
-      __m512i u;
-      __m512 dw;
-      W::template decode<false>(w + r * stride + 2 * W::kBytes * full, u, dw);
-      acc[r] = pair_fma(x[full], u, dw, acc[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
-}
-
+// Rows one after another, each streamed whole: two rows read side by side ran a Q8_0 LM head
+// (50257 x 768, from DRAM) at a third of the speed (Zen 4), as the tiles found.
 template <class W>
 void gemv_pairs(int64_t n, const uint8_t* w, size_t stride, int64_t rows, const uint8_t* a,
                 float* out) {
@@ -152,12 +131,24 @@ void gemv_pairs(int64_t n, const uint8_t* w, size_t stride, int64_t rows, const 
   xs.resize(size_t(full + 1));
   for (int64_t k = 0; k < full; ++k) xs[size_t(k)] = pair_act<W, true>(a + 34 * 2 * k);
   if (odd) xs[size_t(full)] = pair_act<W, false>(a + 34 * 2 * full);
-  constexpr int R = 1;
-  int64_t r = 0;
-  for (; r + R <= rows; r += R)
-    pair_rows<W, R>(w + size_t(r) * stride, stride, xs.data(), full, odd, out + r);
-  for (; r < rows; ++r)
-    pair_rows<W, 1>(w + size_t(r) * stride, stride, xs.data(), full, odd, out + r);
+  const PairAct* x = xs.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* p = w + size_t(r) * stride;
+    __m512 acc = _mm512_setzero_ps();
+    __m512i u;
+    __m512 dw;
+    for (int64_t k = 0; k < full; ++k, p += 2 * W::kBytes) {
+      if constexpr (W::kPrefetch > 0)
+        _mm_prefetch(reinterpret_cast<const char*>(p + W::kPrefetch), _MM_HINT_T0);
+      W::template decode<true>(p, u, dw);
+      acc = pair_fma(x[k], u, dw, acc);
+    }
+    if (odd) {
+      W::template decode<false>(p, u, dw);
+      acc = pair_fma(x[full], u, dw, acc);
+    }
+    out[r] = _mm512_reduce_add_ps(acc);
+  }
 }
 
 // Q4_K against Q8_K (the tiles' TileQ4_K with one row and one activation).
