@@ -15,9 +15,9 @@ namespace llmrun::quant {
 
 void gemv_rows(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows, const uint8_t* a,
                float* out) {
-  if (active_simd_level() >= SimdLevel::avx512 &&
-      detail::gemv_avx512(t, n, w, stride, rows, a, out))
-    return;
+  const SimdLevel l = active_simd_level();
+  if (l >= SimdLevel::avx512 && detail::gemv_avx512(t, n, w, stride, rows, a, out)) return;
+  if (l == SimdLevel::avx2 && detail::gemv_avx2(t, n, w, stride, rows, a, out)) return;
   for (int64_t r = 0; r < rows; ++r) out[r] = vec_dot(t, n, w + size_t(r) * stride, a);
 }
 
@@ -76,7 +76,10 @@ void GemvPlan::run(const float* x, float* y, const float* bias, bool accumulate)
     }
   };
   const int64_t out = out_;
-  if (out * cols_ <= 16384 || omp_get_max_threads() == 1 || omp_in_parallel()) {
+  // Small matrices stay on one thread: a parallel region's start and join (a few us when the
+  // machine is idle, far more when it is loaded) would take most of what a second thread
+  // saves on under ~5 us of work (131072 multiply-adds at ~25 GMAC/s).
+  if (out * cols_ < (int64_t(1) << 17) || omp_get_max_threads() == 1 || omp_in_parallel()) {
     range(0, out);
     return;
   }
