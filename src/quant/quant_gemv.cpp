@@ -18,7 +18,13 @@ void gemv_rows(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows
   const SimdLevel l = active_simd_level();
   if (l >= SimdLevel::avx512 && detail::gemv_avx512(t, n, w, stride, rows, a, out)) return;
   if (l == SimdLevel::avx2 && detail::gemv_avx2(t, n, w, stride, rows, a, out)) return;
-  for (int64_t r = 0; r < rows; ++r) out[r] = vec_dot(t, n, w + size_t(r) * stride, a);
+  // Other types (the float ones) and levels: dot_tile's 1-activation tiles, as before.
+  const uint8_t* ws[kDotTileMax];
+  for (int64_t r = 0; r < rows; r += kDotTileMax) {
+    const int R = int(std::min<int64_t>(kDotTileMax, rows - r));
+    for (int i = 0; i < R; ++i) ws[i] = w + size_t(r + i) * stride;
+    dot_tile(t, n, ws, R, a, 0, 1, out + r);
+  }
 }
 
 GemvPlan::GemvPlan(const std::vector<QuantMatrix>& parts) {
