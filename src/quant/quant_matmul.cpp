@@ -21,7 +21,7 @@ constexpr int64_t kTileActs = 64;
 
 }  // namespace
 
-QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts) {
+QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts) : gemv_(parts) {
   LLMRUN_CHECK(!parts.empty(), "quant_matmul: no weight parts");
   cols_ = parts[0].cols;
   for (const QuantMatrix& p : parts) {
@@ -40,6 +40,7 @@ QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts) {
 void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const float* bias,
                     bool accumulate) const {
   LLMRUN_CHECK(out() <= ldy, "quant_matmul: output narrower than the weights");
+  if (n == 1) return gemv_.run(x, y, bias, accumulate);
   const int64_t cols = cols_, out = this->out();
   // Batches go to the batched AVX-512 kernels where the type has them (activation rows
   // re-laid once per GEMM when the type wants a panel).

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "quant/block_formats.h"
+#include "quant/quant_gemv.h"
 
 namespace llmrun::quant {
 
@@ -51,6 +52,7 @@ class QuantPlan {
   size_t bytes_ = 0;
   std::vector<Row> rows_;
   std::vector<QType> act_types_;
+  GemvPlan gemv_;  // n = 1 (a decode step): quant_gemv.h
 };
 
 // y [n, sum of parts' rows] (row stride ldy) = x [n, cols] times the parts stacked by rows
