@@ -17,16 +17,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+#include "quant/avx512_target_begin.h"
 
 namespace llmrun::quant::detail {
 
@@ -225,12 +216,7 @@ bool dot_tile_float_avx512(QType t, int64_t n, const uint8_t* const* w, int R, c
 
 }  // namespace llmrun::quant::detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+#include "quant/avx512_target_end.h"
 
 #else  // no AVX-512 kernels on this architecture
 

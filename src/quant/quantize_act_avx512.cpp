@@ -11,18 +11,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))), \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,f16c")
-// GCC 12 reports _mm512_undefined_ps's deliberate self-initialisation (inside the reduce
-// intrinsics) as (maybe-)uninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+#include "quant/avx512_target_begin.h"
 
 namespace llmrun::quant::detail {
 
@@ -86,12 +75,7 @@ bool quantize_q8_k_avx512(const float* x, uint8_t* out, int64_t n) {
 
 }  // namespace llmrun::quant::detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-#endif
+#include "quant/avx512_target_end.h"
 
 #else  // no AVX-512 on this architecture: quantize_row keeps the scalar quantizers
 
