@@ -14,6 +14,7 @@
 // same logits whatever it is batched with.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "quant/block_formats.h"
 
@@ -21,6 +22,9 @@ namespace llmrun::quant {
 
 // The format activations take for a weight of type t (f32 for the float types).
 QType activation_type(QType t);
+// The index in `types` of activation_type(t), appended if new: plans quantize each activation
+// row once per distinct format their weight parts need.
+int activation_slot(std::vector<QType>& types, QType t);
 
 // One activation row of n values, in activation_type(t): bytes of the prepared row, and the
 // conversion (a copy for f32).

@@ -1,4 +1,5 @@
 // Scalar dot products over ggml blocks: the reference the SIMD kernels are tested against.
+#include <algorithm>
 #include <cstring>
 
 #include "quant/k_quant_scales.h"
@@ -122,6 +123,14 @@ QType activation_type(QType t) {
     default:
       return QType::f32;
   }
+}
+
+int activation_slot(std::vector<QType>& types, QType t) {
+  const QType at = activation_type(t);
+  const auto it = std::find(types.begin(), types.end(), at);
+  if (it != types.end()) return int(it - types.begin());
+  types.push_back(at);
+  return int(types.size()) - 1;
 }
 
 size_t activation_row_bytes(QType t, int64_t n) { return row_bytes(activation_type(t), n); }

@@ -32,10 +32,7 @@ GemvPlan::GemvPlan(const std::vector<QuantMatrix>& parts) {
   cols_ = parts[0].cols;
   for (const QuantMatrix& p : parts) {
     LLMRUN_CHECK(p.cols == cols_, "quant_matmul: parts of different widths");
-    const QType at = activation_type(p.type);
-    auto it = std::find(act_types_.begin(), act_types_.end(), at);
-    const int idx = int(it - act_types_.begin());
-    if (it == act_types_.end()) act_types_.push_back(at);
+    const int idx = activation_slot(act_types_, p.type);
     if (p.rows > 0) segments_.push_back({p.type, idx, out_, p.rows, p.data, p.row_stride()});
     out_ += p.rows;
   }

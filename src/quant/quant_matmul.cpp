@@ -26,10 +26,7 @@ QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts) : gemv_(parts) {
   cols_ = parts[0].cols;
   for (const QuantMatrix& p : parts) {
     LLMRUN_CHECK(p.cols == cols_, "quant_matmul: parts of different widths");
-    const QType at = activation_type(p.type);
-    auto it = std::find(act_types_.begin(), act_types_.end(), at);
-    const int idx = int(it - act_types_.begin());
-    if (it == act_types_.end()) act_types_.push_back(at);
+    const int idx = activation_slot(act_types_, p.type);
     const size_t stride = p.row_stride();
     bytes_ += stride * size_t(p.rows);
     for (int64_t r = 0; r < p.rows; ++r)
