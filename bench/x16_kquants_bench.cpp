@@ -1,0 +1,114 @@
+// The x16 Q4_K / Q6_K kernels (src/quant/x16_kquants_avx512.cpp) against today's path on the
+// same weights, one thread: QuantPlan::run (activation quantization included; at n = 1 the
+// GemvPlan decode kernels, at n > 1 the AVX-512 panel kernels) and, for x16, the same
+// activation quantization (prepare_activation) followed by one dot per 16-row group. The best
+// of `reps` runs in thread CPU time (CLOCK_THREAD_CPUTIME_ID), so other load on a shared
+// machine costs less than in wall time. Prints ns per weight value per activation row.
+//   x16_kquants_bench [REPS]
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "quant/quant_dot.h"
+#include "quant/quant_matmul.h"
+#include "quant/x16_ops.h"
+
+using namespace llmrun::quant;
+
+namespace {
+
+double cpu() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+template <class F>
+double best_of(int reps, F&& f) {
+  f();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = cpu();
+    f();
+    best = std::min(best, cpu() - t0);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
+  if (!simd_level_supported(SimdLevel::avx512)) {
+    std::printf("SKIPPED: this CPU lacks AVX-512 VNNI\n");
+    return 0;
+  }
+  set_simd_level(SimdLevel::avx512);
+  std::printf(
+      "| type | matrix (out x in) | C | QuantPlan ns/value | x16 ns/value | x16 dot alone "
+      "ns/value | speed-up |\n|---|---|---|---|---|---|---|\n");
+  for (QType t : {QType::q4_k, QType::q6_k}) {
+    const detail::X16Ops* ops =
+        t == QType::q4_k ? detail::x16_ops_q4_k_avx512() : detail::x16_ops_q6_k_avx512();
+    for (auto [out, in] : {std::pair<int64_t, int64_t>{3072, 768}, {768, 3072}}) {
+      std::mt19937 rng(1);
+      std::normal_distribution<float> g;
+      const size_t rb = row_bytes(t, in);
+      std::vector<uint8_t> w(rb * size_t(out));
+      std::vector<float> row(static_cast<size_t>(in));
+      for (int64_t r = 0; r < out; ++r) {
+        for (auto& v : row) v = g(rng);
+        quantize_row(t, row.data(), w.data() + size_t(r) * rb, in);
+      }
+      const int64_t groups = (out + detail::kX16Rows - 1) / detail::kX16Rows;
+      const size_t gb = ops->group_bytes(in);
+      std::vector<uint8_t> packed(gb * size_t(groups));
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        const uint8_t* rows[detail::kX16Rows];
+        const int nr = int(std::min<int64_t>(detail::kX16Rows, out - gi * detail::kX16Rows));
+        for (int l = 0; l < nr; ++l) rows[l] = w.data() + rb * size_t(gi * detail::kX16Rows + l);
+        ops->pack(in, rows, nr, packed.data() + gb * size_t(gi));
+      }
+      QuantPlan plan({{t, out, in, w.data()}});
+      for (int C : {1, 8, 32}) {
+        std::vector<float> x(size_t(C) * size_t(in)), y(size_t(C) * size_t(out));
+        for (auto& v : x) v = g(rng);
+        const size_t as = activation_row_bytes(t, in);
+        std::vector<uint8_t> a(as * size_t(C));
+        // one group's outputs past `out` land in the spare row of y2
+        std::vector<float> y2(size_t(C) * size_t(groups * detail::kX16Rows));
+        const size_t ldo = size_t(groups * detail::kX16Rows);
+        const auto x16_dots = [&] {
+          for (int64_t gi = 0; gi < groups; ++gi)
+            ops->dot(in, packed.data() + gb * size_t(gi), a.data(), as, C,
+                     y2.data() + size_t(gi * detail::kX16Rows), ldo);
+        };
+        const double tp =
+            best_of(reps, [&] { plan.run(x.data(), C, y.data(), out, nullptr, false); });
+        const double tx = best_of(reps, [&] {
+          for (int c = 0; c < C; ++c)
+            prepare_activation(t, x.data() + size_t(c) * size_t(in), a.data() + as * size_t(c), in);
+          x16_dots();
+        });
+        const double td = best_of(reps, x16_dots);
+        // both paths agree (a loose check: the kernels round differently)
+        for (int c = 0; c < C; ++c)
+          for (int64_t o = 0; o < out; ++o) {
+            const float p = y[size_t(c * out + o)], q = y2[size_t(c) * ldo + size_t(o)];
+            if (std::abs(p - q) > 1e-3f * (1 + std::abs(p))) {
+              std::printf("MISMATCH %s c %d row %ld: %g vs %g\n", type_name(t), c, long(o), p, q);
+              return 1;
+            }
+          }
+        const double per = 1e9 / double(out * in * C);
+        std::printf("| %s | %ld x %ld | %d | %.4f | %.4f | %.4f | %.2fx |\n", type_name(t),
+                    long(out), long(in), C, tp * per, tx * per, td * per, tp / tx);
+      }
+    }
+  }
+  return 0;
+}
