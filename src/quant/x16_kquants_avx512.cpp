@@ -13,7 +13,7 @@
 //              low nibbles values 64i + 4k + t (sub-block 2i), high nibbles 64i + 32 + 4k + t
 //   Q6_K, 3360 (exactly ggml's 16 x 210):
 //     0    d   f16[16 rows]
-//     32   sc  i8[8 pairs p][16 rows][2]: the scales of sub-blocks (16 values) 2p, 2p + 1
+//     32   sc  i8[16 sub-blocks (16 values)][16 rows]
 //     288  lo  [32 quads x][16 rows][4]: low nibble the 4 low bits of quad x (values 4x..4x+3),
 //              high nibble those of quad x + 32
 //     2336 hi  [16 quads y][16 rows][4]: bits 2f, 2f + 1 the 2 high bits of quad y + 16 f
@@ -158,7 +158,7 @@ void q6_k_pack(int64_t cols, const uint8_t* const* rows, int nrows, uint8_t* gro
     for (int l = 0; l < nrows; ++l) {
       const uint8_t* w = rows[l] + 210 * b;
       std::memcpy(g + 2 * l, w + 208, 2);
-      for (int j = 0; j < 16; ++j) g[32 + 32 * (j / 2) + 2 * l + (j % 2)] = w[192 + j];
+      for (int j = 0; j < 16; ++j) g[32 + 16 * j + l] = w[192 + j];
       // the row's 256 six-bit values, as ggml's dequantizer reads them
       uint8_t q6[256];
       for (int h = 0; h < 2; ++h) {
@@ -189,6 +189,14 @@ void q6_k_dot(int64_t nsb, const uint8_t* g, const uint8_t* a, size_t as, float*
     const uint8_t* lo = g + 288;
     const uint8_t* hi = g + 2336;
     const uint8_t* ab = a + size_t(b) * kQ8KBlock + 4;
+    // -32 * (the sums of the activation's 16-value sub-blocks), the start of each sub-block's
+    // sum of q6 * a: it becomes the sum of (q6 - 32) * a (exact int32, |.| <= 65536)
+    alignas(64) int32_t off[CB][16];
+    for (int c = 0; c < CB; ++c) {
+      const __m512i bs = _mm512_cvtepi16_epi32(load32(ab + size_t(c) * as + 256));
+      _mm512_store_si512(off[c],
+                         _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bs, 5)));
+    }
     __m512i sumi[CB];
     for (int c = 0; c < CB; ++c) sumi[c] = _mm512_setzero_si512();
     for (int j = 0; j < 16; ++j) {
@@ -207,26 +215,18 @@ void q6_k_dot(int64_t nsb, const uint8_t* g, const uint8_t* a, size_t as, float*
                                    : _mm512_srli_epi16(hv, 2);
         w[u] = _mm512_ternarylogic_epi32(n, h, k30, 0xF8);  // n | (h & k30)
       }
-      const __m512i pair = _mm512_cvtepi8_epi16(load32(g + 32 + 32 * (j / 2)));
-      const __m512i sc =
-          j % 2 ? _mm512_srai_epi32(pair, 16) : _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16);
+      const __m512i sc = _mm512_cvtepi8_epi32(load16(g + 32 + 16 * j));
       for (int c = 0; c < CB; ++c) {
         const uint8_t* y = ab + size_t(c) * as + 16 * j;
-        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast4(y));
+        __m512i s = _mm512_dpbusd_epi32(_mm512_set1_epi32(off[c][j]), w[0], bcast4(y));
         for (int u = 1; u < 4; ++u) s = _mm512_dpbusd_epi32(s, w[u], bcast4(y + 4 * u));
         sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(s, sc));
       }
     }
     const __m512 d = load_f16x16(g);
-    __m512i sp[8];
-    for (int p = 0; p < 8; ++p) sp[p] = _mm512_cvtepi8_epi16(load32(g + 32 + 32 * p));
     for (int c = 0; c < CB; ++c) {
-      const uint8_t* q = a + size_t(c) * as + size_t(b) * kQ8KBlock;
-      // sum_j sc_j * bsum_j: the scale pairs against Q8_K's 16-value sums two at a time
-      __m512i corr = _mm512_setzero_si512();
-      for (int p = 0; p < 8; ++p) corr = _mm512_dpwssd_epi32(corr, sp[p], bcast4(q + 260 + 4 * p));
-      const __m512i si = _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(corr, 5));
-      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(d, bcast_f32(q)), acc[c]);
+      const __m512 da = bcast_f32(a + size_t(c) * as + size_t(b) * kQ8KBlock);
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[c]), _mm512_mul_ps(d, da), acc[c]);
     }
   }
   for (int c = 0; c < CB; ++c) _mm512_storeu_ps(out + size_t(c) * ldo, acc[c]);
