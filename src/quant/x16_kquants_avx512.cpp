@@ -26,6 +26,7 @@
 // acc = fma(float(sumi), d * d_a, acc) and, for Q4_K, acc = fnma(float(summ), dmin * d_a, acc),
 // superblocks in order. vec_dot_scalar forms the same integers; it differs only in fp32
 // rounding (a product and a sum where this takes one fma).
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <utility>
@@ -66,6 +67,20 @@ inline __m256i load32(const uint8_t* p) {
 
 inline __m128i load16(const uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+
+// Q6_K's kernel prefetches lines kLines * j .. + kLines - 1 of the superblock kPrefetchSupers
+// ahead of the one at g (in this group or the next, which callers store after it) while it
+// works on sub-block j: against one activation row it consumes a DRAM-streamed matrix faster
+// than the hardware prefetchers bring it (a 50257 x 768 LM head, 3 runs on a loaded Zen 4:
+// 0.063-0.085 ns per value against 0.073-0.109 without; 4 superblocks ahead: no better).
+// Q4_K's kernel ran that matrix 1.1-1.4x slower with it, and has none.
+constexpr int kPrefetchSupers = 2;
+template <int kLines>
+inline void prefetch_ahead(const uint8_t* g, size_t super_bytes, int j) {
+  const uint8_t* p = g + kPrefetchSupers * super_bytes + 64 * kLines * j;
+  for (int i = 0; i < kLines; ++i)
+    _mm_prefetch(reinterpret_cast<const char*>(p + 64 * i), _MM_HINT_T0);
 }
 
 // 16 rows' f16 at p as fp32 lanes
@@ -200,6 +215,7 @@ void q6_k_dot(int64_t nsb, const uint8_t* g, const uint8_t* a, size_t as, float*
     __m512i sumi[CB];
     for (int c = 0; c < CB; ++c) sumi[c] = _mm512_setzero_si512();
     for (int j = 0; j < 16; ++j) {
+      prefetch_ahead<4>(g, kQ6KSuper, j);  // 16 x 4 >= 3360 / 64 lines
       // sub-block j: quads 4j .. 4j + 3; f = which 2-bit field of the high-bit vectors
       const int f = j / 4;
       __m512i w[4];
