@@ -295,9 +295,7 @@ void q6_k_dot_any(int64_t cols, const uint8_t* group, const uint8_t* a, size_t a
 bool cpu_has_avx512_vnni() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-         __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
 constexpr X16Ops kQ4_K{q4_k_group_bytes, q4_k_pack, q4_k_dot_any};
