@@ -117,7 +117,7 @@ template <int CB>
 void q4_k_dot(int64_t nsb, const uint8_t* g, const uint8_t* a, size_t as, float* out, size_t ldo) {
   __m512 acc[CB];
   for (int c = 0; c < CB; ++c) acc[c] = _mm512_setzero_ps();
-  const __m512i k0f = _mm512_set1_epi8(0x0F);
+  const __m512i k0f = _mm512_set1_epi8(0x0F), kf0 = _mm512_set1_epi8(char(0xF0));
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nsb; ++b, g += kQ4KSuper) {
     const uint8_t* qs = g + 320;
@@ -125,13 +125,14 @@ void q4_k_dot(int64_t nsb, const uint8_t* g, const uint8_t* a, size_t as, float*
     __m512i sumi[CB];
     for (int c = 0; c < CB; ++c) sumi[c] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
-      // sub-block j: pair j / 2, low (even j) or high (odd j) nibbles
+      // sub-block j: pair j / 2, the low (even j) or high (odd j) nibbles. The high ones stay
+      // in place, 16 times their value (no shift), and the low ones' scales are taken 16
+      // times instead: sumi holds 16 times the sum (|.| <= 16 * 8 * 63 * 32 * 15 * 128 < 2^31)
       __m512i w[8];
-      for (int k = 0; k < 8; ++k) {
-        const __m512i v = load64(qs + 64 * (8 * (j / 2) + k));
-        w[k] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, k0f);
-      }
-      const __m512i sc = _mm512_cvtepu8_epi32(load16(g + 64 + 16 * j));
+      for (int k = 0; k < 8; ++k)
+        w[k] = _mm512_and_si512(load64(qs + 64 * (8 * (j / 2) + k)), j % 2 ? kf0 : k0f);
+      const __m512i sc0 = _mm512_cvtepu8_epi32(load16(g + 64 + 16 * j));
+      const __m512i sc = j % 2 ? sc0 : _mm512_slli_epi32(sc0, 4);
       for (int c = 0; c < CB; ++c) {
         const uint8_t* y = ab + size_t(c) * as + 32 * j;
         __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast4(y));
@@ -139,7 +140,9 @@ void q4_k_dot(int64_t nsb, const uint8_t* g, const uint8_t* a, size_t as, float*
         sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(s, sc));
       }
     }
-    const __m512 d = load_f16x16(g), dmin = load_f16x16(g + 32);
+    // d / 16 for the 16-fold sums: exact, so each product below is the one of d and sumi
+    const __m512 d = _mm512_mul_ps(load_f16x16(g), _mm512_set1_ps(0.0625f));
+    const __m512 dmin = load_f16x16(g + 32);
     __m512i m[4];
     for (int p = 0; p < 4; ++p) m[p] = _mm512_cvtepu8_epi16(load32(g + 192 + 32 * p));
     for (int c = 0; c < CB; ++c) {
