@@ -14,15 +14,17 @@
 //   Q6_K, 3360 (exactly ggml's 16 x 210):
 //     0    d   f16[16 rows]
 //     32   sc  i8[16 sub-blocks (16 values)][16 rows]
-//     288  lo  [32 quads x][16 rows][4]: low nibble the 4 low bits of quad x (values 4x..4x+3),
-//              high nibble those of quad x + 32
-//     2336 hi  [16 quads y][16 rows][4]: bits 2f, 2f + 1 the 2 high bits of quad y + 16 f
-// The nibbles are split (and Q6_K's high bits merged) once per superblock for a block of up to
-// kBlockRows activation rows, whose int32 sums stay in registers.
+//     288  q   [3 vectors P, Q, R][16 triples t][16 rows][4]: four quads (4 values) in three
+//              bytes: bits 0-5 of P, Q, R the six-bit values of quads t, t + 16, t + 32
+//              (sub-blocks 0-11), bits 6-7 of P, Q, R bits 0-1, 2-3, 4-5 of quad t + 48's
+//              (sub-blocks 0-11 read the superblock in order; 12-15 read it again, from L1)
+// The nibbles are split (Q6_K's values masked out, or assembled) once per superblock for a
+// block of up to kBlockRows activation rows, whose int32 sums stay in registers.
 //
 // Arithmetic per element (row l, activation row c), the same whatever C is: per superblock the
 // integer sums are exact int32 (Q4_K: sumi = sum_j sc_j * dot_j, summ = sum_j m_j * bsum_j;
-// Q6_K: sumi = sum_j sc_j * (dot_j - 32 * bsum_j), dot_j over unsigned q6), then
+// Q6_K: sumi = sum_j sc_j * (dot_j - 32 * bsum_j), dot_j over unsigned q6; both kernels
+// form a power-of-two multiple of it and take d divided by the same power, exactly), then
 // acc = fma(float(sumi), d * d_a, acc) and, for Q4_K, acc = fnma(float(summ), dmin * d_a, acc),
 // superblocks in order. vec_dot_scalar forms the same integers; it differs only in fp32
 // rounding (a product and a sum where this takes one fma).
@@ -189,11 +191,14 @@ void q6_k_pack(int64_t cols, const uint8_t* const* rows, int nrows, uint8_t* gro
           q6[128 * h + t + 96] = uint8_t((ql[t + 32] >> 4) | (((qh[t] >> 6) & 3) << 4));
         }
       }
-      for (int v = 0; v < 256; ++v) {
-        const int x = v / 4, t = v % 4;
-        g[288 + 64 * (x % 32) + 4 * l + t] |= uint8_t((q6[v] & 0x0F) << (x < 32 ? 0 : 4));
-        g[2336 + 64 * (x % 16) + 4 * l + t] |= uint8_t((q6[v] >> 4) << (2 * (x / 16)));
-      }
+      for (int t = 0; t < 16; ++t)
+        for (int v = 0; v < 4; ++v) {
+          const int c = q6[4 * (t + 48) + v];  // quad t + 48, split over the top bits
+          uint8_t* p = g + 288 + 64 * t + 4 * l + v;
+          p[0] = uint8_t(q6[4 * t + v] | ((c & 3) << 6));
+          p[1024] = uint8_t(q6[4 * (t + 16) + v] | (((c >> 2) & 3) << 6));
+          p[2048] = uint8_t(q6[4 * (t + 32) + v] | ((c >> 4) << 6));
+        }
     }
   }
 }
@@ -202,39 +207,44 @@ template <int CB>
 void q6_k_dot(int64_t nsb, const uint8_t* g, const uint8_t* a, size_t as, float* out, size_t ldo) {
   __m512 acc[CB];
   for (int c = 0; c < CB; ++c) acc[c] = _mm512_setzero_ps();
-  const __m512i k0f = _mm512_set1_epi8(0x0F), k30 = _mm512_set1_epi8(0x30);
+  const __m512i k3f = _mm512_set1_epi8(0x3F), kfc = _mm512_set1_epi8(char(0xFC)),
+                k0c = _mm512_set1_epi8(0x0C), kc0 = _mm512_set1_epi8(char(0xC0));
+  // sub-blocks 12-15 are read 4 times their value: the others' offsets and scales are too
+  const __m512i off_shift = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5);
   for (int64_t b = 0; b < nsb; ++b, g += kQ6KSuper) {
-    const uint8_t* lo = g + 288;
-    const uint8_t* hi = g + 2336;
+    const uint8_t* q = g + 288;
     const uint8_t* ab = a + size_t(b) * kQ8KBlock + 4;
-    // -32 * (the sums of the activation's 16-value sub-blocks), the start of each sub-block's
-    // sum of q6 * a: it becomes the sum of (q6 - 32) * a (exact int32, |.| <= 65536)
+    // -32 (times 4 for sub-blocks 12-15) times the sums of the activation's 16-value
+    // sub-blocks: the start of each sub-block's sum of q6 * a, which becomes the sum of
+    // (q6 - 32) * a (exact int32, |.| <= 4 * 65536)
     alignas(64) int32_t off[CB][16];
     for (int c = 0; c < CB; ++c) {
       const __m512i bs = _mm512_cvtepi16_epi32(load32(ab + size_t(c) * as + 256));
-      _mm512_store_si512(off[c],
-                         _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bs, 5)));
+      _mm512_store_si512(
+          off[c], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_sllv_epi32(bs, off_shift)));
     }
     __m512i sumi[CB];
     for (int c = 0; c < CB; ++c) sumi[c] = _mm512_setzero_si512();
     for (int j = 0; j < 16; ++j) {
       prefetch_ahead<4>(g, kQ6KSuper, j);  // 16 x 4 >= 3360 / 64 lines
-      // sub-block j: quads 4j .. 4j + 3; f = which 2-bit field of the high-bit vectors
-      const int f = j / 4;
+      // sub-block j: quads 4j .. 4j + 3, triples 4 (j % 4) .. + 3; j < 12: bits 0-5 of P, Q
+      // or R; j >= 12: 4 times the value, bits 6-7 of P, Q, R moved to bits 2-3, 4-5, 6-7
       __m512i w[4];
       for (int u = 0; u < 4; ++u) {
-        const int x = 4 * j + u;
-        const __m512i nv = load64(lo + 64 * (x % 32));
-        const __m512i n = _mm512_and_si512(x < 32 ? nv : _mm512_srli_epi16(nv, 4), k0f);
-        const __m512i hv = load64(hi + 64 * (x % 16));
-        // the field's two bits to bits 4-5 (epi16 shifts: bits crossing bytes are masked off)
-        const __m512i h = f == 0   ? _mm512_slli_epi16(hv, 4)
-                          : f == 1 ? _mm512_slli_epi16(hv, 2)
-                          : f == 2 ? hv
-                                   : _mm512_srli_epi16(hv, 2);
-        w[u] = _mm512_ternarylogic_epi32(n, h, k30, 0xF8);  // n | (h & k30)
+        const uint8_t* t = q + 64 * (4 * (j % 4) + u);
+        if (j < 12) {
+          w[u] = _mm512_and_si512(load64(t + 1024 * (j / 4)), k3f);
+        } else {
+          // (epi16 shifts: the bits they move across bytes are masked off)
+          const __m512i pq = _mm512_ternarylogic_epi32(_mm512_srli_epi16(load64(t), 4),
+                                                       _mm512_srli_epi16(load64(t + 1024), 2), k0c,
+                                                       0xE4);  // k0c ? P >> 4 : Q >> 2
+          w[u] = _mm512_and_si512(_mm512_ternarylogic_epi32(load64(t + 2048), pq, kc0, 0xE4),
+                                  kfc);  // (kc0 ? R : pq) & 0xFC
+        }
       }
-      const __m512i sc = _mm512_cvtepi8_epi32(load16(g + 32 + 16 * j));
+      const __m512i sc0 = _mm512_cvtepi8_epi32(load16(g + 32 + 16 * j));
+      const __m512i sc = j < 12 ? _mm512_slli_epi32(sc0, 2) : sc0;
       for (int c = 0; c < CB; ++c) {
         const uint8_t* y = ab + size_t(c) * as + 16 * j;
         __m512i s = _mm512_dpbusd_epi32(_mm512_set1_epi32(off[c][j]), w[0], bcast4(y));
@@ -242,7 +252,7 @@ void q6_k_dot(int64_t nsb, const uint8_t* g, const uint8_t* a, size_t as, float*
         sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(s, sc));
       }
     }
-    const __m512 d = load_f16x16(g);
+    const __m512 d = _mm512_mul_ps(load_f16x16(g), _mm512_set1_ps(0.25f));  // exact
     for (int c = 0; c < CB; ++c) {
       const __m512 da = bcast_f32(a + size_t(c) * as + size_t(b) * kQ8KBlock);
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[c]), _mm512_mul_ps(d, da), acc[c]);
