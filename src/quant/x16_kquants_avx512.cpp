@@ -17,7 +17,9 @@
 //     288  q   [3 vectors P, Q, R][16 triples t][16 rows][4]: four quads (4 values) in three
 //              bytes: bits 0-5 of P, Q, R the six-bit values of quads t, t + 16, t + 32
 //              (sub-blocks 0-11), bits 6-7 of P, Q, R bits 0-1, 2-3, 4-5 of quad t + 48's
-//              (sub-blocks 0-11 read the superblock in order; 12-15 read it again, from L1)
+//              (sub-blocks 0-11 read the superblock in order, 12-15 again from L1: the
+//              hardware prefetchers follow the stream; software prefetching, which helped an
+//              earlier Q6_K layout read out of order, and Q4_K, made no gain or lost 10-40%)
 // The nibbles are split (Q6_K's values masked out, or assembled) once per superblock for a
 // block of up to kBlockRows activation rows, whose int32 sums stay in registers.
 //
@@ -28,7 +30,6 @@
 // acc = fma(float(sumi), d * d_a, acc) and, for Q4_K, acc = fnma(float(summ), dmin * d_a, acc),
 // superblocks in order. vec_dot_scalar forms the same integers; it differs only in fp32
 // rounding (a product and a sum where this takes one fma).
-#include <algorithm>
 #include <array>
 #include <cstring>
 #include <utility>
@@ -69,20 +70,6 @@ inline __m256i load32(const uint8_t* p) {
 
 inline __m128i load16(const uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-}
-
-// Q6_K's kernel prefetches lines kLines * j .. + kLines - 1 of the superblock kPrefetchSupers
-// ahead of the one at g (in this group or the next, which callers store after it) while it
-// works on sub-block j: against one activation row it consumes a DRAM-streamed matrix faster
-// than the hardware prefetchers bring it (a 50257 x 768 LM head, 3 runs on a loaded Zen 4:
-// 0.063-0.085 ns per value against 0.073-0.109 without; 4 superblocks ahead: no better).
-// Q4_K's kernel ran that matrix 1.1-1.4x slower with it, and has none.
-constexpr int kPrefetchSupers = 2;
-template <int kLines>
-inline void prefetch_ahead(const uint8_t* g, size_t super_bytes, int j) {
-  const uint8_t* p = g + kPrefetchSupers * super_bytes + 64 * kLines * j;
-  for (int i = 0; i < kLines; ++i)
-    _mm_prefetch(reinterpret_cast<const char*>(p + 64 * i), _MM_HINT_T0);
 }
 
 // 16 rows' f16 at p as fp32 lanes
@@ -226,7 +213,6 @@ void q6_k_dot(int64_t nsb, const uint8_t* g, const uint8_t* a, size_t as, float*
     __m512i sumi[CB];
     for (int c = 0; c < CB; ++c) sumi[c] = _mm512_setzero_si512();
     for (int j = 0; j < 16; ++j) {
-      prefetch_ahead<4>(g, kQ6KSuper, j);  // 16 x 4 >= 3360 / 64 lines
       // sub-block j: quads 4j .. 4j + 3, triples 4 (j % 4) .. + 3; j < 12: bits 0-5 of P, Q
       // or R; j >= 12: 4 times the value, bits 6-7 of P, Q, R moved to bits 2-3, 4-5, 6-7
       __m512i w[4];
