@@ -11,10 +11,10 @@
 //     192 m    u8[4 pairs p][16 rows][2]: the mins of sub-blocks 2p, 2p + 1
 //     320 qs   [4 pairs i][8 quads k][16 rows][4]: ggml's qs bytes 32i + 4k .. + 3 of the row,
 //              low nibbles values 64i + 4k + t (sub-block 2i), high nibbles 64i + 32 + 4k + t
-//   Q6_K, 3360 (exactly ggml's 16 x 210):
-//     0    d   f16[16 rows]
-//     32   sc  i8[16 sub-blocks (16 values)][16 rows]
-//     288  q   [3 vectors P, Q, R][16 triples t][16 rows][4]: four quads (4 values) in three
+//   Q6_K, 3328 after the group's d array, f16[superblocks][16 rows] padded to 64 bytes (16
+//   ggml blocks: 3360; a group of 3 superblocks: 10112 against 10080):
+//     0    sc  i8[16 sub-blocks (16 values)][16 rows]
+//     256  q   [3 vectors P, Q, R][16 triples t][16 rows][4]: four quads (4 values) in three
 //              bytes: bits 0-5 of P, Q, R the six-bit values of quads t, t + 16, t + 32
 //              (sub-blocks 0-11), bits 6-7 of P, Q, R bits 0-1, 2-3, 4-5 of quad t + 48's
 //              (sub-blocks 0-11 read the superblock in order, 12-15 again from L1: the
@@ -47,7 +47,11 @@ namespace llmrun::quant::detail {
 namespace {
 
 constexpr size_t kQ4KSuper = 2368;
-constexpr size_t kQ6KSuper = 3360;
+constexpr size_t kQ6KSuper = 3328;  // past the group's d array: 52 cache lines
+
+// Q6_K's d array at the head of a group (f16[nsb][16 rows]), padded to whole cache lines so
+// that every superblock's vectors start on one
+inline size_t q6_k_head_bytes(int64_t nsb) { return (size_t(nsb) * 32 + 63) / 64 * 64; }
 constexpr size_t kQ8KBlock = 292;  // f32 d, int8 qs[256], int16 bsums[16]
 
 inline __m512i bcast4(const uint8_t* p) {
@@ -155,17 +159,19 @@ void q4_k_dot(int64_t nsb, const uint8_t* g, const uint8_t* a, size_t as, float*
 
 // ---------------------------------------------------------------- Q6_K
 
-size_t q6_k_group_bytes(int64_t cols) { return size_t(cols / 256) * kQ6KSuper; }
+size_t q6_k_group_bytes(int64_t cols) {
+  return q6_k_head_bytes(cols / 256) + size_t(cols / 256) * kQ6KSuper;
+}
 
 void q6_k_pack(int64_t cols, const uint8_t* const* rows, int nrows, uint8_t* group) {
   const int64_t nsb = cols / 256;
   std::memset(group, 0, q6_k_group_bytes(cols));
   for (int64_t b = 0; b < nsb; ++b) {
-    uint8_t* g = group + size_t(b) * kQ6KSuper;
+    uint8_t* g = group + q6_k_head_bytes(nsb) + size_t(b) * kQ6KSuper;
     for (int l = 0; l < nrows; ++l) {
       const uint8_t* w = rows[l] + 210 * b;
-      std::memcpy(g + 2 * l, w + 208, 2);
-      for (int j = 0; j < 16; ++j) g[32 + 16 * j + l] = w[192 + j];
+      std::memcpy(group + 32 * b + 2 * l, w + 208, 2);
+      for (int j = 0; j < 16; ++j) g[16 * j + l] = w[192 + j];
       // the row's 256 six-bit values, as ggml's dequantizer reads them
       uint8_t q6[256];
       for (int h = 0; h < 2; ++h) {
@@ -181,7 +187,7 @@ void q6_k_pack(int64_t cols, const uint8_t* const* rows, int nrows, uint8_t* gro
       for (int t = 0; t < 16; ++t)
         for (int v = 0; v < 4; ++v) {
           const int c = q6[4 * (t + 48) + v];  // quad t + 48, split over the top bits
-          uint8_t* p = g + 288 + 64 * t + 4 * l + v;
+          uint8_t* p = g + 256 + 64 * t + 4 * l + v;
           p[0] = uint8_t(q6[4 * t + v] | ((c & 3) << 6));
           p[1024] = uint8_t(q6[4 * (t + 16) + v] | (((c >> 2) & 3) << 6));
           p[2048] = uint8_t(q6[4 * (t + 32) + v] | ((c >> 4) << 6));
@@ -198,8 +204,10 @@ void q6_k_dot(int64_t nsb, const uint8_t* g, const uint8_t* a, size_t as, float*
                 k0c = _mm512_set1_epi8(0x0C), kc0 = _mm512_set1_epi8(char(0xC0));
   // sub-blocks 12-15 are read 4 times their value: the others' offsets and scales are too
   const __m512i off_shift = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5);
+  const uint8_t* dh = g;  // the d array
+  g += q6_k_head_bytes(nsb);
   for (int64_t b = 0; b < nsb; ++b, g += kQ6KSuper) {
-    const uint8_t* q = g + 288;
+    const uint8_t* q = g + 256;
     const uint8_t* ab = a + size_t(b) * kQ8KBlock + 4;
     // -32 (times 4 for sub-blocks 12-15) times the sums of the activation's 16-value
     // sub-blocks: the start of each sub-block's sum of q6 * a, which becomes the sum of
@@ -229,7 +237,7 @@ void q6_k_dot(int64_t nsb, const uint8_t* g, const uint8_t* a, size_t as, float*
                                   kfc);  // (kc0 ? R : pq) & 0xFC
         }
       }
-      const __m512i sc0 = _mm512_cvtepi8_epi32(load16(g + 32 + 16 * j));
+      const __m512i sc0 = _mm512_cvtepi8_epi32(load16(g + 16 * j));
       const __m512i sc = j < 12 ? _mm512_slli_epi32(sc0, 2) : sc0;
       for (int c = 0; c < CB; ++c) {
         const uint8_t* y = ab + size_t(c) * as + 16 * j;
@@ -238,7 +246,7 @@ void q6_k_dot(int64_t nsb, const uint8_t* g, const uint8_t* a, size_t as, float*
         sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(s, sc));
       }
     }
-    const __m512 d = _mm512_mul_ps(load_f16x16(g), _mm512_set1_ps(0.25f));  // exact
+    const __m512 d = _mm512_mul_ps(load_f16x16(dh + 32 * b), _mm512_set1_ps(0.25f));  // exact
     for (int c = 0; c < CB; ++c) {
       const __m512 da = bcast_f32(a + size_t(c) * as + size_t(b) * kQ8KBlock);
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[c]), _mm512_mul_ps(d, da), acc[c]);
