@@ -1,15 +1,19 @@
 #pragma once
 // Streams host-held arrays (offloaded optimizer state, or parameter shards) through a device
 // backend in pieces: each piece is copied into a device slot, handed to the caller's compute,
-// and copied back. With a copy stream (backend/copy_stream.h) the copies run on it, ordered
+// and copied back. With copy streams (backend/copy_stream.h) the copies run on them, ordered
 // by events: piece k+1's copy in runs while piece k computes, piece k's copy back while piece
 // k+1 computes, and the caller may say which host arrays its next run() takes, so that their
-// first piece comes in behind this run's last compute (bucket k+1 under bucket k). Two slots
+// first piece comes in behind this run's last compute (bucket k+1 under bucket k). Copies in
+// and copies back have a lane each (a GPU's two DMA engines), so piece k's copy back runs
+// beside the copy in of piece k+2 once the copies, not the compute, set the pace. Two slots
 // of `piece` elements per array; the order on the streams is
-//   copy:    in(k+1)  [waits computed(k)] out(k)  in(k+2) ...
+//   in:      [waits out so far] in(k+1)  [waits out(k)] in(k+2) ...
 //   compute: [waits in(k)] fn(k)  [waits in(k+1)] fn(k+1) ...
-// so a slot is refilled only after its previous piece went back (same stream), and every
-// compute and every copy back waits for the copy or compute that produced its data.
+//   out:     [waits computed(k)] out(k)  [waits computed(k+1)] out(k+1) ...
+// so a slot is refilled only after its previous piece went back, host memory is read in only
+// after an earlier copy back to it landed, and every compute and every copy back waits for
+// the copy or compute that produced its data.
 // Without a copy stream the copies run on the compute stream, in order with it (nothing to
 // hide), as the backend's copy() does.
 //
