@@ -118,6 +118,15 @@ void OffloadPipeline::finish(Piece& p) {
 }
 
 void OffloadPipeline::resolve(double waited) {
+  // Fetches count once the compute that waited for them got there (in the order issued; one
+  // not waited for yet holds back the later ones).
+  while (!fetches_.empty() && fetches_.front().arrive && copies_->complete(*fetches_.front().end) &&
+         copies_->complete(*fetches_.front().arrive)) {
+    const Fetch& f = fetches_.front();
+    counted_.add(copies_->seconds_between(*f.start, *f.end),
+                 std::max(0.0, copies_->seconds_between(*f.arrive, *f.end)));
+    fetches_.pop_front();
+  }
   // Pieces finish in order (their copies back are in order on one lane).
   if (waited < 0) {
     while (!pending_.empty() && copies_->complete(*pending_.front().end_out)) {
@@ -163,6 +172,33 @@ void OffloadPipeline::order_compute_after_copies() {
   std::lock_guard<std::mutex> lock(mu_);
   for (CopyLane lane : {CopyLane::in, CopyLane::out})
     copies_->compute_waits(*copies_->mark_copy(lane));
+}
+
+void OffloadPipeline::fetch(const Tensor& dst, const Tensor& src) {
+  LLMRUN_CHECK(dst.dtype == src.dtype && dst.numel() == src.numel(),
+               "offload fetch: " + dst.shape_str() + " <- " + src.shape_str());
+  if (!copies_) return be_.copy(dst, src);
+  std::lock_guard<std::mutex> lock(mu_);
+  Fetch f;
+  f.dst = dst.data;
+  // The host memory may have been written back by a copy still under way.
+  copies_->copy_waits(CopyLane::in, *copies_->mark_copy(CopyLane::out));
+  f.start = copies_->mark_copy(CopyLane::in);
+  copies_->copy(CopyLane::in, dst, src);
+  f.end = copies_->mark_copy(CopyLane::in);
+  fetches_.push_back(std::move(f));
+}
+
+void OffloadPipeline::compute_waits_fetch(const Tensor& dst) {
+  if (!copies_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Fetch& f : fetches_)
+    if (f.dst == dst.data && !f.arrive) {
+      f.arrive = copies_->mark_compute();
+      copies_->compute_waits(*f.end);
+      return;
+    }
+  LLMRUN_CHECK(false, "offload pipeline: no fetch into this buffer to wait for");
 }
 
 OverlapCounter OffloadPipeline::transfers() {

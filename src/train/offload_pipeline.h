@@ -55,6 +55,14 @@ class OffloadPipeline {
   // Device work issued on the compute stream from now on runs after every copy issued so far,
   // without the host waiting (a device read of the host arrays).
   void order_compute_after_copies();
+  // Copies host memory `src` (pinned: a host array run() takes, say) into device memory `dst`
+  // on the copy-in lane, behind every copy back issued so far, and returns at once (without a
+  // copy stream: copies now). A ZeRO-3 gather's parameter shard, fetched a bucket ahead.
+  void fetch(const Tensor& dst, const Tensor& src);
+  // Device work issued on the compute stream from now on runs after the oldest fetch into
+  // `dst` not waited for yet; the host does not wait. Counted in transfers() like a piece's
+  // copy in: the compute waits from here to the fetch's end.
+  void compute_waits_fetch(const Tensor& dst);
 
   bool asynchronous() const { return copies_ != nullptr; }
   int64_t piece() const { return piece_; }
@@ -79,6 +87,11 @@ class OffloadPipeline {
   void resolve(double waited);  // counts completed pieces; all of them when waited >= 0
   void run_synchronously(int64_t offset, const std::vector<Tensor>& host, const PieceFn& fn);
   void settle_locked();
+  struct Fetch {
+    const void* dst = nullptr;
+    StreamEventPtr start, end, arrive;  // arrive: set by compute_waits_fetch
+  };
+  std::deque<Fetch> fetches_;  // issued, not yet counted
 
   Backend& be_;
   std::unique_ptr<CopyStream> copies_;

@@ -113,6 +113,14 @@ std::vector<Tensor> ShardStore::host_range(int b, int64_t begin, int64_t end) co
   return r;
 }
 
+void ShardStore::fetch(int b, int a, const Tensor& dst) {
+  LLMRUN_CHECK(fetches_to_device(), "shard fetch: only host-held arrays on a device backend");
+  LLMRUN_CHECK(dst.numel() == shard_[b], "shard fetch: wrong size");
+  pipeline_->fetch(dst, mem_[b][a].as(DType::f32, {shard_[b]}));
+}
+
+void ShardStore::compute_after_fetch(const Tensor& dst) { pipeline_->compute_waits_fetch(dst); }
+
 void ShardStore::will_visit(int b, int64_t begin, int64_t end) {
   LLMRUN_CHECK(0 <= b && b < int(shard_.size()) && 0 <= begin && begin <= end && end <= shard_[b],
                "will_visit: range outside the shards");

@@ -56,6 +56,14 @@ class ShardStore {
   void read_range(int b, int a, int64_t first, const Tensor& dst) const;
   void write_range(int b, int a, int64_t first, const Tensor& src);
 
+  // Host memory on a device backend: array a of bucket b is copied into device memory `dst`
+  // (shard_numel(b) floats) on a copy stream, behind the copies back to it, and the call
+  // returns at once (OffloadPipeline::fetch). Device work issued after compute_after_fetch(dst)
+  // sees it; the host never waits (a ZeRO-3 gather's shard, fetched ahead of the gather).
+  bool fetches_to_device() const { return pipeline_ != nullptr && in_memory(); }
+  void fetch(int b, int a, const Tensor& dst);
+  void compute_after_fetch(const Tensor& dst);
+
   bool in_memory() const { return where_.kind != Offload::nvme; }
   Tensor array(int b, int a) const;  // the whole array; only when in_memory()
   int64_t shard_numel(int b) const { return shard_[b]; }

@@ -80,6 +80,7 @@ class EmulatedStreams {
     return events_[size_t(id(e))].reached;
   }
   void host_waits(const StreamEvent& e) {
+    ++host_waits_;
     const EventState& ev = events_[size_t(id(e))];
     for (int k = 0; k < streams; ++k) host_vc_[k] = std::max(host_vc_[k], ev.vc[k]);
     while (!events_[size_t(id(e))].reached)
@@ -109,6 +110,7 @@ class EmulatedStreams {
                          ", which " + p.name + (p.write ? " writes" : " reads") +
                          " on a stream it did not wait for");
   }
+  int64_t host_waits_count() const { return host_waits_; }  // host_waits calls so far
   const std::vector<std::string>& races() const { return races_; }
   // Names of the work items in the order they ran.
   const std::vector<std::string>& ran() const { return ran_; }
@@ -187,6 +189,7 @@ class EmulatedStreams {
   std::vector<EventState> events_;
   std::vector<Access> accesses_;
   std::vector<std::string> races_, ran_, issued_names_;
+  int64_t host_waits_ = 0;
 };
 
 // The CopyStream face of shared EmulatedStreams (OffloadPipeline owns its CopyStream; the test
