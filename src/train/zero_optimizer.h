@@ -176,7 +176,7 @@ class ZeroOptimizer final : public BucketHooks {
   std::vector<Tensor> free_shard_buffers_;
   std::vector<Tensor> param_staging_;
   std::vector<TimedTask> param_reads_;  // file reads (a fetch on the device has no task)
-  OverlapCounter shard_reads_;  // param_reads_' transfers
+  OverlapCounter shard_reads_;          // param_reads_' transfers
   std::vector<Buffer> grad_shard_;
   std::vector<int> param_refs_, grad_refs_;
   std::vector<std::unique_ptr<CommRequest>> gathering_;  // ZeRO-3 prefetches by bucket

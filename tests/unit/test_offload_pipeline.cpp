@@ -369,12 +369,6 @@ TEST(OffloadPipeline, ShardStoreStreamsHostStateThroughTheCopyStream) {
   }
 }
 
-}  // namespace
-}  // namespace llmrun
-
-namespace llmrun {
-namespace {
-
 // ZeRO-3's use of host-held parameter shards on a device (ZeroOptimizer::gather_params): each
 // forward fetches bucket b + 2's shard while bucket b computes, and the gather of bucket b is
 // ordered behind its fetch on the device; the optimizer then streams the same host arrays
@@ -409,7 +403,8 @@ TEST(OffloadPipeline, GathersFetchShardsAheadWithoutTheHostWaiting) {
     for (int s = 0; s < steps; ++s) {
       const int64_t host_waits = streams->host_waits_count();
       auto fetch = [&](int b) {
-        for (int a = 0; a < 2; ++a) store.fetch(b, a, staging[size_t(s)].bucket(size_t(b))[size_t(a)]);
+        for (int a = 0; a < 2; ++a)
+          store.fetch(b, a, staging[size_t(s)].bucket(size_t(b))[size_t(a)]);
       };
       fetch(0);
       fetch(1);
