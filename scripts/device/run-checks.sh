@@ -372,30 +372,48 @@ for name in bench_train_overlap bench_train_overlap_zero3; do
 done
 
 # Optimizer offload to pinned host memory on the GPU (memory.offload.optimizer: cpu): AdamW's
-# moments live in page-locked host memory and stream through the device on a copy stream, the
-# next piece or bucket copied in while this one updates (train/offload_pipeline.h). The loss
-# curve must equal the non-offloaded GPU run's (fp32: 1e-5 relative; 1 MB of staging, so
-# buckets go in several pieces), and bench train (default staging) reports the share of the
-# copies hidden behind the compute (its overlap.offload block).
+# moments live in page-locked host memory and stream through the device on two copy streams
+# (copies in and copies back, one per DMA engine), the next piece or bucket copied in while
+# this one updates (train/offload_pipeline.h). The loss curve must equal the non-offloaded GPU
+# run's (fp32: 1e-5 relative; 1 MB of staging, so buckets go in several pieces), and so must
+# ZeRO-3's with its parameter shards in host memory too (memory.offload.params: cpu: each
+# gather's shard fetched on the copy stream two buckets ahead, no host wait). bench train
+# (default staging) reports the share of the copies hidden behind the compute (its
+# overlap.offload block), for the moments alone and for ZeRO-3 with both offloaded.
 if wanted offload_cpu_optimizer; then
+  Z3=(--set parallel.zero=3 --set memory.offload.params=cpu --set memory.offload.optimizer=cpu)
+  hidden_of() {  # JSON: the overlap.offload figures of a bench train result
+    "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); o=j['overlap']['offload']; print(f\"copies {100*o['hidden_share']:.1f}% hidden ({o['hidden_s']:.4f} of {o['comm_s']:.4f} s per step, {o['exposed_s']:.4f} s exposed), {j['tokens_per_s']['median']:,.0f} tokens/s\")" "$1" 2>>"$RES/offload_cpu_optimizer.log"
+  }
+  counted_in() { "$PY" -c "import json,sys; print(int(json.load(open(sys.argv[1]))['overlap']['offload']['comm_s'] > 0))" "$1" 2>/dev/null || echo 0; }
   if [ $gpu_ok = 0 ]; then record offload_cpu_optimizer "$GPU_WHY" ""
   elif ! train offload-none-cuda "$RECIPES/llama-small.yaml" cuda fp32 20; then
     record offload_cpu_optimizer FAIL "non-offloaded cuda run failed: $(tail -n 1 "$RES/train-offload-none-cuda.log")"
   elif ! train offload-cpu-cuda "$RECIPES/llama-small.yaml" cuda fp32 20 --set memory.offload.optimizer=cpu --set memory.offload.buffer_mb=1; then
     record offload_cpu_optimizer FAIL "offloaded cuda run failed: $(tail -n 1 "$RES/train-offload-cpu-cuda.log")"
+  elif ! train offload-z3-cuda "$RECIPES/llama-small.yaml" cuda fp32 20 "${Z3[@]}" --set memory.offload.buffer_mb=1; then
+    record offload_cpu_optimizer FAIL "ZeRO-3 offloaded cuda run failed: $(tail -n 1 "$RES/train-offload-z3-cuda.log")"
   elif ! "$LLMRUN" bench train "$RECIPES/llama-small.yaml" $(backend_set cuda) --set data.train="$DATA" \
       --set memory.offload.optimizer=cpu --steps 10 --warmup 2 --json "$RES/offload_cpu_optimizer.json" >"$RES/offload_cpu_optimizer.log" 2>&1; then
     record offload_cpu_optimizer FAIL "bench train with offload failed: $(tail -n 1 "$RES/offload_cpu_optimizer.log")"
+  elif ! "$LLMRUN" bench train "$RECIPES/llama-small.yaml" $(backend_set cuda) --set data.train="$DATA" \
+      "${Z3[@]}" --steps 10 --warmup 2 --json "$RES/offload_cpu_z3.json" >>"$RES/offload_cpu_optimizer.log" 2>&1; then
+    record offload_cpu_optimizer FAIL "bench train with ZeRO-3 offload failed: $(tail -n 1 "$RES/offload_cpu_optimizer.log")"
   else
-    cp "$WORK/offload-none-cuda.jsonl" "$WORK/offload-cpu-cuda.jsonl" "$RES/"
+    cp "$WORK/offload-none-cuda.jsonl" "$WORK/offload-cpu-cuda.jsonl" "$WORK/offload-z3-cuda.jsonl" "$RES/"
     $CHECKS_PY parity "$WORK/offload-cpu-cuda.jsonl" "$WORK/offload-none-cuda.jsonl" --tol 1e-5 --after 0 --steps 20 >"$WORK/p.json"
     rc=$?
+    $CHECKS_PY parity "$WORK/offload-z3-cuda.jsonl" "$WORK/offload-none-cuda.jsonl" --tol 1e-5 --after 0 --steps 20 >"$WORK/p3.json"
+    rc3=$?
     fig="$(py_field "$WORK/p.json" "f\"max rel loss diff {j['max_rel_diff']:.2e} at step {j['worst_step']}\"")"
-    hidden=$("$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); o=j['overlap']['offload']; print(f\"copies {100*o['hidden_share']:.1f}% hidden ({o['hidden_s']:.4f} of {o['comm_s']:.4f} s per step, {o['exposed_s']:.4f} s exposed), {j['tokens_per_s']['median']:,.0f} tokens/s\")" "$RES/offload_cpu_optimizer.json" 2>>"$RES/offload_cpu_optimizer.log")
+    fig3="$(py_field "$WORK/p3.json" "f\"ZeRO-3 params+moments: max rel loss diff {j['max_rel_diff']:.2e} at step {j['worst_step']}\"")"
+    hidden=$(hidden_of "$RES/offload_cpu_optimizer.json")
+    hidden3=$(hidden_of "$RES/offload_cpu_z3.json")
     # The copies must have been counted: a run whose offload block is empty did not overlap.
-    counted=$("$PY" -c "import json,sys; print(int(json.load(open(sys.argv[1]))['overlap']['offload']['comm_s'] > 0))" "$RES/offload_cpu_optimizer.json" 2>/dev/null || echo 0)
-    if [ $rc -eq 0 ] && [ "$counted" = 1 ]; then record offload_cpu_optimizer PASS "$fig; $hidden"
-    else record offload_cpu_optimizer FAIL "$fig; ${hidden:-no overlap.offload block}"; fi
+    if [ $rc -eq 0 ] && [ $rc3 -eq 0 ] && [ "$(counted_in "$RES/offload_cpu_optimizer.json")" = 1 ] &&
+      [ "$(counted_in "$RES/offload_cpu_z3.json")" = 1 ]; then
+      record offload_cpu_optimizer PASS "$fig; $hidden; $fig3; ZeRO-3 $hidden3"
+    else record offload_cpu_optimizer FAIL "$fig; ${hidden:-no overlap.offload block}; $fig3; ZeRO-3 ${hidden3:-no overlap.offload block}"; fi
   fi
 fi
 

@@ -46,9 +46,12 @@ OffloadPipeline::Piece OffloadPipeline::copy_in(const std::vector<Tensor>& host,
   p.slot = slot;
   for (const Tensor& h : host) p.host.push_back(h.flat(at, len));
   const std::vector<Tensor> dev = slot_views(slot, len);
-  p.start_in = copies_->mark_copy();
-  for (int a = 0; a < arrays_; ++a) copies_->copy(dev[a], p.host[a]);
-  p.end_in = copies_->mark_copy();
+  // After every copy back issued so far: the slot's previous piece has left it, and host
+  // memory written back by an earlier run is read only once it landed.
+  copies_->copy_waits(CopyLane::in, *copies_->mark_copy(CopyLane::out));
+  p.start_in = copies_->mark_copy(CopyLane::in);
+  for (int a = 0; a < arrays_; ++a) copies_->copy(CopyLane::in, dev[a], p.host[a]);
+  p.end_in = copies_->mark_copy(CopyLane::in);
   return p;
 }
 
@@ -71,7 +74,7 @@ void OffloadPipeline::run(int64_t offset, const std::vector<Tensor>& host, const
   const bool next_ok = !next.empty() && next[0].numel() > 0 && !overlaps(next, host);
   for (int64_t at = 0; at < n; at += piece_) {
     const int64_t len = std::min(piece_, n - at);
-    // The next piece's copy in goes first on the copy stream, so it runs beside this compute.
+    // The next piece's copy in is issued first, so it runs beside this compute.
     std::unique_ptr<Piece> following;
     if (at + piece_ < n)
       following = std::make_unique<Piece>(
@@ -84,10 +87,10 @@ void OffloadPipeline::run(int64_t offset, const std::vector<Tensor>& host, const
     copies_->compute_waits(*cur.end_in);
     fn(offset + at, dev);
     cur.computed = copies_->mark_compute();
-    copies_->copy_waits(*cur.computed);
-    cur.start_out = copies_->mark_copy();
-    for (int a = 0; a < arrays_; ++a) copies_->copy(cur.host[a], dev[a]);
-    cur.end_out = copies_->mark_copy();
+    copies_->copy_waits(CopyLane::out, *cur.computed);
+    cur.start_out = copies_->mark_copy(CopyLane::out);
+    for (int a = 0; a < arrays_; ++a) copies_->copy(CopyLane::out, cur.host[a], dev[a]);
+    cur.end_out = copies_->mark_copy(CopyLane::out);
     last_slot_ = cur.slot;
     pending_.push_back(std::move(cur));
     if (following) cur = std::move(*following);
@@ -115,7 +118,16 @@ void OffloadPipeline::finish(Piece& p) {
 }
 
 void OffloadPipeline::resolve(double waited) {
-  // Pieces finish in order (their copies back are in order on one stream).
+  // Fetches count once the compute that waited for them got there (in the order issued; one
+  // not waited for yet holds back the later ones).
+  while (!fetches_.empty() && fetches_.front().arrive && copies_->complete(*fetches_.front().end) &&
+         copies_->complete(*fetches_.front().arrive)) {
+    const Fetch& f = fetches_.front();
+    counted_.add(copies_->seconds_between(*f.start, *f.end),
+                 std::max(0.0, copies_->seconds_between(*f.arrive, *f.end)));
+    fetches_.pop_front();
+  }
+  // Pieces finish in order (their copies back are in order on one lane).
   if (waited < 0) {
     while (!pending_.empty() && copies_->complete(*pending_.front().end_out)) {
       finish(pending_.front());
@@ -139,9 +151,12 @@ void OffloadPipeline::settle() {
 }
 
 void OffloadPipeline::settle_locked() {
-  const StreamEventPtr last = copies_->mark_copy();
+  // Copies in read the host arrays, copies back write them: both lanes finish.
+  const StreamEventPtr last_in = copies_->mark_copy(CopyLane::in);
+  const StreamEventPtr last_out = copies_->mark_copy(CopyLane::out);
   const double t0 = steady_seconds();
-  copies_->host_waits(*last);
+  copies_->host_waits(*last_in);
+  copies_->host_waits(*last_out);
   resolve(steady_seconds() - t0);
 }
 
@@ -155,8 +170,35 @@ void OffloadPipeline::invalidate() {
 void OffloadPipeline::order_compute_after_copies() {
   if (!copies_) return;
   std::lock_guard<std::mutex> lock(mu_);
-  const StreamEventPtr last = copies_->mark_copy();
-  copies_->compute_waits(*last);
+  for (CopyLane lane : {CopyLane::in, CopyLane::out})
+    copies_->compute_waits(*copies_->mark_copy(lane));
+}
+
+void OffloadPipeline::fetch(const Tensor& dst, const Tensor& src) {
+  LLMRUN_CHECK(dst.dtype == src.dtype && dst.numel() == src.numel(),
+               "offload fetch: " + dst.shape_str() + " <- " + src.shape_str());
+  if (!copies_) return be_.copy(dst, src);
+  std::lock_guard<std::mutex> lock(mu_);
+  Fetch f;
+  f.dst = dst.data;
+  // The host memory may have been written back by a copy still under way.
+  copies_->copy_waits(CopyLane::in, *copies_->mark_copy(CopyLane::out));
+  f.start = copies_->mark_copy(CopyLane::in);
+  copies_->copy(CopyLane::in, dst, src);
+  f.end = copies_->mark_copy(CopyLane::in);
+  fetches_.push_back(std::move(f));
+}
+
+void OffloadPipeline::compute_waits_fetch(const Tensor& dst) {
+  if (!copies_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Fetch& f : fetches_)
+    if (f.dst == dst.data && !f.arrive) {
+      f.arrive = copies_->mark_compute();
+      copies_->compute_waits(*f.end);
+      return;
+    }
+  LLMRUN_CHECK(false, "offload pipeline: no fetch into this buffer to wait for");
 }
 
 OverlapCounter OffloadPipeline::transfers() {

@@ -1,15 +1,19 @@
 #pragma once
 // Streams host-held arrays (offloaded optimizer state, or parameter shards) through a device
 // backend in pieces: each piece is copied into a device slot, handed to the caller's compute,
-// and copied back. With a copy stream (backend/copy_stream.h) the copies run on it, ordered
+// and copied back. With copy streams (backend/copy_stream.h) the copies run on them, ordered
 // by events: piece k+1's copy in runs while piece k computes, piece k's copy back while piece
 // k+1 computes, and the caller may say which host arrays its next run() takes, so that their
-// first piece comes in behind this run's last compute (bucket k+1 under bucket k). Two slots
+// first piece comes in behind this run's last compute (bucket k+1 under bucket k). Copies in
+// and copies back have a lane each (a GPU's two DMA engines), so piece k's copy back runs
+// beside the copy in of piece k+2 once the copies, not the compute, set the pace. Two slots
 // of `piece` elements per array; the order on the streams is
-//   copy:    in(k+1)  [waits computed(k)] out(k)  in(k+2) ...
+//   in:      [waits out so far] in(k+1)  [waits out(k)] in(k+2) ...
 //   compute: [waits in(k)] fn(k)  [waits in(k+1)] fn(k+1) ...
-// so a slot is refilled only after its previous piece went back (same stream), and every
-// compute and every copy back waits for the copy or compute that produced its data.
+//   out:     [waits computed(k)] out(k)  [waits computed(k+1)] out(k+1) ...
+// so a slot is refilled only after its previous piece went back, host memory is read in only
+// after an earlier copy back to it landed, and every compute and every copy back waits for
+// the copy or compute that produced its data.
 // Without a copy stream the copies run on the compute stream, in order with it (nothing to
 // hide), as the backend's copy() does.
 //
@@ -51,6 +55,14 @@ class OffloadPipeline {
   // Device work issued on the compute stream from now on runs after every copy issued so far,
   // without the host waiting (a device read of the host arrays).
   void order_compute_after_copies();
+  // Copies host memory `src` (pinned: a host array run() takes, say) into device memory `dst`
+  // on the copy-in lane, behind every copy back issued so far, and returns at once (without a
+  // copy stream: copies now). A ZeRO-3 gather's parameter shard, fetched a bucket ahead.
+  void fetch(const Tensor& dst, const Tensor& src);
+  // Device work issued on the compute stream from now on runs after the oldest fetch into
+  // `dst` not waited for yet; the host does not wait. Counted in transfers() like a piece's
+  // copy in: the compute waits from here to the fetch's end.
+  void compute_waits_fetch(const Tensor& dst);
 
   bool asynchronous() const { return copies_ != nullptr; }
   int64_t piece() const { return piece_; }
@@ -75,6 +87,11 @@ class OffloadPipeline {
   void resolve(double waited);  // counts completed pieces; all of them when waited >= 0
   void run_synchronously(int64_t offset, const std::vector<Tensor>& host, const PieceFn& fn);
   void settle_locked();
+  struct Fetch {
+    const void* dst = nullptr;
+    StreamEventPtr start, end, arrive;  // arrive: set by compute_waits_fetch
+  };
+  std::deque<Fetch> fetches_;  // issued, not yet counted
 
   Backend& be_;
   std::unique_ptr<CopyStream> copies_;

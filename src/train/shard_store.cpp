@@ -89,6 +89,10 @@ ShardStore::ShardStore(Backend& be, std::string name, const std::vector<int64_t>
 
 ShardStore::~ShardStore() {
   pipeline_.reset();  // its copies back finish before the host memory goes
+  try {
+    finish_io(true);  // the file I/O still under way, before the files close
+  } catch (...) {
+  }
   for (int fd : fds_) close(fd);
   if (!dir_.empty()) {
     std::error_code ec;
@@ -113,6 +117,14 @@ std::vector<Tensor> ShardStore::host_range(int b, int64_t begin, int64_t end) co
   return r;
 }
 
+void ShardStore::fetch(int b, int a, const Tensor& dst) {
+  LLMRUN_CHECK(fetches_to_device(), "shard fetch: only host-held arrays on a device backend");
+  LLMRUN_CHECK(dst.numel() == shard_[b], "shard fetch: wrong size");
+  pipeline_->fetch(dst, mem_[b][a].as(DType::f32, {shard_[b]}));
+}
+
+void ShardStore::compute_after_fetch(const Tensor& dst) { pipeline_->compute_waits_fetch(dst); }
+
 void ShardStore::will_visit(int b, int64_t begin, int64_t end) {
   LLMRUN_CHECK(0 <= b && b < int(shard_.size()) && 0 <= begin && begin <= end && end <= shard_[b],
                "will_visit: range outside the shards");
@@ -120,7 +132,11 @@ void ShardStore::will_visit(int b, int64_t begin, int64_t end) {
 }
 
 OverlapCounter ShardStore::transfers() const {
-  OverlapCounter c = transfers_;
+  OverlapCounter c;
+  {
+    std::lock_guard<std::mutex> lock(io_mu_);
+    c = transfers_;
+  }
   if (pipeline_) c += pipeline_->transfers();
   return c;
 }
@@ -150,6 +166,7 @@ void ShardStore::read_range(int b, int a, int64_t first, const Tensor& dst) cons
       pipeline_->order_compute_after_copies();
     return be_.copy(dst, src);
   }
+  finish_io(false);  // the file holds the last write-back
   const off_t at = off_t(a * shard_[b] + first) * 4;
   if (dst.device == Device::cpu) return pread_all(fds_[b], dst.data, size_t(n) * 4, at, file(b));
   Buffer staging = Buffer::host(size_t(n) * 4);
@@ -161,6 +178,7 @@ void ShardStore::write_range(int b, int a, int64_t first, const Tensor& src) {
   const int64_t n = src.numel();
   LLMRUN_CHECK(first >= 0 && first + n <= shard_[b], "shard write outside the shard");
   if (in_memory()) return be_.copy(array(b, a).flat(first, n), src);  // array(): invalidates
+  finish_io(true);  // the chunk read ahead may hold what this overwrites
   const off_t at = off_t(a * shard_[b] + first) * 4;
   if (src.device == Device::cpu) return pwrite_all(fds_[b], src.data, size_t(n) * 4, at, file(b));
   Buffer staging = Buffer::host(size_t(n) * 4);
@@ -169,6 +187,7 @@ void ShardStore::write_range(int b, int a, int64_t first, const Tensor& src) {
 }
 
 void ShardStore::read_chunk(int b, int64_t offset, int64_t len, std::vector<Buffer>& slot) const {
+  if (on_chunk_read_) on_chunk_read_(b, offset);
   for (int a = 0; a < arrays_; ++a)
     pread_all(fds_[b], slot[a].data(), size_t(len) * 4, off_t(a * shard_[b] + offset) * 4, file(b));
 }
@@ -189,48 +208,110 @@ void ShardStore::run_chunk(int64_t offset, const std::vector<Tensor>& host_chunk
   if (!in_memory()) pipeline_->settle();
 }
 
+ShardStore::Visit ShardStore::following(int b, int64_t end) {
+  if (end < shard_[b]) return {b, end, shard_[b]};
+  const Visit v = next_visit_;
+  next_visit_ = {};
+  return v;
+}
+
+void ShardStore::finish_io(bool drop_read_ahead) const {
+  std::lock_guard<std::mutex> lock(io_mu_);
+  if (write_behind_.valid()) write_behind_.get(transfers_);
+  if (drop_read_ahead && read_ahead_.task.valid()) {
+    read_ahead_.task.get(transfers_);
+    read_ahead_ = {};
+  }
+}
+
 void ShardStore::for_each_chunk(int b, int64_t begin, int64_t end, const ChunkFn& fn) {
   LLMRUN_CHECK(0 <= begin && begin <= end && end <= shard_[b], "chunk range outside the shard");
   if (begin == end) return;
   std::vector<Tensor> chunk(static_cast<size_t>(arrays_));
+  // What follows: the rest of this bucket, or will_visit's range once the bucket ends.
+  const Visit next_call = following(b, end);
   if (in_memory()) {
-    // What follows: the rest of this bucket, or will_visit's range once the bucket ends.
     std::vector<Tensor> next;
-    if (end < shard_[b]) {
-      next = host_range(b, end, shard_[b]);
-    } else if (next_visit_.b >= 0) {
-      next = host_range(next_visit_.b, next_visit_.begin, next_visit_.end);
-      next_visit_ = {};
-    }
+    if (next_call.b >= 0) next = host_range(next_call.b, next_call.begin, next_call.end);
     run_chunk(begin, host_range(b, begin, end), fn, next);
     return;
   }
-  TimedTask reading, writing;
   auto len_at = [&](int64_t off) { return std::min(chunk_, end - off); };
-  // The first chunk's read has nothing to hide behind; the later reads and every write-back
-  // run beside fn's compute (transfers_ counts how much of them it hid).
-  const double first_read = steady_seconds();
-  read_chunk(b, begin, len_at(begin), slots_[0]);
-  const double first_read_s = steady_seconds() - first_read;
-  transfers_.add(first_read_s, first_read_s);
+  // The previous call's I/O: its last write-back (the file chunk and slot of it), and the
+  // chunk it read ahead, which holds this call's first one when the guess was right (or
+  // named a longer range from the same element on).
+  TimedTask reading, writing;
   int cur = 0;
+  {
+    std::lock_guard<std::mutex> lock(io_mu_);
+    writing = std::move(write_behind_);
+    write_behind_ = {};
+    ReadAhead ahead = std::move(read_ahead_);
+    read_ahead_ = {};
+    if (ahead.task.valid() && ahead.b == b && ahead.offset == begin && ahead.len >= len_at(begin)) {
+      cur = ahead.slot;
+      reading = std::move(ahead.task);
+    } else {
+      if (ahead.task.valid()) ahead.task.get(transfers_);  // a wrong guess: read, unused
+      // The first chunk has nothing to hide behind; it goes to the slot not being written,
+      // after the write-back when that is of the same elements (a bucket visited again).
+      const Visit& w = write_behind_range_;
+      if (writing.valid() && w.b == b && w.begin < begin + len_at(begin) && begin < w.end)
+        writing.get(transfers_);
+      cur = writing.valid() ? 1 - write_behind_slot_ : 0;
+      const double t0 = steady_seconds();
+      read_chunk(b, begin, len_at(begin), slots_[cur]);
+      const double read_s = steady_seconds() - t0;
+      transfers_.add(read_s, read_s);
+    }
+  }
+  // The later reads and every write-back run beside fn (transfers_ counts how much of them it
+  // hid). The next call's first chunk is read while this call's last one is in fn, unless it
+  // overlaps this call's range (it would be read before being written back).
+  const bool read_next_call = next_call.b >= 0 && next_call.begin < next_call.end &&
+                              !(next_call.b == b && next_call.begin < end && begin < next_call.end);
+  ReadAhead ahead;
   for (int64_t off = begin; off < end; off += chunk_, cur ^= 1) {
-    if (reading.valid()) reading.get(transfers_);
+    if (reading.valid()) {
+      std::lock_guard<std::mutex> lock(io_mu_);
+      reading.get(transfers_);
+    }
     const int64_t next = off + chunk_;
-    if (next < end) {
+    if (next < end || read_next_call) {
       // The other slot is free once its previous chunk has been written back.
-      if (writing.valid()) writing.get(transfers_);
-      reading = TimedTask::start(
-          [this, b, next, n = len_at(next), cur] { read_chunk(b, next, n, slots_[cur ^ 1]); });
+      if (writing.valid()) {
+        std::lock_guard<std::mutex> lock(io_mu_);
+        writing.get(transfers_);
+      }
+      if (next < end) {
+        reading = TimedTask::start(
+            [this, b, next, n = len_at(next), cur] { read_chunk(b, next, n, slots_[cur ^ 1]); });
+      } else {
+        ahead.b = next_call.b;
+        ahead.offset = next_call.begin;
+        ahead.len = std::min(chunk_, next_call.end - next_call.begin);
+        ahead.slot = cur ^ 1;
+        ahead.task = TimedTask::start([this, nb = ahead.b, at = ahead.offset, n = ahead.len,
+                                       slot = ahead.slot] { read_chunk(nb, at, n, slots_[slot]); });
+      }
     }
     const int64_t len = len_at(off);
     for (int a = 0; a < arrays_; ++a) chunk[a] = slots_[cur][a].as(DType::f32, {len});
     run_chunk(off, chunk, fn);
-    if (writing.valid()) writing.get(transfers_);
+    if (writing.valid()) {
+      std::lock_guard<std::mutex> lock(io_mu_);
+      writing.get(transfers_);
+    }
     writing = TimedTask::start([this, b, off, len, cur] { write_chunk(b, off, len, slots_[cur]); });
+    if (off + chunk_ >= end) {
+      // Both go on after the call returns; read_range, write_range and the next call wait.
+      std::lock_guard<std::mutex> lock(io_mu_);
+      write_behind_ = std::move(writing);
+      write_behind_slot_ = cur;
+      write_behind_range_ = {b, off, off + len};
+      read_ahead_ = std::move(ahead);
+    }
   }
-  if (reading.valid()) reading.get(transfers_);
-  if (writing.valid()) writing.get(transfers_);
 }
 
 }  // namespace llmrun

@@ -141,9 +141,11 @@ void ZeroOptimizer::free_slot(Tensor slot) {
   free_slots_.push_back(Tensor(slot.data, DType::f32, {slot_numel_}, slot.device));
 }
 
-// ZeRO-3 with offloaded shards: starts reading bucket b's shard into a staging buffer on
-// another thread. Only the gathers are collectives, and they start at the same hooks on every
-// rank whatever the disk does, so all ranks issue them in the same order.
+// ZeRO-3 with offloaded shards: starts reading bucket b's shard into a staging buffer, on
+// another thread from a file, or on the device's copy stream from host memory (no host wait:
+// the gather is ordered behind the copy on the device). Only the gathers are collectives, and
+// they start at the same hooks on every rank whatever the disk does, so all ranks issue them
+// in the same order.
 void ZeroOptimizer::read_param_shard(int b) {
   const int64_t max_shard = *std::max_element(shard_numel_.begin(), shard_numel_.end());
   if (free_shard_buffers_.empty()) {
@@ -153,7 +155,15 @@ void ZeroOptimizer::read_param_shard(int b) {
   const Tensor buf = free_shard_buffers_.back().flat(0, shard_numel_[b]);
   free_shard_buffers_.pop_back();
   param_staging_[b] = buf;
-  param_reads_[b] = TimedTask::start([this, b, buf] { param_shards_->read(b, 0, buf); });
+  if (param_shards_->fetches_to_device())
+    param_shards_->fetch(b, 0, buf);
+  else
+    param_reads_[b] = TimedTask::start([this, b, buf] { param_shards_->read(b, 0, buf); });
+}
+
+// Shards read ahead into staging buffers: from files, or from host memory on a device.
+bool ZeroOptimizer::staged_param_shards() const {
+  return !param_shards_->in_memory() || param_shards_->fetches_to_device();
 }
 
 // Notes when prefetched ZeRO-3 gathers complete (between layers, as drain_reduces does for
@@ -172,11 +182,14 @@ void ZeroOptimizer::gather_params(int b, bool blocking) {
     Tensor full = take_slot().flat(0, n);
     params.attach(b, full);  // attached now; only read after the gather completes
     Tensor shard;
-    if (param_shards_->in_memory()) {
+    if (!staged_param_shards()) {
       shard = param_shards_->array(b, 0);
     } else {
-      if (!param_reads_[b].valid()) read_param_shard(b);
-      param_reads_[b].get(shard_reads_);  // rethrows a failed read
+      if (param_staging_[b].empty()) read_param_shard(b);
+      if (param_reads_[b].valid())
+        param_reads_[b].get(shard_reads_);  // rethrows a failed read
+      else
+        param_shards_->compute_after_fetch(param_staging_[b]);  // the gather follows the copy
       shard = param_staging_[b];
     }
     gathering_[b] = shard_group(b).iall_gather(shard, full);
@@ -210,8 +223,8 @@ void ZeroOptimizer::acquire(int b, Phase phase) {
       gather_params(next, false);
     // Offloaded shards are read one bucket further ahead, so the gather above found its shard
     // in memory and the next one will too.
-    if (!param_shards_->in_memory() && after >= 0 && after < buckets && param_refs_[after] == 0 &&
-        !gathering_[after] && !param_reads_[after].valid())
+    if (staged_param_shards() && after >= 0 && after < buckets && param_refs_[after] == 0 &&
+        !gathering_[after] && param_staging_[after].empty())
       read_param_shard(after);
   }
   if (phase == Phase::backward && grad_refs_[b]++ == 0 && stage_ >= 2) {

@@ -7,9 +7,11 @@
 //      reduce-scattered into the owned shard as soon as that backward ends.
 //   3: also parameters: each rank keeps its shard; a bucket is all-gathered just before it
 //      is used (the next one prefetched) and freed after. With parameter offload the shards
-//      live in a ShardStore (host memory, or files): a bucket's shard is read straight into
-//      its rank's range of the gather buffer (asynchronously for the prefetch) and gathered in
-//      place; the optimizer streams shard, moments and gradient chunk by chunk.
+//      live in a ShardStore (host memory, or files): a bucket's shard is read two buckets
+//      ahead into a staging buffer (from its file on another thread; from host memory on a
+//      device, on the copy stream with the gather ordered behind it on the device, so the
+//      host never waits) and gathered from there; on a host backend the host memory is
+//      gathered directly. The optimizer streams shard, moments and gradient chunk by chunk.
 // Bucket b splits into dp equal shards (buckets are padded to a multiple of dp); rank r owns
 // elements [r * n_b / dp, (r + 1) * n_b / dp). Communication is non-blocking and is polled
 // between layers, so it overlaps the backward of the layers below.
@@ -136,6 +138,7 @@ class ZeroOptimizer final : public BucketHooks {
   void free_slot(Tensor slot);
   void gather_params(int b, bool blocking);
   void read_param_shard(int b);
+  bool staged_param_shards() const;
   void poll_gathers();
   void drain_reduces(bool all);
   void wait(CommRequest& req);
@@ -172,8 +175,8 @@ class ZeroOptimizer final : public BucketHooks {
   std::vector<Buffer> shard_buffer_storage_;
   std::vector<Tensor> free_shard_buffers_;
   std::vector<Tensor> param_staging_;
-  std::vector<TimedTask> param_reads_;
-  OverlapCounter shard_reads_;  // param_reads_' transfers
+  std::vector<TimedTask> param_reads_;  // file reads (a fetch on the device has no task)
+  OverlapCounter shard_reads_;          // param_reads_' transfers
   std::vector<Buffer> grad_shard_;
   std::vector<int> param_refs_, grad_refs_;
   std::vector<std::unique_ptr<CommRequest>> gathering_;  // ZeRO-3 prefetches by bucket

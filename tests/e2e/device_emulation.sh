@@ -68,6 +68,7 @@ VARIANTS=(
   "tp2 2 parallel.tp=2"
   "pp2 2 parallel.pp=2"
   "dp2-zero3 2 parallel.zero=3"
+  "dp2-zero3-offload 2 parallel.zero=3 memory.offload.params=cpu memory.offload.optimizer=cpu"
 )
 for v in "${VARIANTS[@]}"; do
   read -r name nproc settings <<<"$v"

@@ -1,11 +1,11 @@
-// A CPU emulation of a device's compute stream and one copy stream (backend/copy_stream.h),
+// A CPU emulation of a device's compute stream and its two copy lanes (backend/copy_stream.h),
 // for testing the host logic that orders work on them (train/offload_pipeline.h):
 //  - Execution: issued work runs later, in a seeded random order that only stream order and
 //    event waits constrain (the host waiting on an event runs work until the event is
 //    reached), so data copied without the wait it needs is read stale and the results differ.
 //  - Races: every copy and every work item names the memory it reads and writes; an access
 //    on one stream that is not ordered (stream order, events, or the host having waited for
-//    it before issuing; vector clocks at issue time) after a conflicting access on the other
+//    it before issuing; vector clocks at issue time) after a conflicting access on another
 //    is reported in races(), whatever order ran.
 //  - Time: each stream keeps a simulated clock (copies take bytes / copy_bytes_per_s, compute
 //    the seconds it is given, a wait moves the clock to the event's time), so that
@@ -29,7 +29,8 @@ namespace llmrun::test {
 
 class EmulatedStreams {
  public:
-  enum Stream { compute_stream = 0, copy_stream = 1 };
+  enum Stream { compute_stream = 0, copy_in_stream = 1, copy_out_stream = 2 };
+  static constexpr int streams = 3;
   explicit EmulatedStreams(uint64_t seed, double copy_bytes_per_s = 1e9)
       : rng_(seed), bytes_per_s_(copy_bytes_per_s) {}
 
@@ -50,7 +51,7 @@ class EmulatedStreams {
     pump();
     after_host(s);
     const EventState& ev = events_[size_t(id(e))];
-    for (int k = 0; k < 2; ++k) vc_[s][k] = std::max(vc_[s][k], ev.vc[k]);
+    for (int k = 0; k < streams; ++k) vc_[s][k] = std::max(vc_[s][k], ev.vc[k]);
     clock_[s] = std::max(clock_[s], ev.time);
     queue_[s].push_back({Op::wait, id(e), {}, {}});
   }
@@ -66,10 +67,10 @@ class EmulatedStreams {
     clock_[s] += seconds;
     queue_[s].push_back({Op::work, -1, std::move(fn), name});
   }
-  void copy(Tensor dst, const Tensor& src) {
+  void copy(Stream on, Tensor dst, const Tensor& src) {
     const double s = double(dst.bytes()) / bytes_per_s_;
     work(
-        copy_stream, {src}, {dst}, s, [dst, src] { std::memcpy(dst.data, src.data, dst.bytes()); },
+        on, {src}, {dst}, s, [dst, src] { std::memcpy(dst.data, src.data, dst.bytes()); },
         copy_name ? copy_name(dst, src) : std::string("copy"));
   }
   // Names copies in races(), ran() and issued() (default "copy").
@@ -79,8 +80,9 @@ class EmulatedStreams {
     return events_[size_t(id(e))].reached;
   }
   void host_waits(const StreamEvent& e) {
+    ++host_waits_;
     const EventState& ev = events_[size_t(id(e))];
-    for (int k = 0; k < 2; ++k) host_vc_[k] = std::max(host_vc_[k], ev.vc[k]);
+    for (int k = 0; k < streams; ++k) host_vc_[k] = std::max(host_vc_[k], ev.vc[k]);
     while (!events_[size_t(id(e))].reached)
       if (!step_random())
         throw std::runtime_error(
@@ -89,7 +91,7 @@ class EmulatedStreams {
   void drain() {
     while (step_random()) {
     }
-    if (!queue_[0].empty() || !queue_[1].empty())
+    if (!queue_[0].empty() || !queue_[1].empty() || !queue_[2].empty())
       throw std::runtime_error("emulated streams: work stuck behind a wait that never completes");
   }
   double seconds_between(const StreamEvent& a, const StreamEvent& b) const {
@@ -97,6 +99,18 @@ class EmulatedStreams {
     if (!x.reached || !y.reached) throw std::runtime_error("seconds_between: event not complete");
     return y.time - x.time;
   }
+  // The host reads or writes `t` now: every conflicting stream access must be one the host
+  // waited for (host_waits on a later event of its stream), else it is reported in races().
+  void host_access(const Tensor& t, bool write, const std::string& name) {
+    const char* lo = static_cast<const char*>(t.data);
+    for (const Access& p : accesses_)
+      if ((p.write || write) && p.begin < lo + t.bytes() && lo < p.end &&
+          p.stamp > host_vc_[size_t(p.stream)])
+        races_.push_back("the host " + std::string(write ? "writes" : "reads") + " " + name +
+                         ", which " + p.name + (p.write ? " writes" : " reads") +
+                         " on a stream it did not wait for");
+  }
+  int64_t host_waits_count() const { return host_waits_; }  // host_waits calls so far
   const std::vector<std::string>& races() const { return races_; }
   // Names of the work items in the order they ran.
   const std::vector<std::string>& ran() const { return ran_; }
@@ -106,7 +120,7 @@ class EmulatedStreams {
  private:
   struct EventState {
     int stream;
-    std::array<int64_t, 2> vc;
+    std::array<int64_t, streams> vc;
     double time;
     bool reached;
   };
@@ -125,7 +139,7 @@ class EmulatedStreams {
   };
   // What the host saw finish (host_waits) is ordered before everything it issues next.
   void after_host(int s) {
-    for (int k = 0; k < 2; ++k) vc_[s][k] = std::max(vc_[s][k], host_vc_[k]);
+    for (int k = 0; k < streams; ++k) vc_[s][k] = std::max(vc_[s][k], host_vc_[k]);
   }
   static int id(const StreamEvent& e) { return static_cast<const Event&>(e).id; }
 
@@ -136,7 +150,7 @@ class EmulatedStreams {
       if (p.stream == s || !(p.write || write) || p.end <= x.begin || x.end <= p.begin) continue;
       if (p.stamp > vc_[s][p.stream])
         races_.push_back(name + (write ? " writes" : " reads") + " memory that " + p.name +
-                         (p.write ? " writes" : " reads") + " on the other stream, unordered");
+                         (p.write ? " writes" : " reads") + " on another stream, unordered");
     }
     accesses_.push_back(x);
   }
@@ -146,9 +160,11 @@ class EmulatedStreams {
     return op.kind != Op::wait || events_[size_t(op.event)].reached;
   }
   bool step_random() {
-    const bool r0 = runnable(0), r1 = runnable(1);
-    if (!r0 && !r1) return false;
-    const int s = r0 && r1 ? int(rng_() % 2) : (r0 ? 0 : 1);
+    int ready[streams], n = 0;
+    for (int k = 0; k < streams; ++k)
+      if (runnable(k)) ready[n++] = k;
+    if (n == 0) return false;
+    const int s = ready[rng_() % uint64_t(n)];
     Op op = std::move(queue_[s].front());
     queue_[s].pop_front();
     if (op.kind == Op::record) events_[size_t(op.event)].reached = true;
@@ -166,27 +182,32 @@ class EmulatedStreams {
 
   std::mt19937_64 rng_;
   double bytes_per_s_;
-  std::array<std::array<int64_t, 2>, 2> vc_{};
-  std::array<int64_t, 2> host_vc_{};
-  std::array<double, 2> clock_{};
-  std::deque<Op> queue_[2];
+  std::array<std::array<int64_t, streams>, streams> vc_{};
+  std::array<int64_t, streams> host_vc_{};
+  std::array<double, streams> clock_{};
+  std::deque<Op> queue_[streams];
   std::vector<EventState> events_;
   std::vector<Access> accesses_;
   std::vector<std::string> races_, ran_, issued_names_;
+  int64_t host_waits_ = 0;
 };
 
 // The CopyStream face of shared EmulatedStreams (OffloadPipeline owns its CopyStream; the test
-// keeps the streams to issue compute on them and to inspect them).
+// keeps the streams to issue compute on them and to inspect them). `one_stream`: both lanes
+// run on copy_in_stream, as a device with a single copy engine would.
 class EmulatedCopyStream final : public CopyStream {
  public:
-  explicit EmulatedCopyStream(std::shared_ptr<EmulatedStreams> s) : s_(std::move(s)) {}
+  explicit EmulatedCopyStream(std::shared_ptr<EmulatedStreams> s, bool one_stream = false)
+      : s_(std::move(s)), one_stream_(one_stream) {}
   StreamEventPtr mark_compute() override { return s_->mark(EmulatedStreams::compute_stream); }
-  StreamEventPtr mark_copy() override { return s_->mark(EmulatedStreams::copy_stream); }
-  void copy_waits(const StreamEvent& e) override { s_->wait(EmulatedStreams::copy_stream, e); }
+  StreamEventPtr mark_copy(CopyLane lane) override { return s_->mark(stream(lane)); }
+  void copy_waits(CopyLane lane, const StreamEvent& e) override { s_->wait(stream(lane), e); }
   void compute_waits(const StreamEvent& e) override {
     s_->wait(EmulatedStreams::compute_stream, e);
   }
-  void copy(Tensor dst, const Tensor& src) override { s_->copy(dst, src); }
+  void copy(CopyLane lane, Tensor dst, const Tensor& src) override {
+    s_->copy(stream(lane), dst, src);
+  }
   bool complete(const StreamEvent& e) override { return s_->complete(e); }
   void host_waits(const StreamEvent& e) override { s_->host_waits(e); }
   double seconds_between(const StreamEvent& a, const StreamEvent& b) override {
@@ -194,7 +215,12 @@ class EmulatedCopyStream final : public CopyStream {
   }
 
  private:
+  EmulatedStreams::Stream stream(CopyLane lane) const {
+    return lane == CopyLane::out && !one_stream_ ? EmulatedStreams::copy_out_stream
+                                                 : EmulatedStreams::copy_in_stream;
+  }
   std::shared_ptr<EmulatedStreams> s_;
+  bool one_stream_;
 };
 
 }  // namespace llmrun::test

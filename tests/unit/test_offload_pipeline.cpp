@@ -1,8 +1,9 @@
 // The offload pipeline's ordering and bookkeeping (train/offload_pipeline.h) on emulated
 // streams (emulated_copy_stream.h): random execution orders must give the synchronous result
-// bit for bit with no unordered access, the next bucket's first piece must be copied in while
-// this bucket computes (and used, not copied again), host writes must drop it, and the
-// overlap counts must match the simulated device timeline.
+// bit for bit with no unordered access (copy lanes on two streams, or on one), the next
+// bucket's first piece must be copied in while this bucket computes (and used, not copied
+// again), host writes must drop it, and the overlap counts must match the simulated device
+// timeline, where copies back run beside copies in.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -57,10 +58,10 @@ struct Emulated {
   std::shared_ptr<EmulatedStreams> streams;
   std::unique_ptr<Backend> cpu = make_cpu_backend(1);
   std::unique_ptr<OffloadPipeline> pipe;
-  Emulated(uint64_t seed, int64_t piece, double copy_bytes_per_s = 1e9)
+  Emulated(uint64_t seed, int64_t piece, double copy_bytes_per_s = 1e9, bool one_stream = false)
       : streams(std::make_shared<EmulatedStreams>(seed, copy_bytes_per_s)) {
-    pipe = std::make_unique<OffloadPipeline>(*cpu, std::make_unique<EmulatedCopyStream>(streams), 2,
-                                             piece);
+    pipe = std::make_unique<OffloadPipeline>(
+        *cpu, std::make_unique<EmulatedCopyStream>(streams, one_stream), 2, piece);
   }
   // The optimizer's use: each piece's update issued on the compute stream.
   OffloadPipeline::PieceFn updater(int step, double seconds = 0) {
@@ -87,16 +88,20 @@ TEST(OffloadPipeline, RandomStreamOrdersGiveTheSynchronousResultWithNoRace) {
       update(want.m[b].data(), want.v[b].data(), sizes[b], 0, step);
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     for (bool hints : {true, false}) {
-      Emulated e(seed, 4);
-      HostState got(sizes);
-      e.step(got, 1, hints);
-      e.step(got, 2, hints);
-      e.pipe->settle();
-      for (size_t b = 0; b < sizes.size(); ++b) {
-        ASSERT_EQ(got.m[b], want.m[b]) << "seed " << seed << " bucket " << b;
-        ASSERT_EQ(got.v[b], want.v[b]) << "seed " << seed << " bucket " << b;
+      for (bool one_stream : {false, true}) {
+        Emulated e(seed, 4, 1e9, one_stream);
+        HostState got(sizes);
+        e.step(got, 1, hints);
+        e.step(got, 2, hints);
+        e.pipe->settle();
+        for (size_t b = 0; b < sizes.size(); ++b) {
+          for (const Tensor& t : got.bucket(b)) e.streams->host_access(t, false, "the result");
+          ASSERT_EQ(got.m[b], want.m[b]) << "seed " << seed << " bucket " << b;
+          ASSERT_EQ(got.v[b], want.v[b]) << "seed " << seed << " bucket " << b;
+        }
+        ASSERT_TRUE(e.streams->races().empty())
+            << e.streams->races().front() << " (one stream: " << one_stream << ")";
       }
-      ASSERT_TRUE(e.streams->races().empty()) << e.streams->races().front();
     }
   }
 }
@@ -109,7 +114,7 @@ TEST(OffloadPipeline, EmulationReportsAComputeThatDoesNotWaitForItsCopy) {
     EmulatedStreams s(seed);
     float host = 5, dev = 0, seen = -1;
     const Tensor h(&host, DType::f32, {1}), d(&dev, DType::f32, {1}), out(&seen, DType::f32, {1});
-    s.copy(d, h);
+    s.copy(EmulatedStreams::copy_in_stream, d, h);
     s.work(
         EmulatedStreams::compute_stream, {d}, {out}, 0, [&] { seen = dev; }, "use");
     s.drain();
@@ -123,14 +128,30 @@ TEST(OffloadPipeline, EmulationReportsAComputeThatDoesNotWaitForItsCopy) {
     EmulatedStreams s(seed);
     float host = 5, dev = 0, seen = -1;
     const Tensor h(&host, DType::f32, {1}), d(&dev, DType::f32, {1}), out(&seen, DType::f32, {1});
-    s.copy(d, h);
-    const auto copied = s.mark(EmulatedStreams::copy_stream);
+    s.copy(EmulatedStreams::copy_in_stream, d, h);
+    const auto copied = s.mark(EmulatedStreams::copy_in_stream);
     s.wait(EmulatedStreams::compute_stream, *copied);
     s.work(
         EmulatedStreams::compute_stream, {d}, {out}, 0, [&] { seen = dev; }, "use");
     s.drain();
     EXPECT_TRUE(s.races().empty());
     EXPECT_EQ(seen, 5);
+  }
+}
+
+// A host access is checked too: one the host did not wait for is reported.
+TEST(OffloadPipeline, EmulationReportsAHostWriteTheHostDidNotWaitFor) {
+  for (bool waited : {false, true}) {
+    EmulatedStreams s(1);
+    float host = 5, dev = 0;
+    const Tensor h(&host, DType::f32, {1}), d(&dev, DType::f32, {1});
+    s.copy(EmulatedStreams::copy_in_stream, d, h);
+    if (waited) s.host_waits(*s.mark(EmulatedStreams::copy_in_stream));
+    s.host_access(h, false, "host");  // reads after reads never conflict
+    EXPECT_TRUE(s.races().empty());
+    s.host_access(h, true, "host");
+    EXPECT_EQ(s.races().size(), waited ? 0u : 1u);
+    s.drain();
   }
 }
 
@@ -176,6 +197,7 @@ TEST(OffloadPipeline, HostWritesDropThePieceCopiedAhead) {
     HostState h({4, 4});
     e.pipe->run(0, h.bucket(0), e.updater(1), h.bucket(1));
     e.pipe->invalidate();
+    for (const Tensor& t : h.bucket(1)) e.streams->host_access(t, true, "bucket 1");
     h.m[1][0] = 100, h.v[1][0] = 200;  // a checkpoint load, say
     HostState want({4, 4});
     want.m[1][0] = 100, want.v[1][0] = 200;
@@ -222,6 +244,38 @@ TEST(OffloadPipeline, CountsHiddenAndExposedCopiesOnTheDeviceTimeline) {
     EXPECT_NEAR(c.flight_s - c.hidden_s, exposed, 1e-2) << "hints " << hints;
     EXPECT_GE(c.flight_s - c.hidden_s, exposed - 1e-9);
   }
+}
+
+// The two lanes on the simulated timeline, when the copies set the pace: a piece's copy in
+// (m and v) takes 2 s, its copy back 2 s, its compute 1 s. On one stream every copy back
+// queues in front of the next copy in; on two, piece k's copy back runs beside piece k+2's
+// copy in, so the compute stands waiting less and the run ends sooner.
+TEST(OffloadPipeline, CopiesBackRunBesideCopiesInOnTheirOwnLane) {
+  const std::vector<int64_t> sizes = {16, 16};  // 8 pieces of 4 floats (16 bytes per array)
+  double exposed[2] = {0, 0}, end[2] = {0, 0};
+  for (bool one_stream : {true, false}) {
+    Emulated e(5, 4, /*copy_bytes_per_s=*/16, one_stream);
+    HostState h(sizes);
+    const auto start = e.streams->mark(EmulatedStreams::compute_stream);
+    e.step(h, 1, true, /*seconds=*/1);
+    const auto last_compute = e.streams->mark(EmulatedStreams::compute_stream);
+    e.pipe->settle();
+    const OverlapCounter c = e.pipe->transfers();
+    EXPECT_NEAR(c.flight_s, 8 * (2 + 2), 1e-9);
+    exposed[one_stream] = c.flight_s - c.hidden_s;
+    end[one_stream] = e.streams->seconds_between(*start, *last_compute);
+    EXPECT_TRUE(e.streams->races().empty());
+  }
+  // One stream: in(k+1) queues behind out(k-1), so from the second piece on one arrives every
+  // 4 s; the compute waits 2 s for the first, 1 s for the second, 3 s for each of the other
+  // 6, and ends at 4 * 7 + 1.
+  // Two lanes: in(k+2) waits only for out(k), which ends 1 s after in(k+1): two pieces every
+  // 5 s, waited for 2 s and 1 s, and the compute ends at 20.
+  EXPECT_NEAR(exposed[1], 2 + 1 + 6 * 3, 1e-2);
+  EXPECT_NEAR(end[1], 29, 1e-9);
+  EXPECT_NEAR(exposed[0], 2 + 1 + 3 * (2 + 1), 1e-2);
+  EXPECT_NEAR(end[0], 20, 1e-9);
+  EXPECT_LT(exposed[0], exposed[1]);
 }
 
 // Without a copy stream (a backend that has none), pieces go through one slot with the
@@ -312,6 +366,86 @@ TEST(OffloadPipeline, ShardStoreStreamsHostStateThroughTheCopyStream) {
     }
     ASSERT_TRUE(streams->races().empty()) << streams->races().front();
     EXPECT_GT(store.transfers().flight_s, 0);
+  }
+}
+
+// ZeRO-3's use of host-held parameter shards on a device (ZeroOptimizer::gather_params): each
+// forward fetches bucket b + 2's shard while bucket b computes, and the gather of bucket b is
+// ordered behind its fetch on the device; the optimizer then streams the same host arrays
+// through the pipeline. On random stream orders every gather sees the state the synchronous
+// path gives, no access is unordered, and the forward never makes the host wait.
+TEST(OffloadPipeline, GathersFetchShardsAheadWithoutTheHostWaiting) {
+  const std::vector<int64_t> sizes = {3000, 1500, 2500};
+  const int steps = 3, buckets = int(sizes.size());
+  // want[s][b]: bucket b's shard as the forward of step s + 1 sees it (after s updates).
+  std::vector<HostState> want;
+  want.emplace_back(sizes);
+  for (int s = 1; s < steps; ++s) {
+    want.push_back(want.back());
+    for (int b = 0; b < buckets; ++b)
+      update(want[size_t(s)].m[size_t(b)].data(), want[size_t(s)].v[size_t(b)].data(),
+             sizes[size_t(b)], 0, s);
+  }
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    auto streams = std::make_shared<EmulatedStreams>(seed);
+    EmulatedDevice dev(streams);
+    ShardOffload where;
+    where.kind = Offload::cpu;
+    where.buffer_bytes = 1024 * 4 * 2 * 2;
+    ShardStore store(dev, "params", sizes, 2, where, 0);
+    ASSERT_TRUE(store.fetches_to_device());
+    HostState init(sizes);
+    for (int b = 0; b < buckets; ++b)
+      for (int a = 0; a < 2; ++a) store.write(b, a, init.bucket(size_t(b))[size_t(a)]);
+    // Device staging buffers (one per fetch, never reused) and what each gather saw.
+    std::vector<HostState> staging, seen;
+    for (int s = 0; s < steps; ++s) staging.emplace_back(sizes), seen.emplace_back(sizes);
+    for (int s = 0; s < steps; ++s) {
+      const int64_t host_waits = streams->host_waits_count();
+      auto fetch = [&](int b) {
+        for (int a = 0; a < 2; ++a)
+          store.fetch(b, a, staging[size_t(s)].bucket(size_t(b))[size_t(a)]);
+      };
+      fetch(0);
+      fetch(1);
+      for (int b = 0; b < buckets; ++b) {
+        if (b + 2 < buckets) fetch(b + 2);
+        for (int a = 0; a < 2; ++a) {
+          const Tensor from = staging[size_t(s)].bucket(size_t(b))[size_t(a)];
+          const Tensor to = seen[size_t(s)].bucket(size_t(b))[size_t(a)];
+          store.compute_after_fetch(from);
+          streams->work(
+              EmulatedStreams::compute_stream, {from}, {to}, 0,
+              [from, to] { std::memcpy(to.data, from.data, from.bytes()); }, "gather");
+        }
+      }
+      EXPECT_EQ(streams->host_waits_count(), host_waits) << "the forward waited on the host";
+      if (s + 1 == steps) break;
+      for (int b = 0; b < buckets; ++b) {
+        if (b + 1 < buckets) store.will_visit(b + 1, 0, sizes[size_t(b) + 1]);
+        store.for_each_chunk(b, [&](int64_t offset, const std::vector<Tensor>& mv) {
+          const Tensor m = mv[0], v = mv[1];
+          streams->work(
+              EmulatedStreams::compute_stream, {m, v}, {m, v}, 0,
+              [m, v, offset, step = s + 1] { update(m.f32(), v.f32(), m.numel(), offset, step); },
+              "update");
+        });
+      }
+    }
+    streams->drain();
+    for (int s = 0; s < steps; ++s)
+      for (int b = 0; b < buckets; ++b) {
+        ASSERT_EQ(seen[size_t(s)].m[size_t(b)], want[size_t(s)].m[size_t(b)])
+            << "seed " << seed << " step " << s << " bucket " << b;
+        ASSERT_EQ(seen[size_t(s)].v[size_t(b)], want[size_t(s)].v[size_t(b)])
+            << "seed " << seed << " step " << s << " bucket " << b;
+      }
+    ASSERT_TRUE(streams->races().empty()) << streams->races().front();
+    // Every copy is counted once: each step's fetches (2 arrays), and each optimizer step's
+    // copies in and back (2 arrays each way).
+    double bytes = 0;
+    for (int64_t n : sizes) bytes += double(steps * 2 + (steps - 1) * 2 * 2) * double(n) * 4;
+    EXPECT_NEAR(store.transfers().flight_s, bytes / 1e9, 1e-12);
   }
 }
 

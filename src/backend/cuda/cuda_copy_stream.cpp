@@ -1,5 +1,7 @@
-// The CUDA copy stream (backend/copy_stream.h): a non-blocking stream of its own next to the
-// device's compute stream, ordered against it with cudaStreamWaitEvent. Events keep timing
+// The CUDA copy streams (backend/copy_stream.h): two non-blocking streams next to the device's
+// compute stream, one per copy lane (host to device, device to host: separate DMA engines, so
+// a copy back overlaps the next copy in), ordered against each other and the compute stream
+// with cudaStreamWaitEvent. Events keep timing
 // (no cudaEventDisableTiming) so that the offload pipeline can tell how long each copy ran and
 // how long the compute stream stood waiting for one.
 #include <cuda_runtime.h>
@@ -33,11 +35,14 @@ class CudaCopyStream final : public CopyStream {
  public:
   CudaCopyStream(int ordinal, cudaStream_t compute) : ordinal_(ordinal), compute_(compute) {
     check(cudaSetDevice(ordinal), "cudaSetDevice (copy stream)");
-    check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
+    for (cudaStream_t& s : lanes_)
+      check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
   }
   ~CudaCopyStream() override {
-    cudaStreamSynchronize(copy_);
-    cudaStreamDestroy(copy_);
+    for (cudaStream_t s : lanes_) {
+      cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+    }
   }
 
   // Events are made on this stream's device, whichever thread asks (checkpoint writers settle
@@ -46,21 +51,21 @@ class CudaCopyStream final : public CopyStream {
     check(cudaSetDevice(ordinal_), "cudaSetDevice (copy stream)");
     return std::make_unique<CudaStreamEvent>(compute_);
   }
-  StreamEventPtr mark_copy() override {
+  StreamEventPtr mark_copy(CopyLane lane) override {
     check(cudaSetDevice(ordinal_), "cudaSetDevice (copy stream)");
-    return std::make_unique<CudaStreamEvent>(copy_);
+    return std::make_unique<CudaStreamEvent>(stream(lane));
   }
-  void copy_waits(const StreamEvent& e) override {
-    check(cudaStreamWaitEvent(copy_, event_of(e), 0), "cudaStreamWaitEvent (copy stream)");
+  void copy_waits(CopyLane lane, const StreamEvent& e) override {
+    check(cudaStreamWaitEvent(stream(lane), event_of(e), 0), "cudaStreamWaitEvent (copy stream)");
   }
   void compute_waits(const StreamEvent& e) override {
     check(cudaStreamWaitEvent(compute_, event_of(e), 0), "cudaStreamWaitEvent (compute stream)");
   }
-  void copy(Tensor dst, const Tensor& src) override {
+  void copy(CopyLane lane, Tensor dst, const Tensor& src) override {
     LLMRUN_CHECK(dst.dtype == src.dtype && dst.numel() == src.numel(),
                  "copy stream: " + dst.shape_str() + " <- " + src.shape_str());
     if (dst.numel() == 0) return;
-    check(cudaMemcpyAsync(dst.data, src.data, dst.bytes(), cudaMemcpyDefault, copy_),
+    check(cudaMemcpyAsync(dst.data, src.data, dst.bytes(), cudaMemcpyDefault, stream(lane)),
           "cudaMemcpyAsync (copy stream)");
   }
   bool complete(const StreamEvent& e) override {
@@ -79,9 +84,11 @@ class CudaCopyStream final : public CopyStream {
   }
 
  private:
+  cudaStream_t stream(CopyLane lane) const { return lanes_[lane == CopyLane::in ? 0 : 1]; }
+
   int ordinal_;
   cudaStream_t compute_;
-  cudaStream_t copy_ = nullptr;
+  cudaStream_t lanes_[2] = {nullptr, nullptr};  // in (host to device), out (device to host)
 };
 
 }  // namespace
