@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "quant/quant_dot.h"
+#include "quant/quant_matmul.h"
 #include "quant/x16_layout.h"
 
 namespace llmrun::quant {
@@ -152,6 +153,51 @@ TEST(QuantX16, RowRangeWithBiasAndAccumulate) {
         ASSERT_TRUE(same_bits(got, expect)) << "row " << r;
       }
     }
+}
+
+// A plan built at AVX-512 (its Q8_0 and Q4_0 parts repacked) and run after the level was
+// lowered runs the original rows: vec_dot's values at that level, bitwise, for n = 1 and a
+// batch; back at AVX-512 the x16 values again.
+TEST(QuantX16, PlanFollowsTheLevelLoweredAfterConstruction) {
+  if (!have_x16()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  const SimdLevel initial = active_simd_level();
+  set_simd_level(SimdLevel::avx512);
+  const int64_t cols = 256, n = 6;
+  Packed q8({QType::q8_0, 21, cols}, 1), q4({QType::q4_0, 19, cols}, 1);
+  const QuantPlan plan(
+      {{QType::q8_0, 21, cols, q8.w.data()}, {QType::q4_0, 19, cols, q4.w.data()}});
+  std::vector<float> x(size_t(n * cols));
+  for (int64_t i = 0; i < n; ++i) {
+    const std::vector<float> v = random_row(cols, uint32_t(500 + i));
+    std::copy(v.begin(), v.end(), x.begin() + i * cols);
+  }
+  for (SimdLevel level : {SimdLevel::scalar, SimdLevel::avx2, SimdLevel::avx512}) {
+    if (!simd_level_supported(level)) continue;
+    set_simd_level(level);
+    for (int64_t batch : {int64_t(1), n}) {
+      std::vector<float> y(size_t(batch * plan.out()));
+      plan.run(x.data(), batch, y.data(), plan.out(), nullptr, false);
+      for (int64_t i = 0; i < batch; ++i)
+        for (int64_t o = 0; o < plan.out(); ++o) {
+          const Packed& p = o < 21 ? q8 : q4;
+          const QType t = o < 21 ? QType::q8_0 : QType::q4_0;
+          const int64_t r = o < 21 ? o : o - 21;
+          std::vector<uint8_t> a(activation_row_bytes(t, cols));
+          prepare_activation(t, x.data() + i * cols, a.data(), cols);
+          const uint8_t* wr = p.w.data() + size_t(r) * p.wb;
+          float expect = vec_dot(t, cols, wr, a.data());
+          if (level == SimdLevel::avx512) {  // the x16 dot of that row alone
+            const X16Matrix one(t, detail::x16_ops(t), 1, cols, wr, p.wb);
+            std::vector<uint8_t> pa(one.act_bytes());
+            one.prepare_act(a.data(), pa.data());
+            one.run(0, 1, pa.data(), 0, 1, &expect, 0, nullptr, false);
+          }
+          ASSERT_TRUE(same_bits(y[size_t(i * plan.out() + o)], expect))
+              << simd_level_name(level) << " n=" << batch << " row " << o;
+        }
+    }
+  }
+  set_simd_level(initial);
 }
 
 // Below AVX-512 no type has a table (the plans then run the original rows).
