@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -515,6 +516,7 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
                         data + size_t(gr) * rb, rb);
           weights->owned.push_back(std::move(rows_hf));
           data = weights->owned.back().data();
+          r.release(t);  // read once, into the reordered copy
         }
         sites[{site->layer, int(site->kind)}].push_back({t.type, rows, row, data});
         if (!(cfg.tie_embeddings && g == "token_embd.weight")) continue;  // the table also looks up
@@ -542,7 +544,17 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
                    Tensor(host.data(), DType::f32, {spec.numel()}));
       r.release(t);  // the fp32 store holds it now (GPT-2's position table: 3 MiB)
     }
-  if (!dequantize) weights->runner.attach(*m.model, sites);
+  if (!dequantize) {
+    // A linear's plan may keep its own copy of the rows (the x16 layout): their file pages go
+    // once it is made (the tied head's table too: the embedding lookup pages back in the few
+    // rows it reads).
+    std::map<const uint8_t*, const GgufTensorInfo*> mapped;
+    for (const GgufTensorInfo& t : r.tensors()) mapped[r.data(t)] = &t;
+    weights->runner.attach(*m.model, sites, {}, [&](const quant::QuantMatrix& p) {
+      auto it = mapped.find(p.data);
+      if (it != mapped.end()) r.release(*it->second);
+    });
+  }
   m.tokenizer = read_gguf_tokenizer(r);
   if (m.tokenizer->vocab_size() > cfg.vocab)
     throw UserError(where + ": the tokenizer has ids up to " +

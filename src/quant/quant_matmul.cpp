@@ -34,6 +34,12 @@ QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts) : gemv_(parts) {
   }
 }
 
+bool QuantPlan::copied(const QuantMatrix& p) const {
+  for (const GemvPlan::Segment& s : gemv_.segments())
+    if (s.x16 && s.data == p.data) return true;
+  return false;
+}
+
 void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const float* bias,
                     bool accumulate) const {
   LLMRUN_CHECK(out() <= ldy, "quant_matmul: output narrower than the weights");

@@ -38,6 +38,10 @@ class QuantPlan {
   int64_t cols() const { return cols_; }
   int64_t out() const { return int64_t(rows_.size()); }
   size_t weight_bytes() const { return bytes_; }
+  // Whether the plan holds its own copy of part p's rows (the x16 layout, quant_gemv.h): it
+  // reads p's memory again only if the SIMD level is lowered, so a loader may drop p's pages
+  // from memory (a file mapping pages them back in).
+  bool copied(const QuantMatrix& p) const;
   // y [n, out()] (row stride ldy) = x [n, cols()] W^T (+ bias), added into y when accumulate.
   void run(const float* x, int64_t n, float* y, int64_t ldy, const float* bias,
            bool accumulate) const;

@@ -60,12 +60,16 @@ void QuantizedLinear::set(LinearSite site, const std::vector<QuantMatrix>& parts
   sites_.insert_or_assign({site.layer, int(site.kind)}, std::move(s));
 }
 
-void QuantizedLinear::attach(Transformer& model, const SiteParts& sites,
-                             const SiteGathers& gathers) {
+void QuantizedLinear::attach(Transformer& model, const SiteParts& sites, const SiteGathers& gathers,
+                             const std::function<void(const QuantMatrix&)>& copied) {
   for (const auto& [key, parts] : sites) {
     auto g = gathers.find(key);
     set({key.first, LinearKind(key.second)}, parts,
         g == gathers.end() ? std::vector<Gather>{} : g->second);
+    if (!copied) continue;
+    for (const Segment& seg : sites_.at(key).segments)
+      for (const QuantMatrix& p : parts)
+        if (seg.plan.copied(p)) copied(p);
   }
   model.set_inference_linear(this);
   model.set_linear_runner(this);
