@@ -27,7 +27,7 @@ void gemv_rows(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows
   }
 }
 
-GemvPlan::GemvPlan(const std::vector<QuantMatrix>& parts) {
+GemvPlan::GemvPlan(const std::vector<QuantMatrix>& parts, const detail::CopyProgress& progress) {
   LLMRUN_CHECK(!parts.empty(), "quant_matmul: no weight parts");
   cols_ = parts[0].cols;
   for (const QuantMatrix& p : parts) {
@@ -37,7 +37,7 @@ GemvPlan::GemvPlan(const std::vector<QuantMatrix>& parts) {
       Segment s{p.type, idx, out_, p.rows, p.data, p.row_stride(), nullptr, -1};
       if (const detail::X16Ops* ops = detail::x16_ops(p.type)) {
         s.x16 = std::make_shared<const detail::X16Matrix>(p.type, ops, p.rows, p.cols, p.data,
-                                                          p.row_stride());
+                                                          p.row_stride(), progress);
         // one form per activation slot and prepare_act (Q8_0 and Q4_0 share theirs)
         for (size_t f = 0; f < x16_forms_.size() && s.form < 0; ++f)
           if (x16_forms_[f].act == idx &&

@@ -36,7 +36,9 @@ void gemv_rows(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows
 // its original rows otherwise (a SIMD level lowered after construction).
 class GemvPlan {
  public:
-  explicit GemvPlan(const std::vector<QuantMatrix>& parts);
+  // progress: told as each repacked part's rows are copied (X16Matrix).
+  explicit GemvPlan(const std::vector<QuantMatrix>& parts,
+                    const detail::CopyProgress& progress = {});
   // y [out] = x [cols] W^T (+ bias), added into y when accumulate (QuantPlan::run's n = 1).
   void run(const float* x, float* y, const float* bias, bool accumulate) const;
 

@@ -21,7 +21,8 @@ constexpr int64_t kTileActs = 64;
 
 }  // namespace
 
-QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts) : gemv_(parts) {
+QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts, const detail::CopyProgress& progress)
+    : gemv_(parts, progress) {
   LLMRUN_CHECK(!parts.empty(), "quant_matmul: no weight parts");
   cols_ = parts[0].cols;
   for (const QuantMatrix& p : parts) {
@@ -32,12 +33,6 @@ QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts) : gemv_(parts) {
     for (int64_t r = 0; r < p.rows; ++r)
       rows_.push_back({p.data + size_t(r) * stride, p.type, idx});
   }
-}
-
-bool QuantPlan::copied(const QuantMatrix& p) const {
-  for (const GemvPlan::Segment& s : gemv_.segments())
-    if (s.x16 && s.data == p.data) return true;
-  return false;
 }
 
 void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const float* bias,

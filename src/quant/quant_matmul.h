@@ -34,14 +34,14 @@ inline constexpr int64_t kRowsForBlocking = 4;
 // linear's per-token call does no bookkeeping over its rows.
 class QuantPlan {
  public:
-  explicit QuantPlan(const std::vector<QuantMatrix>& parts);
+  // progress, when set, is told as the plan copies a part's rows into a layout of its own (the
+  // x16 layout, quant_gemv.h): the plan reads those source bytes again only if the SIMD level
+  // is lowered, so a loader may drop their pages (a file mapping pages them back in).
+  explicit QuantPlan(const std::vector<QuantMatrix>& parts,
+                     const detail::CopyProgress& progress = {});
   int64_t cols() const { return cols_; }
   int64_t out() const { return int64_t(rows_.size()); }
   size_t weight_bytes() const { return bytes_; }
-  // Whether the plan holds its own copy of part p's rows (the x16 layout, quant_gemv.h): it
-  // reads p's memory again only if the SIMD level is lowered, so a loader may drop p's pages
-  // from memory (a file mapping pages them back in).
-  bool copied(const QuantMatrix& p) const;
   // y [n, out()] (row stride ldy) = x [n, cols()] W^T (+ bias), added into y when accumulate.
   void run(const float* x, int64_t n, float* y, int64_t ldy, const float* bias,
            bool accumulate) const;

@@ -9,7 +9,6 @@
 // rows are gathered through it before the quantized product. Consecutive parts with the same
 // gather share one gathered, quantized copy of x; parts with different gathers (q, k, v
 // quantized with different orders) each get their own, writing their own columns of y.
-#include <functional>
 #include <map>
 #include <utility>
 #include <vector>
@@ -34,14 +33,12 @@ class QuantizedLinear final : public LinearRunner {
 
   // gathers: empty, or one per part.
   void set(LinearSite site, const std::vector<QuantMatrix>& parts,
-           const std::vector<Gather>& gathers = {});
+           const std::vector<Gather>& gathers = {}, const detail::CopyProgress& progress = {});
   // Sets every site of `sites`, then becomes `model`'s linear runner, for inference and for
-  // eval's forward (which runs the training path). `copied`, when set, is called for each
-  // part whose plan keeps its own copy of the rows (QuantPlan::copied), as soon as that
-  // site is set: a loader drops the part's file pages there, so that the file and the
-  // copies are never resident together.
+  // eval's forward (which runs the training path). `progress`: see QuantPlan (a loader drops
+  // the file pages of the rows a plan has copied, so file and copy are not both resident).
   void attach(Transformer& model, const SiteParts& sites, const SiteGathers& gathers = {},
-              const std::function<void(const QuantMatrix&)>& copied = {});
+              const detail::CopyProgress& progress = {});
   bool has(LinearSite site) const;
   void forward(Backend& be, LinearSite site, Tensor y, const Tensor& x, const Tensor& W,
                const Tensor* bias, bool accumulate) override;

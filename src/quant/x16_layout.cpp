@@ -33,7 +33,7 @@ uint8_t* aligned_bytes(size_t n) {
 }  // namespace
 
 X16Matrix::X16Matrix(QType type, const X16Ops* ops, int64_t rows, int64_t cols, const uint8_t* data,
-                     size_t stride)
+                     size_t stride, const CopyProgress& progress)
     : type_(type),
       ops_(ops),
       rows_(rows),
@@ -47,6 +47,9 @@ X16Matrix::X16Matrix(QType type, const X16Ops* ops, int64_t rows, int64_t cols, 
     const int nrows = int(std::min<int64_t>(kX16Rows, rows - g * kX16Rows));
     for (int l = 0; l < nrows; ++l) src[l] = data + size_t(g * kX16Rows + l) * stride;
     ops->pack(cols, src, nrows, data_.get() + size_t(g) * group_bytes_);
+    // every 64 groups (~0.8 MiB of a 768-wide Q8_0 matrix), and at the end
+    if (progress && ((g + 1) % 64 == 0 || g + 1 == groups()))
+      progress(data, size_t(g * kX16Rows + nrows) * stride);
   }
 }
 

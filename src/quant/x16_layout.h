@@ -7,6 +7,7 @@
 // switch levels) and the part's original rows otherwise.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "quant/block_formats.h"
@@ -21,12 +22,16 @@ const X16Ops* x16_ops(QType t);
 // Activation rows per dot call (the buffer of one call's outputs).
 inline constexpr int kX16MaxActs = 64;
 
+// Called while a copy is made with how many bytes from the start of the source are copied so
+// far (a loader drops those file pages as it goes: source and copy are never both resident).
+using CopyProgress = std::function<void(const uint8_t* source, size_t bytes)>;
+
 // `rows` rows of `cols` values (row stride `stride`) interleaved in groups of kX16Rows:
 // owned, 64-byte aligned memory.
 class X16Matrix {
  public:
   X16Matrix(QType type, const X16Ops* ops, int64_t rows, int64_t cols, const uint8_t* data,
-            size_t stride);
+            size_t stride, const CopyProgress& progress = {});
   QType type() const { return type_; }
   const X16Ops* ops() const { return ops_; }
   int64_t rows() const { return rows_; }
