@@ -66,14 +66,18 @@ void X16Matrix::run(int64_t r0, int64_t r1, const uint8_t* act, size_t as, int64
     for (int64_t c0 = 0; c0 < n; c0 += kX16MaxActs) {
       const int C = int(std::min<int64_t>(kX16MaxActs, n - c0));
       ops_->dot(cols_, grp, act + size_t(c0) * as, as, C, v, kX16Rows);
+      // the epilogue's four forms apart, so that each loop vectorizes
       for (int c = 0; c < C; ++c) {
         float* dst = y + (c0 + c) * ldy;
         const float* src = v + c * kX16Rows - g * kX16Rows;
-        for (int64_t r = lo; r < hi; ++r) {
-          float val = src[r];
-          if (bias) val += bias[r];
-          dst[r] = accumulate ? dst[r] + val : val;
-        }
+        if (bias && accumulate)
+          for (int64_t r = lo; r < hi; ++r) dst[r] = dst[r] + (src[r] + bias[r]);
+        else if (bias)
+          for (int64_t r = lo; r < hi; ++r) dst[r] = src[r] + bias[r];
+        else if (accumulate)
+          for (int64_t r = lo; r < hi; ++r) dst[r] = dst[r] + src[r];
+        else
+          for (int64_t r = lo; r < hi; ++r) dst[r] = src[r];
       }
     }
   }
