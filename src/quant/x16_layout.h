@@ -27,7 +27,7 @@ inline constexpr int kX16MaxActs = 64;
 using CopyProgress = std::function<void(const uint8_t* source, size_t bytes)>;
 
 // `rows` rows of `cols` values (row stride `stride`) interleaved in groups of kX16Rows:
-// owned, 64-byte aligned memory.
+// owned memory, each group 64-byte aligned.
 class X16Matrix {
  public:
   X16Matrix(QType type, const X16Ops* ops, int64_t rows, int64_t cols, const uint8_t* data,
