@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -515,6 +516,7 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
                         data + size_t(gr) * rb, rb);
           weights->owned.push_back(std::move(rows_hf));
           data = weights->owned.back().data();
+          r.release(t);  // read once, into the reordered copy
         }
         sites[{site->layer, int(site->kind)}].push_back({t.type, rows, row, data});
         if (!(cfg.tie_embeddings && g == "token_embd.weight")) continue;  // the table also looks up
@@ -542,7 +544,6 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
                    Tensor(host.data(), DType::f32, {spec.numel()}));
       r.release(t);  // the fp32 store holds it now (GPT-2's position table: 3 MiB)
     }
-  if (!dequantize) weights->runner.attach(*m.model, sites);
   m.tokenizer = read_gguf_tokenizer(r);
   if (m.tokenizer->vocab_size() > cfg.vocab)
     throw UserError(where + ": the tokenizer has ids up to " +
@@ -550,12 +551,25 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
                     std::to_string(cfg.vocab) + " rows");
   if (r.has("tokenizer.ggml.eos_token_id"))
     m.eos_token_ids.push_back(int32_t(r.get("tokenizer.ggml.eos_token_id").get<int64_t>()));
-  spdlog::debug("{}: {} model, {} MB of quantized linear weights, {} kernels", where, arch,
-                weights->runner.weight_bytes() / 1000000, quant::simd_level());
   // Only the tensor data is read from here on: the parsed metadata (the tokenizer's arrays,
-  // ~5 MiB of heap for a 50k vocabulary) and the header's file pages go.
+  // ~5 MiB of heap for a 50k vocabulary) and the header's file pages go, before the plans
+  // copy the weights (the tokenizer's parse, ~20 MiB at its peak, would otherwise come on top
+  // of them).
   weights->reader->drop_metadata();
   release_free_heap();
+  if (!dequantize) {
+    // A linear's plan may keep its own copy of the rows (the x16 layout): their file pages go
+    // as the copy is made (the tied head's table too: the embedding lookup pages back in the
+    // few rows it reads), so the file and the copy are never both resident.
+    std::map<const uint8_t*, const GgufTensorInfo*> mapped;
+    for (const GgufTensorInfo& t : r.tensors()) mapped[r.data(t)] = &t;
+    weights->runner.attach(*m.model, sites, {}, [&](const uint8_t* source, size_t bytes) {
+      auto it = mapped.find(source);
+      if (it != mapped.end()) r.release(*it->second, bytes);
+    });
+  }
+  spdlog::debug("{}: {} model, {} MB of quantized linear weights, {} kernels", where, arch,
+                weights->runner.weight_bytes() / 1000000, quant::simd_level());
   m.keep_alive = weights;
   return m;
 }

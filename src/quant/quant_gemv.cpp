@@ -27,13 +27,30 @@ void gemv_rows(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows
   }
 }
 
-GemvPlan::GemvPlan(const std::vector<QuantMatrix>& parts) {
+GemvPlan::GemvPlan(const std::vector<QuantMatrix>& parts, const detail::CopyProgress& progress) {
   LLMRUN_CHECK(!parts.empty(), "quant_matmul: no weight parts");
   cols_ = parts[0].cols;
   for (const QuantMatrix& p : parts) {
     LLMRUN_CHECK(p.cols == cols_, "quant_matmul: parts of different widths");
     const int idx = activation_slot(act_types_, p.type);
-    if (p.rows > 0) segments_.push_back({p.type, idx, out_, p.rows, p.data, p.row_stride()});
+    if (p.rows > 0) {
+      Segment s{p.type, idx, out_, p.rows, p.data, p.row_stride(), nullptr, -1};
+      if (const detail::X16Ops* ops = detail::x16_ops(p.type)) {
+        s.x16 = std::make_shared<const detail::X16Matrix>(p.type, ops, p.rows, p.cols, p.data,
+                                                          p.row_stride(), progress);
+        // one form per activation slot and prepare_act (Q8_0 and Q4_0 share theirs)
+        for (size_t f = 0; f < x16_forms_.size() && s.form < 0; ++f)
+          if (x16_forms_[f].act == idx &&
+              x16_forms_[f].by->prepares_act() == s.x16->prepares_act() &&
+              x16_forms_[f].by->ops()->prepare_act == ops->prepare_act)
+            s.form = int(f);
+        if (s.form < 0) {
+          s.form = int(x16_forms_.size());
+          x16_forms_.push_back({idx, s.x16.get()});
+        }
+      }
+      segments_.push_back(std::move(s));
+    }
     out_ += p.rows;
   }
 }
@@ -49,14 +66,41 @@ void GemvPlan::run(const float* x, float* y, const float* bias, bool accumulate)
   acts.resize(offsets.back());
   for (size_t k = 0; k < act_types_.size(); ++k)
     quantize_row(act_types_[k], x, acts.data() + offsets[k], cols_);
+  // The x16 segments' activation forms (a pointer into acts where a form is the row as is).
+  thread_local std::vector<uint8_t> forms;
+  thread_local std::vector<const uint8_t*> form_at;
+  form_at.assign(x16_forms_.size(), nullptr);
+  size_t form_bytes = 0;
+  for (const X16Form& f : x16_forms_)
+    if (f.by->prepares_act()) form_bytes += f.by->act_bytes();
+  forms.resize(form_bytes);
+  for (size_t f = 0, at = 0; f < x16_forms_.size(); ++f) {
+    const X16Form& xf = x16_forms_[f];
+    const uint8_t* a = acts.data() + offsets[size_t(xf.act)];
+    if (!xf.by->prepares_act()) {
+      form_at[f] = a;
+      continue;
+    }
+    bool used = false;
+    for (const Segment& s : segments_) used = used || (s.form == int(f) && x16_active(s));
+    if (used) xf.by->prepare_act(a, forms.data() + at);
+    form_at[f] = forms.data() + at;
+    at += xf.by->act_bytes();
+  }
   const uint8_t* act = acts.data();
   const size_t* off = offsets.data();
+  const uint8_t* const* x16_act = form_at.data();
   // Output rows [o0, o1): the kernels' values, then bias and accumulation as QuantPlan::run
   // applies them.
   auto range = [&](int64_t o0, int64_t o1) {
     for (const Segment& s : segments_) {
       const int64_t b = std::max(o0, s.first), e = std::min(o1, s.first + s.rows);
       if (b >= e) continue;
+      if (x16_active(s)) {  // the groups over [b, e), writing only those rows
+        s.x16->run(b - s.first, e - s.first, x16_act[s.form], 0, 1, y + s.first, 0,
+                   bias ? bias + s.first : nullptr, accumulate);
+        continue;
+      }
       float* dst = y + b;
       const uint8_t* a = act + off[s.act];
       const uint8_t* w = s.data + size_t(b - s.first) * s.stride;

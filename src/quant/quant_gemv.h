@@ -13,9 +13,11 @@
 // decode step's logits are bitwise those of the same row inside any batch.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "quant/block_formats.h"
+#include "quant/x16_layout.h"
 
 namespace llmrun::quant {
 
@@ -27,13 +29,19 @@ void gemv_rows(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows
                float* out);
 
 // The parts of a QuantPlan as runs of contiguous rows, for one activation row at a time.
+//
+// A part whose type has an x16 table (x16_layout.h) at construction is also repacked into
+// that layout, and runs it (one activation row: the same dot, with C = 1, that QuantPlan's
+// batches run, so a decode step and a batch agree bitwise) while the table is still there;
+// its original rows otherwise (a SIMD level lowered after construction).
 class GemvPlan {
  public:
-  explicit GemvPlan(const std::vector<QuantMatrix>& parts);
+  // progress: told as each repacked part's rows are copied (X16Matrix).
+  explicit GemvPlan(const std::vector<QuantMatrix>& parts,
+                    const detail::CopyProgress& progress = {});
   // y [out] = x [cols] W^T (+ bias), added into y when accumulate (QuantPlan::run's n = 1).
   void run(const float* x, float* y, const float* bias, bool accumulate) const;
 
- private:
   struct Segment {
     QType type;
     int act;        // index into act_types_
@@ -41,10 +49,29 @@ class GemvPlan {
     int64_t rows;
     const uint8_t* data;
     size_t stride;
+    std::shared_ptr<const detail::X16Matrix> x16;  // the repacked rows, or null
+    int form = -1;                                 // with x16: index into x16_forms_
   };
+  // An activation form x16 segments read: the rows of activation slot `act` re-laid by the
+  // prepare_act of `by` (tables with the same prepare_act share one), or those rows as they
+  // are where by->prepares_act() is false.
+  struct X16Form {
+    int act;
+    const detail::X16Matrix* by;
+  };
+  const std::vector<Segment>& segments() const { return segments_; }
+  const std::vector<X16Form>& x16_forms() const { return x16_forms_; }
+  const std::vector<QType>& act_types() const { return act_types_; }
+  // Whether segment s runs its x16 copy at the active SIMD level.
+  static bool x16_active(const Segment& s) {
+    return s.x16 && detail::x16_ops(s.type) == s.x16->ops();
+  }
+
+ private:
   int64_t cols_ = 0, out_ = 0;
   std::vector<Segment> segments_;
   std::vector<QType> act_types_;
+  std::vector<X16Form> x16_forms_;
 };
 
 }  // namespace llmrun::quant

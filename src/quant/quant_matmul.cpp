@@ -21,7 +21,8 @@ constexpr int64_t kTileActs = 64;
 
 }  // namespace
 
-QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts) : gemv_(parts) {
+QuantPlan::QuantPlan(const std::vector<QuantMatrix>& parts, const detail::CopyProgress& progress)
+    : gemv_(parts, progress) {
   LLMRUN_CHECK(!parts.empty(), "quant_matmul: no weight parts");
   cols_ = parts[0].cols;
   for (const QuantMatrix& p : parts) {
@@ -39,20 +40,42 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
   LLMRUN_CHECK(out() <= ldy, "quant_matmul: output narrower than the weights");
   if (n == 1) return gemv_.run(x, y, bias, accumulate);
   const int64_t cols = cols_, out = this->out();
+  // The segments that run their x16 copy (GemvPlan), and the output rows the others leave to
+  // the tiles below, in tiles of up to kTileRows rows.
+  const std::vector<GemvPlan::Segment>& segs = gemv_.segments();
+  std::vector<const GemvPlan::Segment*> x16;
+  std::vector<std::pair<int64_t, int64_t>> tiles;
+  int64_t next = 0;
+  auto tile_up_to = [&](int64_t end) {
+    for (; next < end; next = std::min(end, next + kTileRows))
+      tiles.push_back({next, std::min(end, next + kTileRows)});
+  };
+  for (const GemvPlan::Segment& s : segs)
+    if (GemvPlan::x16_active(s)) {
+      tile_up_to(s.first);
+      x16.push_back(&s);
+      next = s.first + s.rows;
+    }
+  tile_up_to(out);
   // Batches go to the batched AVX-512 kernels where the type has them (activation rows
   // re-laid once per GEMM when the type wants a panel).
-  const bool wide = n >= 2 && active_simd_level() >= SimdLevel::avx512;
+  const bool wide = n >= 2 && active_simd_level() >= SimdLevel::avx512 && !tiles.empty();
   // Each activation row quantized once per format the weights need (and packed into its
-  // panel form); the buffers are the calling thread's, kept between calls.
-  thread_local std::vector<std::vector<uint8_t>> acts, panels;
+  // panel form, or the x16 segments' forms); the buffers are the calling thread's, kept
+  // between calls.
+  thread_local std::vector<std::vector<uint8_t>> acts, panels, forms;
   const size_t formats = act_types_.size();
   if (acts.size() < formats) acts.resize(formats), panels.resize(formats);
+  const std::vector<GemvPlan::X16Form>& xf = gemv_.x16_forms();
+  if (forms.size() < xf.size()) forms.resize(xf.size());
   // Plain pointers for the workers (a thread_local named inside a parallel region would be
   // each worker's own), one per activation format (f32, Q8_0, Q8_K).
   size_t stride[3] = {}, pstride[3] = {};
   const uint8_t* act_rows[3] = {};
   const uint8_t* panel_rows[3] = {};
   LLMRUN_CHECK(formats <= 3, "quant_matmul: more than three activation formats");
+  std::vector<const uint8_t*> form_rows(xf.size(), nullptr);
+  std::vector<size_t> form_stride(xf.size(), 0);
   for (size_t k = 0; k < formats; ++k) {
     const QType at = act_types_[k];
     stride[k] = row_bytes(at, cols);
@@ -64,13 +87,54 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
     uint8_t* pan = panels[k].data();
     act_rows[k] = dst;
     panel_rows[k] = pan;
+    // the x16 forms made from this format (only those an active segment reads)
+    std::vector<std::pair<const detail::X16Matrix*, uint8_t*>> prep;
+    for (size_t f = 0; f < xf.size(); ++f) {
+      if (xf[f].act != int(k)) continue;
+      if (!xf[f].by->prepares_act()) {
+        form_rows[f] = dst, form_stride[f] = stride[k];
+        continue;
+      }
+      bool used = false;
+      for (const GemvPlan::Segment* s : x16) used = used || s->form == int(f);
+      if (!used) continue;
+      form_stride[f] = xf[f].by->act_bytes();
+      if (forms[f].size() < form_stride[f] * size_t(n)) forms[f].resize(form_stride[f] * size_t(n));
+      form_rows[f] = forms[f].data();
+      prep.push_back({xf[f].by, forms[f].data()});
+    }
     const size_t as = stride[k], ps = pstride[k];
+    const auto* pr = prep.data();
+    const size_t np = prep.size();
 #pragma omp parallel for if (n > 1 && n * cols > 32768)
     for (int64_t i = 0; i < n; ++i) {
       quantize_row(at, x + i * cols, dst + size_t(i) * as, cols);
       if (ps) detail::pack_panel_avx512(at, dst + size_t(i) * as, cols, pan + size_t(i) * ps);
+      for (size_t j = 0; j < np; ++j)
+        pr[j].first->prepare_act(dst + size_t(i) * as,
+                                 pr[j].second + size_t(i) * pr[j].first->act_bytes());
     }
   }
+  // The x16 segments: every activation row against each group of 16 weight rows (the
+  // group's weights loaded once per tile of activation rows), in parallel over the groups.
+  if (!x16.empty()) {
+    std::vector<std::pair<const GemvPlan::Segment*, int64_t>> groups;
+    for (const GemvPlan::Segment* s : x16)
+      for (int64_t g = 0; g < s->x16->groups(); ++g) groups.push_back({s, g});
+    const int64_t ng = int64_t(groups.size());
+    const auto* gs = groups.data();
+    const uint8_t* const* fr = form_rows.data();
+    const size_t* fst = form_stride.data();
+#pragma omp parallel for schedule(static) if (ng > 1 && \
+                                              ng * detail::kX16Rows * n * cols > (1 << 17))
+    for (int64_t j = 0; j < ng; ++j) {
+      const GemvPlan::Segment& s = *gs[j].first;
+      const int64_t r0 = gs[j].second * detail::kX16Rows;
+      s.x16->run(r0, std::min(s.rows, r0 + detail::kX16Rows), fr[s.form], fst[s.form], n,
+                 y + s.first, ldy, bias ? bias + s.first : nullptr, accumulate);
+    }
+  }
+  if (tiles.empty()) return;
   // Output rows [o0, o1) x activation rows [i0, i1) (at most kTileActs) in tiles of up to
   // kDotTileMax weight rows of one type x the activation rows (batched kernels) or
   // kDotTileMax of them (dot_tile).
@@ -111,20 +175,17 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
       o += R;
     }
   };
+  const int64_t nt = int64_t(tiles.size());
+  const auto* tl = tiles.data();
   if (n <= kRowsForBlocking) {
-    const int64_t groups = (out + kTileRows - 1) / kTileRows;
 #pragma omp parallel for schedule(static) if (out * cols > 16384)
-    for (int64_t g = 0; g < groups; ++g)
-      block(g * kTileRows, std::min(out, (g + 1) * kTileRows), 0, n);
+    for (int64_t t = 0; t < nt; ++t) block(tl[t].first, tl[t].second, 0, n);
     return;
   }
-  const int64_t tiles = (out + kTileRows - 1) / kTileRows;
 #pragma omp parallel for schedule(dynamic, 1) if (out * n * cols > (1 << 20))
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t o_end = std::min(out, (t + 1) * kTileRows);
+  for (int64_t t = 0; t < nt; ++t)
     for (int64_t i0 = 0; i0 < n; i0 += kTileActs)
-      block(t * kTileRows, o_end, i0, std::min(n, i0 + kTileActs));
-  }
+      block(tl[t].first, tl[t].second, i0, std::min(n, i0 + kTileActs));
 }
 
 void quant_matmul(const std::vector<QuantMatrix>& parts, const float* x, int64_t n, float* y,

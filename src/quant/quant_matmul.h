@@ -12,6 +12,13 @@
 // (quant_dot.h), so a sequence's logits are bitwise the same whatever it is batched with:
 // batch invariance costs nothing here, and `serve --deterministic` and the default behave
 // alike on quantized weights.
+//
+// Parts whose type has an x16 table at the active level (x16_layout.h: Q8_0 and Q4_0 on
+// AVX-512 VNNI CPUs) are repacked at construction into groups of 16 interleaved rows and run
+// in that layout for every n, decode included (GemvPlan holds the copies): each output then
+// takes one int32 block sum and one fp32 multiply-add per block whatever n is, so those rows
+// too are bitwise the same alone and in any batch (their values are the x16 dot's, within
+// fp32 rounding of vec_dot's, not bitwise vec_dot's).
 #include <cstdint>
 #include <vector>
 
@@ -34,7 +41,11 @@ inline constexpr int64_t kRowsForBlocking = 4;
 // linear's per-token call does no bookkeeping over its rows.
 class QuantPlan {
  public:
-  explicit QuantPlan(const std::vector<QuantMatrix>& parts);
+  // progress, when set, is told as the plan copies a part's rows into a layout of its own (the
+  // x16 layout, quant_gemv.h): the plan reads those source bytes again only if the SIMD level
+  // is lowered, so a loader may drop their pages (a file mapping pages them back in).
+  explicit QuantPlan(const std::vector<QuantMatrix>& parts,
+                     const detail::CopyProgress& progress = {});
   int64_t cols() const { return cols_; }
   int64_t out() const { return int64_t(rows_.size()); }
   size_t weight_bytes() const { return bytes_; }

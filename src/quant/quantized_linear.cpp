@@ -27,7 +27,8 @@ void gather_columns(const float* x, int64_t n, int64_t in, const QuantizedLinear
 }  // namespace
 
 void QuantizedLinear::set(LinearSite site, const std::vector<QuantMatrix>& parts,
-                          const std::vector<Gather>& gathers) {
+                          const std::vector<Gather>& gathers,
+                          const detail::CopyProgress& progress) {
   LLMRUN_CHECK(!parts.empty(), "quantized linear: no weight parts");
   LLMRUN_CHECK(gathers.empty() || gathers.size() == parts.size(),
                "quantized linear: one gather per part");
@@ -53,19 +54,19 @@ void QuantizedLinear::set(LinearSite site, const std::vector<QuantMatrix>& parts
     size_t e = k + 1;
     while (e < parts.size() && gather_of(e) == gather_of(k)) ++e;
     const std::vector<QuantMatrix> run(parts.begin() + int64_t(k), parts.begin() + int64_t(e));
-    s.segments.push_back({gather_of(k), s.out, QuantPlan(run)});
+    s.segments.push_back({gather_of(k), s.out, QuantPlan(run, progress)});
     s.out += s.segments.back().plan.out();
     k = e;
   }
   sites_.insert_or_assign({site.layer, int(site.kind)}, std::move(s));
 }
 
-void QuantizedLinear::attach(Transformer& model, const SiteParts& sites,
-                             const SiteGathers& gathers) {
+void QuantizedLinear::attach(Transformer& model, const SiteParts& sites, const SiteGathers& gathers,
+                             const detail::CopyProgress& progress) {
   for (const auto& [key, parts] : sites) {
     auto g = gathers.find(key);
     set({key.first, LinearKind(key.second)}, parts,
-        g == gathers.end() ? std::vector<Gather>{} : g->second);
+        g == gathers.end() ? std::vector<Gather>{} : g->second, progress);
   }
   model.set_inference_linear(this);
   model.set_linear_runner(this);

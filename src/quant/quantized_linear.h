@@ -33,10 +33,12 @@ class QuantizedLinear final : public LinearRunner {
 
   // gathers: empty, or one per part.
   void set(LinearSite site, const std::vector<QuantMatrix>& parts,
-           const std::vector<Gather>& gathers = {});
+           const std::vector<Gather>& gathers = {}, const detail::CopyProgress& progress = {});
   // Sets every site of `sites`, then becomes `model`'s linear runner, for inference and for
-  // eval's forward (which runs the training path).
-  void attach(Transformer& model, const SiteParts& sites, const SiteGathers& gathers = {});
+  // eval's forward (which runs the training path). `progress`: see QuantPlan (a loader drops
+  // the file pages of the rows a plan has copied, so file and copy are not both resident).
+  void attach(Transformer& model, const SiteParts& sites, const SiteGathers& gathers = {},
+              const detail::CopyProgress& progress = {});
   bool has(LinearSite site) const;
   void forward(Backend& be, LinearSite site, Tensor y, const Tensor& x, const Tensor& W,
                const Tensor* bias, bool accumulate) override;

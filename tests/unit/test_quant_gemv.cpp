@@ -1,7 +1,9 @@
 // The one-activation-row (decode) path of QuantPlan (quant_gemv.h): at every SIMD level the
-// CPU has, each output of a decode step is bitwise vec_dot's value and the same row's value
-// inside a batch (the tiles), with the rows split between two threads, over plans of several
-// parts and types, odd block counts and the bias / accumulate epilogue.
+// CPU has, each output of a decode step is bitwise vec_dot's value (the x16 dot's where the
+// type runs in that layout: plan_row_reference, within fp32 rounding of the scalar
+// reference) and the same row's value inside a batch, with the rows split between two
+// threads, over plans of several parts and types (row counts no multiple of 16, parts that
+// start inside a 16-row group), odd block counts and the bias / accumulate epilogue.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -13,6 +15,7 @@
 #include "quant/quant_dot.h"
 #include "quant/quant_gemv.h"
 #include "quant/quant_matmul.h"
+#include "quant_row_reference.h"
 
 using namespace llmrun::quant;
 
@@ -84,8 +87,16 @@ TEST(QuantGemv, DecodeEqualsVecDotAndBatchBitwise) {
           std::vector<uint8_t> a(activation_row_bytes(m.type, cols));
           prepare_activation(m.type, x.data() + i * cols, a.data(), cols);
           for (int64_t r = 0; r < m.rows; ++r, ++o) {
-            const float v =
-                vec_dot(m.type, cols, m.data.data() + r * row_bytes(m.type, cols), a.data());
+            const uint8_t* wr = m.data.data() + r * row_bytes(m.type, cols);
+            const float v = plan_row_reference(m.type, cols, wr, a.data());
+            // the x16 layout's values are the scalar reference's within fp32 rounding
+            std::vector<float> wd(static_cast<size_t>(cols));
+            dequantize_row(m.type, wr, wd.data(), cols);
+            double mag = 0;
+            for (int64_t k = 0; k < cols; ++k)
+              mag += std::fabs(double(wd[size_t(k)]) * x[size_t(i * cols + k)]);
+            ASSERT_NEAR(v, vec_dot_scalar(m.type, cols, wr, a.data()), 2e-5 * mag + 1e-9)
+                << simd_level_name(level) << " " << type_name(m.type) << " row " << o;
             ASSERT_TRUE(same_bits(y[size_t(o)], v))
                 << simd_level_name(level) << " " << type_name(m.type) << " row " << o << ": "
                 << y[size_t(o)] << " vs " << v;
