@@ -1,0 +1,172 @@
+#pragma once
+// The steps of the AVX2 Q4_K and Q6_K dot products (weights against Q8_K activations) that
+// every AVX2 kernel of those types shares: the one-pair kernels and the tiles
+// (quant_dot_avx2.cpp) and the one-row decode kernels (quant_gemv_avx2.cpp).
+//
+// Per superblock the integer sums are exact, so the kernels may form them in any order; the
+// fp32 steps that turn them into the row's value are spelled once here, with an explicit
+// fused multiply-add, so no compiler contraction can make two kernels differ: an element is
+// bitwise the same whichever AVX2 kernel computes it (batch invariance, quant_dot.h).
+#include "quant/avx2_helpers.h"
+
+#if defined(__x86_64__)
+namespace llmrun::quant::avx2 {
+
+// Q8_K activation superblock: d (fp32) at 0, 256 int8 at 4, 16 int16 sums of 16 at 260.
+inline constexpr int64_t kQ8KBytes = 292;
+inline constexpr int64_t kQ4KBytes = 144;  // d, dmin (f16), 12 scale bytes, 128 nibble bytes
+inline constexpr int64_t kQ6KBytes = 210;  // ql[128], qh[64], int8 scales[16], d (f16)
+
+// Q4_K: sum + da d isum - da dmin msum, isum = sum of scale x q4 x q8 and msum = sum of
+// min x (sub-block sum of q8) over the superblock.
+LLMRUN_AVX2 inline float q4_k_accumulate(float sum, float da, float d, float dmin, int isum,
+                                         int msum) {
+  const float m = (da * dmin) * float(msum);
+  return sum + __builtin_fmaf(da * d, float(isum), -m);
+}
+
+// Q6_K: sum + da d isum, isum = sum of scale x (q6 - 32) x q8 over the superblock.
+LLMRUN_AVX2 inline float q6_k_accumulate(float sum, float da, float d, int isum) {
+  return __builtin_fmaf(da * d, float(isum), sum);
+}
+
+// Constants of the Q4_K kernels, built once per call.
+struct Q4KConsts {
+  __m256i low;      // 0x0F bytes
+  __m256i pick[8];  // pshufb controls: 16-bit lane k to every lane of both halves
+};
+
+LLMRUN_AVX2 inline Q4KConsts q4_k_consts() {
+  Q4KConsts k;
+  k.low = _mm256_set1_epi8(0x0F);
+  for (int s = 0; s < 8; ++s) k.pick[s] = _mm256_set1_epi16(int16_t((2 * s + 1) << 8 | (2 * s)));
+  return k;
+}
+
+// A Q4_K superblock's 8 six-bit scales as 16-bit lanes 0-7 of both 128-bit halves, and its 8
+// mins as the 16-bit lanes of a 128-bit vector (ggml's packing, k_quant_scales.h).
+LLMRUN_AVX2 inline void q4_k_scales(const uint8_t* p, __m256i& sc, __m128i& mins) {
+  uint32_t m[3];
+  std::memcpy(m, p + 4, 12);
+  const uint32_t s0 = m[0] & 0x3F3F3F3F;
+  const uint32_t s1 = (m[2] & 0x0F0F0F0F) | (((m[0] >> 6) & 0x03030303) << 4);
+  const uint32_t m0 = m[1] & 0x3F3F3F3F;
+  const uint32_t m1 = ((m[2] >> 4) & 0x0F0F0F0F) | (((m[1] >> 6) & 0x03030303) << 4);
+  sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(s1), int(s0))));
+  mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(m1), int(m0)));
+}
+
+// The sums of adjacent pairs of a Q8_K superblock's 16-value sums: its 8 sub-block sums.
+LLMRUN_AVX2 inline __m128i q8_k_pair_sums(const uint8_t* q) {
+  return _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 260)),
+                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 276)));
+}
+
+// Sub-blocks 2j (the low nibbles of q) and 2j + 1 (the high ones) against the 64 activation
+// bytes at y, each scaled: 8 int32 lanes. Unsigned nibbles times signed bytes pair-sum within
+// int16 (2 x 15 x 128).
+LLMRUN_AVX2 inline __m256i q4_k_pair(__m256i lo, __m256i hi, __m256i s0, __m256i s1,
+                                     const uint8_t* y) {
+  const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(y)), s0);
+  const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(y + 32)), s1);
+  return _mm256_add_epi32(p0, p1);
+}
+
+// (sum of the 8 lanes of i, sum of the 4 lanes of m).
+LLMRUN_AVX2 inline void hsum_pair(__m256i i, __m128i m, int& si, int& sm) {
+  const __m128i i4 = _mm_add_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+  __m128i h = _mm_hadd_epi32(i4, m);  // i0+i1, i2+i3, m0+m1, m2+m3
+  h = _mm_hadd_epi32(h, h);
+  si = _mm_cvtsi128_si32(h);
+  sm = _mm_extract_epi32(h, 1);
+}
+
+// One Q4_K superblock p against the Q8_K superblock q (pair sums q8s, scale da): sum + its
+// share.
+LLMRUN_AVX2 inline float q4_k_superblock(float sum, const uint8_t* p, const uint8_t* q, __m128i q8s,
+                                         float da, const Q4KConsts& k) {
+  __m256i sc;
+  __m128i mins;
+  q4_k_scales(p, sc, mins);
+  __m256i acc = _mm256_setzero_si256();
+  for (int j = 0; j < 4; ++j) {
+    const __m256i v = load32(p + 16 + 32 * j);
+    const __m256i lo = _mm256_and_si256(v, k.low);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), k.low);
+    acc = _mm256_add_epi32(acc,
+                           q4_k_pair(lo, hi, _mm256_shuffle_epi8(sc, k.pick[2 * j]),
+                                     _mm256_shuffle_epi8(sc, k.pick[2 * j + 1]), q + 4 + 64 * j));
+  }
+  int isum, msum;
+  hsum_pair(acc, _mm_madd_epi16(mins, q8s), isum, msum);
+  return q4_k_accumulate(sum, da, f16(p), f16(p + 2), isum, msum);
+}
+
+// Constants of the Q6_K kernels, built once per call.
+struct Q6KConsts {
+  __m256i m4, m2;
+  __m128i pick[8];  // pshufb controls: int8 scale 2i to bytes 0-7, 2i + 1 to bytes 8-15
+};
+
+LLMRUN_AVX2 inline Q6KConsts q6_k_consts() {
+  Q6KConsts k;
+  k.m4 = _mm256_set1_epi8(0x0F);
+  k.m2 = _mm256_set1_epi8(3);
+  for (int i = 0; i < 8; ++i)
+    k.pick[i] = _mm_set_epi64x(0x0101010101010101LL * (2 * i + 1), 0x0101010101010101LL * (2 * i));
+  return k;
+}
+
+// The four groups of 32 six-bit values (0..63) of half h of a Q6_K superblock p: values
+// 128h + 32g .. + 31 in v[g].
+LLMRUN_AVX2 inline void q6_k_decode(const uint8_t* p, int h, const Q6KConsts& k, __m256i v[4]) {
+  const __m256i l0 = load32(p + 64 * h), l1 = load32(p + 64 * h + 32);
+  const __m256i qh = load32(p + 128 + 32 * h);
+  v[0] =
+      _mm256_or_si256(_mm256_and_si256(l0, k.m4), _mm256_slli_epi16(_mm256_and_si256(qh, k.m2), 4));
+  v[1] = _mm256_or_si256(_mm256_and_si256(l1, k.m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), k.m2), 4));
+  v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), k.m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), k.m2), 4));
+  v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), k.m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), k.m2), 4));
+}
+
+// The int16 scales of group i = 4h + g (values 32i..32i+31): sub-block 2i's in lanes 0-7,
+// 2i + 1's in lanes 8-15; sc8 the superblock's 16 int8 scales.
+LLMRUN_AVX2 inline __m256i q6_k_scale(__m128i sc8, const Q6KConsts& k, int i) {
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, k.pick[i]));
+}
+
+// 32 x sum of scale x (16-value sum of q8): the -32 offset of the six-bit values, as 8 lanes.
+LLMRUN_AVX2 inline __m256i q6_k_offset(__m128i sc8, const uint8_t* q) {
+  return _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load32(q + 260)), 5);
+}
+
+// One Q6_K superblock p against the Q8_K superblock q (scale da): sum + its share. Unsigned
+// six-bit values times signed bytes pair-sum within int16 (2 x 63 x 128).
+LLMRUN_AVX2 inline float q6_k_superblock(float sum, const uint8_t* p, const uint8_t* q, float da,
+                                         const Q6KConsts& k) {
+  const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
+  __m256i acc = _mm256_sub_epi32(_mm256_setzero_si256(), q6_k_offset(sc8, q));
+  for (int h = 0; h < 2; ++h) {
+    __m256i v[4];
+    q6_k_decode(p, h, k, v);
+    for (int g = 0; g < 4; ++g) {
+      const __m256i y = load32(q + 4 + 128 * h + 32 * g);
+      acc = _mm256_add_epi32(
+          acc, _mm256_madd_epi16(_mm256_maddubs_epi16(v[g], y), q6_k_scale(sc8, k, 4 * h + g)));
+    }
+  }
+  return q6_k_accumulate(sum, da, f16(p + 208), hsum_i32(acc));
+}
+
+// The fp32 scale of a Q8_K superblock.
+LLMRUN_AVX2 inline float q8_k_scale(const uint8_t* q) {
+  float d;
+  std::memcpy(&d, q, 4);
+  return d;
+}
+
+}  // namespace llmrun::quant::avx2
+#endif
