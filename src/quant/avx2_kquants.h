@@ -4,9 +4,10 @@
 // (quant_dot_avx2.cpp) and the one-row decode kernels (quant_gemv_avx2.cpp).
 //
 // Per superblock the integer sums are exact, so the kernels may form them in any order; the
-// fp32 steps that turn them into the row's value are spelled once here, with an explicit
-// fused multiply-add, so no compiler contraction can make two kernels differ: an element is
-// bitwise the same whichever AVX2 kernel computes it (batch invariance, quant_dot.h).
+// fp32 steps that turn them into the row's value are spelled once here, as 4-lane vector
+// operations with explicit fused multiply-adds, so no compiler contraction can make two
+// kernels differ: an element is bitwise the same whichever AVX2 kernel computes it (batch
+// invariance, quant_dot.h).
 #include "quant/avx2_helpers.h"
 
 #if defined(__x86_64__)
@@ -17,17 +18,37 @@ inline constexpr int64_t kQ8KBytes = 292;
 inline constexpr int64_t kQ4KBytes = 144;  // d, dmin (f16), 12 scale bytes, 128 nibble bytes
 inline constexpr int64_t kQ6KBytes = 210;  // ql[128], qh[64], int8 scales[16], d (f16)
 
+// The fp32 steps, on 4 lanes: each lane is one (weight row, activation row) element and
+// takes the same IEEE operations whichever kernel computes it and whatever the other lanes
+// hold, so a kernel computing 1, 2, 3 or 4 elements at once gives each the same bits.
+
 // Q4_K: sum + da d isum - da dmin msum, isum = sum of scale x q4 x q8 and msum = sum of
 // min x (sub-block sum of q8) over the superblock.
-LLMRUN_AVX2 inline float q4_k_accumulate(float sum, float da, float d, float dmin, int isum,
-                                         int msum) {
-  const float m = (da * dmin) * float(msum);
-  return sum + __builtin_fmaf(da * d, float(isum), -m);
+LLMRUN_AVX2 inline __m128 q4_k_accumulate(__m128 sum, __m128 da, __m128 d, __m128 dmin,
+                                          __m128i isum, __m128i msum) {
+  const __m128 m = _mm_mul_ps(_mm_mul_ps(da, dmin), _mm_cvtepi32_ps(msum));
+  return _mm_add_ps(sum, _mm_fmsub_ps(_mm_mul_ps(da, d), _mm_cvtepi32_ps(isum), m));
 }
 
 // Q6_K: sum + da d isum, isum = sum of scale x (q6 - 32) x q8 over the superblock.
-LLMRUN_AVX2 inline float q6_k_accumulate(float sum, float da, float d, int isum) {
-  return __builtin_fmaf(da * d, float(isum), sum);
+LLMRUN_AVX2 inline __m128 q6_k_accumulate(__m128 sum, __m128 da, __m128 d, __m128i isum) {
+  return _mm_fmadd_ps(_mm_mul_ps(da, d), _mm_cvtepi32_ps(isum), sum);
+}
+
+// The lane sums of up to 4 vectors of 8 int32 (lane i: the sum of v[i]; 0 past g).
+LLMRUN_AVX2 inline __m128i hsum4_i32(const __m256i* v, int g) {
+  const __m256i z = _mm256_setzero_si256();
+  const __m256i ab = _mm256_hadd_epi32(v[0], g > 1 ? v[1] : z);
+  const __m256i cd = _mm256_hadd_epi32(g > 2 ? v[2] : z, g > 3 ? v[3] : z);
+  const __m256i s = _mm256_hadd_epi32(ab, cd);
+  return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+// The same for vectors of 4 int32.
+LLMRUN_AVX2 inline __m128i hsum4_i32(const __m128i* v, int g) {
+  const __m128i z = _mm_setzero_si128();
+  return _mm_hadd_epi32(_mm_hadd_epi32(v[0], g > 1 ? v[1] : z),
+                        _mm_hadd_epi32(g > 2 ? v[2] : z, g > 3 ? v[3] : z));
 }
 
 // Constants of the Q4_K kernels, built once per call.
@@ -72,23 +93,14 @@ LLMRUN_AVX2 inline __m256i q4_k_pair(__m256i lo, __m256i hi, __m256i s0, __m256i
   return _mm256_add_epi32(p0, p1);
 }
 
-// (sum of the 8 lanes of i, sum of the 4 lanes of m).
-LLMRUN_AVX2 inline void hsum_pair(__m256i i, __m128i m, int& si, int& sm) {
-  const __m128i i4 = _mm_add_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
-  __m128i h = _mm_hadd_epi32(i4, m);  // i0+i1, i2+i3, m0+m1, m2+m3
-  h = _mm_hadd_epi32(h, h);
-  si = _mm_cvtsi128_si32(h);
-  sm = _mm_extract_epi32(h, 1);
-}
-
-// One Q4_K superblock p against the Q8_K superblock q (pair sums q8s, scale da): sum + its
-// share.
-LLMRUN_AVX2 inline float q4_k_superblock(float sum, const uint8_t* p, const uint8_t* q, __m128i q8s,
-                                         float da, const Q4KConsts& k) {
+// One Q4_K superblock p against the Q8_K superblock q (q8s its pair sums): the integer
+// sums of scale x q4 x q8 (8 lanes, acc) and of min x sub-block sum (4 lanes, msum).
+LLMRUN_AVX2 inline void q4_k_ints(const uint8_t* p, const uint8_t* q, __m128i q8s,
+                                  const Q4KConsts& k, __m256i& acc, __m128i& msum) {
   __m256i sc;
   __m128i mins;
   q4_k_scales(p, sc, mins);
-  __m256i acc = _mm256_setzero_si256();
+  acc = _mm256_setzero_si256();
   for (int j = 0; j < 4; ++j) {
     const __m256i v = load32(p + 16 + 32 * j);
     const __m256i lo = _mm256_and_si256(v, k.low);
@@ -97,9 +109,7 @@ LLMRUN_AVX2 inline float q4_k_superblock(float sum, const uint8_t* p, const uint
                            q4_k_pair(lo, hi, _mm256_shuffle_epi8(sc, k.pick[2 * j]),
                                      _mm256_shuffle_epi8(sc, k.pick[2 * j + 1]), q + 4 + 64 * j));
   }
-  int isum, msum;
-  hsum_pair(acc, _mm_madd_epi16(mins, q8s), isum, msum);
-  return q4_k_accumulate(sum, da, f16(p), f16(p + 2), isum, msum);
+  msum = _mm_madd_epi16(mins, q8s);
 }
 
 // Constants of the Q6_K kernels, built once per call.
@@ -143,10 +153,10 @@ LLMRUN_AVX2 inline __m256i q6_k_offset(__m128i sc8, const uint8_t* q) {
   return _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load32(q + 260)), 5);
 }
 
-// One Q6_K superblock p against the Q8_K superblock q (scale da): sum + its share. Unsigned
-// six-bit values times signed bytes pair-sum within int16 (2 x 63 x 128).
-LLMRUN_AVX2 inline float q6_k_superblock(float sum, const uint8_t* p, const uint8_t* q, float da,
-                                         const Q6KConsts& k) {
+// One Q6_K superblock p against the Q8_K superblock q: the integer sums of scale x (q6 - 32)
+// x q8 (8 lanes). Unsigned six-bit values times signed bytes pair-sum within int16
+// (2 x 63 x 128).
+LLMRUN_AVX2 inline __m256i q6_k_ints(const uint8_t* p, const uint8_t* q, const Q6KConsts& k) {
   const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
   __m256i acc = _mm256_sub_epi32(_mm256_setzero_si256(), q6_k_offset(sc8, q));
   for (int h = 0; h < 2; ++h) {
@@ -158,7 +168,16 @@ LLMRUN_AVX2 inline float q6_k_superblock(float sum, const uint8_t* p, const uint
           acc, _mm256_madd_epi16(_mm256_maddubs_epi16(v[g], y), q6_k_scale(sc8, k, 4 * h + g)));
     }
   }
-  return q6_k_accumulate(sum, da, f16(p + 208), hsum_i32(acc));
+  return acc;
+}
+
+// The two f16 at p[i] + off for i < g (0 past g) as fp32: lanes 0-3 the first of each pair,
+// lanes 4-7 the second.
+LLMRUN_AVX2 inline __m256 f16_pairs(const uint8_t* const* p, int64_t off, int g) {
+  int32_t v[4] = {0, 0, 0, 0};
+  for (int i = 0; i < g; ++i) std::memcpy(&v[i], p[i] + off, 4);
+  const __m256 f = _mm256_cvtph_ps(_mm_set_epi32(v[3], v[2], v[1], v[0]));
+  return _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
 }
 
 // The fp32 scale of a Q8_K superblock.

@@ -61,18 +61,36 @@ LLMRUN_AVX2 void row_blocks(int64_t n, const uint8_t* w, const uint8_t* a, size_
   for (int c = 0; c < C; ++c) o[c * os] = hsum(acc[c]);
 }
 
-// Q4_K against C Q8_K activation rows: each superblock's scales and nibbles decoded once.
+// The scales of C Q8_K activation superblocks (at stride as), 0 past C.
+template <int C>
+LLMRUN_AVX2 inline __m128 q8_k_scales(const uint8_t* q, size_t as) {
+  alignas(16) float d[4] = {0, 0, 0, 0};
+  for (int c = 0; c < C; ++c) d[c] = avx2::q8_k_scale(q + size_t(c) * as);
+  return _mm_load_ps(d);
+}
+
+template <int C>
+LLMRUN_AVX2 inline void store(__m128 v, float* o, int os) {
+  alignas(16) float s[4];
+  _mm_store_ps(s, v);
+  for (int c = 0; c < C; ++c) o[c * os] = s[c];
+}
+
+// Q4_K against C Q8_K activation rows: each superblock's scales and nibbles decoded once, the
+// C elements' fp32 steps on the lanes of one vector.
 template <int C>
 LLMRUN_AVX2 void row_q4_k(int64_t n, const uint8_t* w, const uint8_t* a, size_t as, float* o,
                           int os) {
   using namespace avx2;
   const Q4KConsts k = q4_k_consts();
-  float sum[C] = {};
+  __m128 sum = _mm_setzero_ps();
   for (int64_t b = 0; b < n / 256; ++b, w += kQ4KBytes) {
+    const uint8_t* q = a + kQ8KBytes * b;
     __m256i sc;
     __m128i mins;
     q4_k_scales(w, sc, mins);
     __m256i acc[C];
+    __m128i ms[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j) {
       const __m256i v = load32(w + 16 + 32 * j);
@@ -81,18 +99,14 @@ LLMRUN_AVX2 void row_q4_k(int64_t n, const uint8_t* w, const uint8_t* a, size_t 
       const __m256i s0 = _mm256_shuffle_epi8(sc, k.pick[2 * j]);
       const __m256i s1 = _mm256_shuffle_epi8(sc, k.pick[2 * j + 1]);
       for (int c = 0; c < C; ++c)
-        acc[c] = _mm256_add_epi32(
-            acc[c], q4_k_pair(lo, hi, s0, s1, a + size_t(c) * as + kQ8KBytes * b + 4 + 64 * j));
+        acc[c] =
+            _mm256_add_epi32(acc[c], q4_k_pair(lo, hi, s0, s1, q + size_t(c) * as + 4 + 64 * j));
     }
-    const float d = f16(w), dmin = f16(w + 2);
-    for (int c = 0; c < C; ++c) {
-      const uint8_t* q = a + size_t(c) * as + kQ8KBytes * b;
-      int isum, msum;
-      hsum_pair(acc[c], _mm_madd_epi16(mins, q8_k_pair_sums(q)), isum, msum);
-      sum[c] = q4_k_accumulate(sum[c], q8_k_scale(q), d, dmin, isum, msum);
-    }
+    for (int c = 0; c < C; ++c) ms[c] = _mm_madd_epi16(mins, q8_k_pair_sums(q + size_t(c) * as));
+    sum = q4_k_accumulate(sum, q8_k_scales<C>(q, as), _mm_set1_ps(f16(w)), _mm_set1_ps(f16(w + 2)),
+                          hsum4_i32(acc, C), hsum4_i32(ms, C));
   }
-  for (int c = 0; c < C; ++c) o[c * os] = sum[c];
+  store<C>(sum, o, os);
 }
 
 // Q6_K against C Q8_K activation rows: each superblock's six-bit values decoded once.
@@ -101,30 +115,27 @@ LLMRUN_AVX2 void row_q6_k(int64_t n, const uint8_t* w, const uint8_t* a, size_t 
                           int os) {
   using namespace avx2;
   const Q6KConsts k = q6_k_consts();
-  float sum[C] = {};
+  __m128 sum = _mm_setzero_ps();
   for (int64_t b = 0; b < n / 256; ++b, w += kQ6KBytes) {
+    const uint8_t* q = a + kQ8KBytes * b;
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192));
     __m256i acc[C];
     for (int c = 0; c < C; ++c)
-      acc[c] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                q6_k_offset(sc8, a + size_t(c) * as + kQ8KBytes * b));
+      acc[c] = _mm256_sub_epi32(_mm256_setzero_si256(), q6_k_offset(sc8, q + size_t(c) * as));
     for (int h = 0; h < 2; ++h) {
       __m256i v[4];
       q6_k_decode(w, h, k, v);
       for (int g = 0; g < 4; ++g) {
         const __m256i s = q6_k_scale(sc8, k, 4 * h + g);
         for (int c = 0; c < C; ++c) {
-          const __m256i y = load32(a + size_t(c) * as + kQ8KBytes * b + 4 + 128 * h + 32 * g);
+          const __m256i y = load32(q + size_t(c) * as + 4 + 128 * h + 32 * g);
           acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(_mm256_maddubs_epi16(v[g], y), s));
         }
       }
     }
-    const float d = f16(w + 208);
-    for (int c = 0; c < C; ++c)
-      sum[c] = q6_k_accumulate(sum[c], q8_k_scale(a + size_t(c) * as + kQ8KBytes * b), d,
-                               hsum_i32(acc[c]));
+    sum = q6_k_accumulate(sum, q8_k_scales<C>(q, as), _mm_set1_ps(f16(w + 208)), hsum4_i32(acc, C));
   }
-  for (int c = 0; c < C; ++c) o[c * os] = sum[c];
+  store<C>(sum, o, os);
 }
 
 // The kernels of one type, by activation count.
