@@ -115,15 +115,16 @@ LLMRUN_AVX2 inline void q4_k_ints(const uint8_t* p, const uint8_t* q, __m128i q8
 // Constants of the Q6_K kernels, built once per call.
 struct Q6KConsts {
   __m256i m4, m2;
-  __m128i pick[8];  // pshufb controls: int8 scale 2i to bytes 0-7, 2i + 1 to bytes 8-15
+  __m128i split;    // pshufb control: the even bytes, then the odd ones
+  __m256i pick[8];  // pshufb controls: 16-bit lane i to every lane of its half
 };
 
 LLMRUN_AVX2 inline Q6KConsts q6_k_consts() {
   Q6KConsts k;
   k.m4 = _mm256_set1_epi8(0x0F);
   k.m2 = _mm256_set1_epi8(3);
-  for (int i = 0; i < 8; ++i)
-    k.pick[i] = _mm_set_epi64x(0x0101010101010101LL * (2 * i + 1), 0x0101010101010101LL * (2 * i));
+  k.split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int i = 0; i < 8; ++i) k.pick[i] = _mm256_set1_epi16(int16_t((2 * i + 1) << 8 | (2 * i)));
   return k;
 }
 
@@ -142,10 +143,16 @@ LLMRUN_AVX2 inline void q6_k_decode(const uint8_t* p, int h, const Q6KConsts& k,
                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), k.m2), 4));
 }
 
+// A Q6_K superblock's 16 int8 scales sc8 as int16: the even ones in the low half, the odd
+// ones in the high half, so one in-lane shuffle gives each group its two.
+LLMRUN_AVX2 inline __m256i q6_k_scales(__m128i sc8, const Q6KConsts& k) {
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, k.split));
+}
+
 // The int16 scales of group i = 4h + g (values 32i..32i+31): sub-block 2i's in lanes 0-7,
-// 2i + 1's in lanes 8-15; sc8 the superblock's 16 int8 scales.
-LLMRUN_AVX2 inline __m256i q6_k_scale(__m128i sc8, const Q6KConsts& k, int i) {
-  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, k.pick[i]));
+// 2i + 1's in lanes 8-15; split = q6_k_scales(...).
+LLMRUN_AVX2 inline __m256i q6_k_scale(__m256i split, const Q6KConsts& k, int i) {
+  return _mm256_shuffle_epi8(split, k.pick[i]);
 }
 
 // 32 x sum of scale x (16-value sum of q8): the -32 offset of the six-bit values, as 8 lanes.
@@ -158,6 +165,7 @@ LLMRUN_AVX2 inline __m256i q6_k_offset(__m128i sc8, const uint8_t* q) {
 // (2 x 63 x 128).
 LLMRUN_AVX2 inline __m256i q6_k_ints(const uint8_t* p, const uint8_t* q, const Q6KConsts& k) {
   const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
+  const __m256i sc = q6_k_scales(sc8, k);
   __m256i acc = _mm256_sub_epi32(_mm256_setzero_si256(), q6_k_offset(sc8, q));
   for (int h = 0; h < 2; ++h) {
     __m256i v[4];
@@ -165,7 +173,7 @@ LLMRUN_AVX2 inline __m256i q6_k_ints(const uint8_t* p, const uint8_t* q, const Q
     for (int g = 0; g < 4; ++g) {
       const __m256i y = load32(q + 4 + 128 * h + 32 * g);
       acc = _mm256_add_epi32(
-          acc, _mm256_madd_epi16(_mm256_maddubs_epi16(v[g], y), q6_k_scale(sc8, k, 4 * h + g)));
+          acc, _mm256_madd_epi16(_mm256_maddubs_epi16(v[g], y), q6_k_scale(sc, k, 4 * h + g)));
     }
   }
   return acc;

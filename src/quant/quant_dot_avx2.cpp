@@ -119,6 +119,7 @@ LLMRUN_AVX2 void row_q6_k(int64_t n, const uint8_t* w, const uint8_t* a, size_t 
   for (int64_t b = 0; b < n / 256; ++b, w += kQ6KBytes) {
     const uint8_t* q = a + kQ8KBytes * b;
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192));
+    const __m256i sc = q6_k_scales(sc8, k);
     __m256i acc[C];
     for (int c = 0; c < C; ++c)
       acc[c] = _mm256_sub_epi32(_mm256_setzero_si256(), q6_k_offset(sc8, q + size_t(c) * as));
@@ -126,7 +127,7 @@ LLMRUN_AVX2 void row_q6_k(int64_t n, const uint8_t* w, const uint8_t* a, size_t 
       __m256i v[4];
       q6_k_decode(w, h, k, v);
       for (int g = 0; g < 4; ++g) {
-        const __m256i s = q6_k_scale(sc8, k, 4 * h + g);
+        const __m256i s = q6_k_scale(sc, k, 4 * h + g);
         for (int c = 0; c < C; ++c) {
           const __m256i y = load32(q + size_t(c) * as + 4 + 128 * h + 32 * g);
           acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(_mm256_maddubs_epi16(v[g], y), s));
