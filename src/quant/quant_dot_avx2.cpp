@@ -6,6 +6,7 @@
 // kernels carry their own target attribute, so the file builds for any -march;
 // quant_dot_dispatch.cpp asks the CPU (cpuid) whether it can run them.
 #include <cstring>
+#include <vector>
 
 #include "quant/avx2_helpers.h"
 #include "quant/avx2_kquants.h"
@@ -41,20 +42,32 @@ struct Q4_0Block {
   }
 };
 
-// One weight row against C activation rows (at stride as): o[c * os] for c < C. Per block
-// and activation: 8 int32 lanes of the exact block sum, times the scale product f16(w) *
-// f16(a) (exact in fp32), fused-multiply-added in block order; the lanes summed by hsum.
+// The Q8_0 scales of C activation rows (at stride as) as fp32, block-major (da[4 b + c]):
+// converted once per tile instead of once per weight row.
+template <int C>
+LLMRUN_AVX2 const float* q8_0_scales(int64_t n, const uint8_t* a, size_t as) {
+  thread_local std::vector<float> da;
+  da.resize(size_t(4 * (n / 32)));
+  for (int64_t b = 0; b < n / 32; ++b)
+    for (int c = 0; c < C; ++c) da[size_t(4 * b + c)] = f16(a + size_t(c) * as + 34 * b);
+  return da.data();
+}
+
+// One weight row against C activation rows (at stride as, scales da from q8_0_scales): o[c *
+// os] for c < C. Per block and activation: 8 int32 lanes of the exact block sum, times the
+// scale product f16(w) * f16(a) (exact in fp32), fused-multiply-added in block order; the lanes
+// summed by hsum.
 template <class W, int C>
-LLMRUN_AVX2 void row_blocks(int64_t n, const uint8_t* w, const uint8_t* a, size_t as, float* o,
-                            int os) {
+LLMRUN_AVX2 void row_blocks(int64_t n, const uint8_t* w, const uint8_t* a, size_t as,
+                            const float* da, float* o, int os) {
   __m256 acc[C];
   for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 32; ++b, w += W::kBytes) {
     const __m256i x = W::decode(w);
-    const float dw = f16(w);
+    const __m256 dw = _mm256_set1_ps(f16(w));
     for (int c = 0; c < C; ++c) {
       const uint8_t* q = a + size_t(c) * as + 34 * b;
-      const __m256 d = _mm256_set1_ps(dw * f16(q));
+      const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(da + 4 * b + c));
       acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(x, load32(q + 2))), acc[c]);
     }
   }
@@ -139,22 +152,27 @@ LLMRUN_AVX2 void row_q6_k(int64_t n, const uint8_t* w, const uint8_t* a, size_t 
   store<C>(sum, o, os);
 }
 
-// The kernels of one type, by activation count.
+// R weight rows (one after another, each streamed once) against C activation rows:
+// out[c * R + r].
 template <int C>
-LLMRUN_AVX2 bool row_kernel(QType t, int64_t n, const uint8_t* w, const uint8_t* a, size_t as,
-                            float* o, int os) {
+LLMRUN_AVX2 bool tile_kernel(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a,
+                             size_t as, float* out) {
   switch (t) {
-    case QType::q8_0:
-      row_blocks<Q8_0Block, C>(n, w, a, as, o, os);
+    case QType::q8_0: {
+      const float* da = q8_0_scales<C>(n, a, as);
+      for (int r = 0; r < R; ++r) row_blocks<Q8_0Block, C>(n, w[r], a, as, da, out + r, R);
       return true;
-    case QType::q4_0:
-      row_blocks<Q4_0Block, C>(n, w, a, as, o, os);
+    }
+    case QType::q4_0: {
+      const float* da = q8_0_scales<C>(n, a, as);
+      for (int r = 0; r < R; ++r) row_blocks<Q4_0Block, C>(n, w[r], a, as, da, out + r, R);
       return true;
+    }
     case QType::q4_k:
-      row_q4_k<C>(n, w, a, as, o, os);
+      for (int r = 0; r < R; ++r) row_q4_k<C>(n, w[r], a, as, out + r, R);
       return true;
     case QType::q6_k:
-      row_q6_k<C>(n, w, a, as, o, os);
+      for (int r = 0; r < R; ++r) row_q6_k<C>(n, w[r], a, as, out + r, R);
       return true;
     default:
       return false;
@@ -166,7 +184,7 @@ LLMRUN_AVX2 bool row_kernel(QType t, int64_t n, const uint8_t* w, const uint8_t*
 namespace detail {
 
 bool vec_dot_avx2(QType t, int64_t n, const uint8_t* w, const uint8_t* a, float* out) {
-  if (row_kernel<1>(t, n, w, a, 0, out, 1)) return true;
+  if (tile_kernel<1>(t, n, &w, 1, a, 0, out)) return true;
   switch (t) {
     case QType::q4_1:
     case QType::q5_0:
@@ -181,13 +199,16 @@ bool vec_dot_avx2(QType t, int64_t n, const uint8_t* w, const uint8_t* a, float*
 
 bool dot_tile_avx2(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a,
                    size_t a_stride, int C, float* out) {
-  using Kernel = bool (*)(QType, int64_t, const uint8_t*, const uint8_t*, size_t, float*, int);
-  static constexpr Kernel kByCols[kTileMax] = {row_kernel<1>, row_kernel<2>, row_kernel<3>,
-                                               row_kernel<4>};
-  // weight rows one after another, each streamed once against the tile's activation rows
-  for (int r = 0; r < R; ++r)
-    if (!kByCols[C - 1](t, n, w[r], a, a_stride, out + r, R)) return false;
-  return true;
+  switch (C) {
+    case 1:
+      return tile_kernel<1>(t, n, w, R, a, a_stride, out);
+    case 2:
+      return tile_kernel<2>(t, n, w, R, a, a_stride, out);
+    case 3:
+      return tile_kernel<3>(t, n, w, R, a, a_stride, out);
+    default:
+      return tile_kernel<4>(t, n, w, R, a, a_stride, out);
+  }
 }
 
 }  // namespace detail
