@@ -8,6 +8,7 @@
 // software prefetch: 1024 or 2048 bytes ahead made a 50257 x 768 Q4_K or Q6_K matrix streamed
 // from DRAM no faster (medians of 6 alternated runs, 1.80 / 2.05 ms without, 1.91 / 2.28 ms
 // with 1024; one thread, a loaded machine).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -60,98 +61,95 @@ LLMRUN_AVX2 void gemv_blocks(int64_t n, const uint8_t* w, size_t stride, int64_t
   }
 }
 
-// A Q8_K activation superblock's values hoisted out of the Q4_K row loop.
-struct alignas(16) Q4KAct {
-  __m128i pair_sums;
-  __m128 da;
+// A Q8_K activation superblock's values hoisted out of the row loop.
+struct alignas(16) KAct {
+  __m128i pair_sums;  // Q4_K: the 8 sub-block sums
+  __m128 da;          // the scale, broadcast
 };
 
-// G (1..4) consecutive Q4_K rows from rows[0..G) (each at its first superblock), their fp32
-// steps on the lanes of one vector.
-template <int G>
-LLMRUN_AVX2 void q4_k_rows(int64_t nsb, const uint8_t* const* rows, const uint8_t* a,
-                           const Q4KAct* act, const avx2::Q4KConsts& k, float* out) {
-  using namespace avx2;
-  const uint8_t* p[4] = {rows[0], G > 1 ? rows[1] : nullptr, G > 2 ? rows[2] : nullptr,
-                         G > 3 ? rows[3] : nullptr};
-  __m128 sum = _mm_setzero_ps();
-  for (int64_t b = 0; b < nsb; ++b) {
-    __m256i acc[G];
-    __m128i ms[G];
-    for (int i = 0; i < G; ++i) {
-      q4_k_ints(p[i], a + kQ8KBytes * b, act[b].pair_sums, k, acc[i], ms[i]);
-    }
-    const __m256 dd = f16_pairs(p, 0, G);  // d and dmin of each row
-    sum = q4_k_accumulate(sum, act[b].da, _mm256_castps256_ps128(dd), _mm256_extractf128_ps(dd, 1),
-                          hsum4_i32(acc, G), hsum4_i32(ms, G));
-    for (int i = 0; i < G; ++i) p[i] += kQ4KBytes;
-  }
-  alignas(16) float s[4];
-  _mm_store_ps(s, sum);
-  for (int i = 0; i < G; ++i) out[i] = s[i];
-}
+// One row's integer sums of one superblock, kept until its row group's fp32 steps.
+struct alignas(32) KInts {
+  __m256i acc;
+  __m128i msum;  // Q4_K: min x sub-block sum
+};
 
-// Rows four at a time (their tails on one vector): a 3072 x 768 matrix in cache took 0.067 ms
-// instead of 0.079 one row at a time; streamed from DRAM (50257 x 768) no slower.
-LLMRUN_AVX2 void gemv_q4_k(int64_t n, const uint8_t* w, size_t stride, int64_t rows,
-                           const uint8_t* a, float* out) {
+struct Q4KRows {
+  static constexpr int64_t kBytes = avx2::kQ4KBytes;
+  using Consts = avx2::Q4KConsts;
+  LLMRUN_AVX2 static Consts consts() { return avx2::q4_k_consts(); }
+  LLMRUN_AVX2 static inline void ints(const uint8_t* p, const uint8_t* q, const KAct& x,
+                                      const Consts& k, KInts& out) {
+    avx2::q4_k_ints(p, q, x.pair_sums, k, out.acc, out.msum);
+  }
+  // the fp32 steps of superblocks p[0..g) (zero lanes past g)
+  LLMRUN_AVX2 static inline __m128 accumulate(__m128 sum, const KAct& x, const uint8_t* const* p,
+                                              int g, const __m256i* acc, const __m128i* msum) {
+    const __m256 dd = avx2::f16_pairs(p, 0, g);  // d and dmin of each superblock
+    return avx2::q4_k_accumulate(sum, x.da, _mm256_castps256_ps128(dd),
+                                 _mm256_extractf128_ps(dd, 1), avx2::hsum4_i32(acc, 4),
+                                 avx2::hsum4_i32(msum, 4));
+  }
+};
+
+struct Q6KRows {
+  static constexpr int64_t kBytes = avx2::kQ6KBytes;
+  using Consts = avx2::Q6KConsts;
+  LLMRUN_AVX2 static Consts consts() { return avx2::q6_k_consts(); }
+  LLMRUN_AVX2 static inline void ints(const uint8_t* p, const uint8_t* q, const KAct&,
+                                      const Consts& k, KInts& out) {
+    out.acc = avx2::q6_k_ints(p, q, k);
+  }
+  LLMRUN_AVX2 static inline __m128 accumulate(__m128 sum, const KAct& x, const uint8_t* const* p,
+                                              int g, const __m256i* acc, const __m128i*) {
+    // d: the second f16 of the pair at 206 (the last two scales, then d), within the superblock
+    const __m256 dd = avx2::f16_pairs(p, 206, g);
+    return avx2::q6_k_accumulate(sum, x.da, _mm256_extractf128_ps(dd, 1), avx2::hsum4_i32(acc, 4));
+  }
+};
+
+// Rows in groups of four. Each row's superblocks are read one after another, so the weights
+// stream in order (four rows read side by side ran a 50257 x 768 Q4_K matrix from DRAM at
+// 2.05 ms instead of 1.6); each superblock's integer sums wait in a small buffer, and then the
+// group's fp32 steps run superblock by superblock on the lanes of one vector (a 3072 x 768
+// Q4_K matrix in cache: 0.066 ms instead of 0.079 with one row's steps at a time).
+template <class K>
+LLMRUN_AVX2 void gemv_k(int64_t n, const uint8_t* w, size_t stride, int64_t rows, const uint8_t* a,
+                        float* out) {
   using namespace avx2;
   const int64_t nsb = n / 256;
-  const Q4KConsts k = q4_k_consts();
-  thread_local std::vector<Q4KAct> act;
-  act.resize(size_t(nsb));
+  const typename K::Consts k = K::consts();
+  thread_local std::vector<KAct> acts;
+  thread_local std::vector<KInts> kept;
+  acts.resize(size_t(nsb));
+  kept.resize(size_t(4 * nsb));
   for (int64_t b = 0; b < nsb; ++b)
-    act[size_t(b)] = {q8_k_pair_sums(a + kQ8KBytes * b),
-                      _mm_set1_ps(q8_k_scale(a + kQ8KBytes * b))};
-  const uint8_t* p[4];
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    for (int i = 0; i < 4; ++i) p[i] = w + size_t(r + i) * stride;
-    q4_k_rows<4>(nsb, p, a, act.data(), k, out + r);
+    acts[size_t(b)] = {q8_k_pair_sums(a + kQ8KBytes * b),
+                       _mm_set1_ps(q8_k_scale(a + kQ8KBytes * b))};
+  const KAct* act = acts.data();
+  KInts* ints = kept.data();
+  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+    const int g = int(std::min<int64_t>(4, rows - r0));
+    for (int i = 0; i < g; ++i) {
+      const uint8_t* p = w + size_t(r0 + i) * stride;
+      for (int64_t b = 0; b < nsb; ++b, p += K::kBytes)
+        K::ints(p, a + kQ8KBytes * b, act[b], k, ints[i * nsb + b]);
+    }
+    __m128 sum = _mm_setzero_ps();
+    for (int64_t b = 0; b < nsb; ++b) {
+      const uint8_t* p[4] = {};
+      __m256i acc[4] = {};
+      __m128i msum[4] = {};
+      for (int i = 0; i < g; ++i) {
+        p[i] = w + size_t(r0 + i) * stride + K::kBytes * b;
+        acc[i] = ints[i * nsb + b].acc;
+        msum[i] = ints[i * nsb + b].msum;
+      }
+      sum = K::accumulate(sum, act[b], p, g, acc, msum);
+    }
+    alignas(16) float s[4];
+    _mm_store_ps(s, sum);
+    for (int i = 0; i < g; ++i) out[r0 + i] = s[i];
   }
-  for (int i = 0; r + i < rows; ++i) p[i] = w + size_t(r + i) * stride;
-  switch (rows - r) {
-    case 3:
-      q4_k_rows<3>(nsb, p, a, act.data(), k, out + r);
-      break;
-    case 2:
-      q4_k_rows<2>(nsb, p, a, act.data(), k, out + r);
-      break;
-    case 1:
-      q4_k_rows<1>(nsb, p, a, act.data(), k, out + r);
-      break;
-    default:
-      break;
-  }
-}
-
-// One Q6_K row p, its fp32 steps on lane 0.
-LLMRUN_AVX2 float q6_k_row(int64_t nsb, const uint8_t* p, const uint8_t* a, const __m128* da,
-                           const avx2::Q6KConsts& k) {
-  using namespace avx2;
-  __m128 sum = _mm_setzero_ps();
-  for (int64_t b = 0; b < nsb; ++b, p += kQ6KBytes) {
-    const __m256i acc = q6_k_ints(p, a + kQ8KBytes * b, k);
-    sum = q6_k_accumulate(sum, da[b], _mm_set1_ps(f16(p + 208)), hsum4_i32(&acc, 1));
-  }
-  return _mm_cvtss_f32(sum);
-}
-
-// Rows one at a time: four rows side by side ran a 50257 x 768 Q6_K LM head streamed from DRAM
-// at 3.8 ms instead of 2.3 (one thread, a loaded machine).
-LLMRUN_AVX2 void gemv_q6_k(int64_t n, const uint8_t* w, size_t stride, int64_t rows,
-                           const uint8_t* a, float* out) {
-  using namespace avx2;
-  const int64_t nsb = n / 256;
-  const Q6KConsts k = q6_k_consts();
-  struct alignas(16) Da {
-    __m128 v;
-  };
-  thread_local std::vector<Da> da;
-  da.resize(size_t(nsb));
-  for (int64_t b = 0; b < nsb; ++b) da[size_t(b)].v = _mm_set1_ps(q8_k_scale(a + kQ8KBytes * b));
-  const __m128* d = &da[0].v;
-  for (int64_t r = 0; r < rows; ++r) out[r] = q6_k_row(nsb, w + size_t(r) * stride, a, d, k);
 }
 
 }  // namespace
@@ -166,10 +164,10 @@ bool gemv_avx2(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows
       gemv_blocks<Q4_0Weights>(n, w, stride, rows, a, out);
       return true;
     case QType::q4_k:
-      gemv_q4_k(n, w, stride, rows, a, out);
+      gemv_k<Q4KRows>(n, w, stride, rows, a, out);
       return true;
     case QType::q6_k:
-      gemv_q6_k(n, w, stride, rows, a, out);
+      gemv_k<Q6KRows>(n, w, stride, rows, a, out);
       return true;
     default:
       return false;
