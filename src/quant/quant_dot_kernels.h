@@ -48,5 +48,8 @@ bool dot_panel_avx512(QType t, int64_t n, const uint8_t* const* w, int R, const 
 // scalar Q8_0 and Q8_K quantizers write; false when this build has no such kernel.
 bool quantize_q8_0_avx512(const float* x, uint8_t* out, int64_t n);
 bool quantize_q8_k_avx512(const float* x, uint8_t* out, int64_t n);
+// The same with AVX2 + FMA + F16C (quantize_act_avx2.cpp).
+bool quantize_q8_0_avx2(const float* x, uint8_t* out, int64_t n);
+bool quantize_q8_k_avx2(const float* x, uint8_t* out, int64_t n);
 
 }  // namespace llmrun::quant::detail
