@@ -25,5 +25,23 @@ LLMRUN_AVX2 inline int hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
+// The f16 at p as fp32.
+LLMRUN_AVX2 inline float f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+LLMRUN_AVX2 inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// 8 int32 sums of products of 32 signed bytes x and y (pairs of 4 adjacent products each).
+LLMRUN_AVX2 inline __m256i dot_i8(__m256i x, __m256i y) {
+  const __m256i ax = _mm256_sign_epi8(x, x);  // |x| as unsigned, the sign moved onto y
+  const __m256i sy = _mm256_sign_epi8(y, x);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
+}
+
 }  // namespace llmrun::quant::avx2
 #endif

@@ -447,6 +447,7 @@ void quantize_row(QType t, const float* x, void* out, int64_t n) {
     case QType::q8_0:
       // activation rows (once per GEMM row): the vectorized quantizer writes the same bytes
       if (active_simd_level() >= SimdLevel::avx512 && detail::quantize_q8_0_avx512(x, o, n)) return;
+      if (active_simd_level() >= SimdLevel::avx2 && detail::quantize_q8_0_avx2(x, o, n)) return;
       return quantize_q8_0(x, o, n);
     case QType::q4_0:
       return quantize_q4_0(x, o, n);
@@ -456,6 +457,7 @@ void quantize_row(QType t, const float* x, void* out, int64_t n) {
       return quantize_q6_k(x, o, n);
     case QType::q8_k:
       if (active_simd_level() >= SimdLevel::avx512 && detail::quantize_q8_k_avx512(x, o, n)) return;
+      if (active_simd_level() >= SimdLevel::avx2 && detail::quantize_q8_k_avx2(x, o, n)) return;
       return quantize_q8_k(x, o, n);
     case QType::q4_1:
       return detail::quantize_q4_1(x, o, n);

@@ -116,7 +116,9 @@ void dot_tile(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t*
   if (l >= SimdLevel::avx512 &&
       (in_chunks(detail::dot_tile_avx512) || in_chunks(detail::dot_tile_float_avx512)))
     return;
-  if (l >= SimdLevel::avx2 && in_chunks(detail::dot_tile_float_avx2)) return;
+  if (l >= SimdLevel::avx2 &&
+      (in_chunks(detail::dot_tile_float_avx2) || in_chunks(detail::dot_tile_avx2)))
+    return;
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) out[c * R + r] = vec_dot(t, n, w[r], a + size_t(c) * a_stride);
 }

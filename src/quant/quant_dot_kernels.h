@@ -11,6 +11,10 @@ namespace llmrun::quant::detail {
 
 // AVX2 + FMA + F16C (quant_dot_avx2.cpp); false when the type has no AVX2 kernel.
 bool vec_dot_avx2(QType t, int64_t n, const uint8_t* w, const uint8_t* a, float* out);
+// Q8_0/Q4_0/Q4_K/Q6_K tiles at the AVX2 level, the contract of dot_tile_avx512 below, each
+// element bitwise vec_dot_avx2's value; false for the other types.
+bool dot_tile_avx2(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a,
+                   size_t a_stride, int C, float* out);
 
 // AVX-512 F/BW/VL/VNNI (quant_dot_avx512.cpp): out[c * R + r] = dot(w[r], a + c * a_stride)
 // for r < R, c < C (1 <= R, C <= kTileMax); false when the type has no AVX-512 tile kernel.
@@ -44,5 +48,8 @@ bool dot_panel_avx512(QType t, int64_t n, const uint8_t* const* w, int R, const 
 // scalar Q8_0 and Q8_K quantizers write; false when this build has no such kernel.
 bool quantize_q8_0_avx512(const float* x, uint8_t* out, int64_t n);
 bool quantize_q8_k_avx512(const float* x, uint8_t* out, int64_t n);
+// The same with AVX2 + FMA + F16C (quantize_act_avx2.cpp).
+bool quantize_q8_0_avx2(const float* x, uint8_t* out, int64_t n);
+bool quantize_q8_k_avx2(const float* x, uint8_t* out, int64_t n);
 
 }  // namespace llmrun::quant::detail

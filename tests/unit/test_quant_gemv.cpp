@@ -116,22 +116,36 @@ TEST(QuantGemv, DecodeEqualsVecDotAndBatchBitwise) {
 }
 
 TEST(QuantGemv, RowsMatchVecDotForLongRows) {
-  // A row of 4096 values (128 Q8_0 blocks, 16 Q4_K superblocks), through gemv_rows directly.
+  // Rows of 4096 values (128 Q8_0 blocks, 16 Q4_K superblocks) and of 2304 (9 superblocks, an
+  // odd count), through gemv_rows directly: bitwise vec_dot at each level, and within fp32
+  // summation error of the scalar reference (so a kernel that shares a mistake with its
+  // level's vec_dot fails too).
   const SimdLevel initial = active_simd_level();
-  for (QType t : {QType::q8_0, QType::q4_0, QType::q4_k, QType::q6_k}) {
-    const Matrix m(t, 9, 4096, 55);
-    std::vector<uint8_t> a(activation_row_bytes(t, 4096));
-    prepare_activation(t, values(4096, 3).data(), a.data(), 4096);
-    for (SimdLevel level : {SimdLevel::scalar, SimdLevel::avx2, SimdLevel::avx512}) {
-      if (!simd_level_supported(level)) continue;
-      set_simd_level(level);
-      std::vector<float> y(9);
-      gemv_rows(t, 4096, m.data.data(), row_bytes(t, 4096), 9, a.data(), y.data());
-      for (int64_t r = 0; r < 9; ++r)
-        EXPECT_TRUE(same_bits(y[size_t(r)],
-                              vec_dot(t, 4096, m.data.data() + r * row_bytes(t, 4096), a.data())))
-            << type_name(t) << " " << simd_level_name(level) << " row " << r;
+  for (int64_t n : {4096, 2304})
+    for (QType t : {QType::q8_0, QType::q4_0, QType::q4_k, QType::q6_k}) {
+      const size_t rb = row_bytes(t, n);
+      const Matrix m(t, 9, n, 55);
+      const std::vector<float> x = values(n, 3);
+      std::vector<uint8_t> a(activation_row_bytes(t, n));
+      prepare_activation(t, x.data(), a.data(), n);
+      std::vector<float> xd(static_cast<size_t>(n)), wd(static_cast<size_t>(n));
+      dequantize_row(activation_type(t), a.data(), xd.data(), n);
+      for (SimdLevel level : {SimdLevel::scalar, SimdLevel::avx2, SimdLevel::avx512}) {
+        if (!simd_level_supported(level)) continue;
+        set_simd_level(level);
+        std::vector<float> y(9);
+        gemv_rows(t, n, m.data.data(), rb, 9, a.data(), y.data());
+        for (int64_t r = 0; r < 9; ++r) {
+          const uint8_t* w = m.data.data() + size_t(r) * rb;
+          EXPECT_TRUE(same_bits(y[size_t(r)], vec_dot(t, n, w, a.data())))
+              << type_name(t) << " " << simd_level_name(level) << " row " << r;
+          dequantize_row(t, w, wd.data(), n);
+          double mag = 0;
+          for (int64_t i = 0; i < n; ++i) mag += std::fabs(double(wd[size_t(i)]) * xd[size_t(i)]);
+          EXPECT_NEAR(y[size_t(r)], vec_dot_scalar(t, n, w, a.data()), 2e-6 * mag + 1e-9)
+              << type_name(t) << " " << simd_level_name(level) << " row " << r;
+        }
+      }
     }
-  }
   set_simd_level(initial);
 }
