@@ -70,7 +70,8 @@ void check(const Shape& s, int nq, int64_t pos0, int threads) {
 }  // namespace
 
 TEST(DecodeAttention, MatchesScalarReference) {
-  for (const Shape& s : {Shape{12, 12, 64}, Shape{8, 8, 32}, Shape{8, 2, 16}, Shape{3, 1, 24}})
+  for (const Shape& s : {Shape{12, 12, 64}, Shape{8, 8, 32}, Shape{8, 2, 16}, Shape{3, 1, 24},
+                         Shape{4, 2, 128}, Shape{20, 20, 16}})
     for (int nq : {1, 2, 4})
       for (int64_t pos0 : {0, 1, 17, 130})
         for (int threads : {1, 2}) check(s, nq, pos0, threads);
@@ -96,8 +97,8 @@ TEST(DecodeAttention, BackendDecodePathAgreesWithTiledPath) {
   // rows [start, total) at once: the tiled path (10 rows)
   std::vector<float> tiled = poisoned(size_t((total - start) * hd));
   be.attention_cached(Tensor(tiled.data(), DType::f32, {total - start, hd}),
-                      Tensor(q.data() + start * hd, DType::f32, {total - start, hd}), kc, vc,
-                      start, s.heads, s.kv_heads, s.d);
+                      Tensor(q.data() + start * hd, DType::f32, {total - start, hd}), kc, vc, start,
+                      s.heads, s.kv_heads, s.d);
   // the same rows one and three at a time: the decode path
   std::vector<float> steps = poisoned(tiled.size());
   for (int r = start; r < total;) {

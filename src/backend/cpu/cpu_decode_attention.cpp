@@ -41,16 +41,16 @@ inline v16 sum16(const v16 (&x)[16]) {
   for (int i = 0; i < 8; ++i)  // [key 2i: 8 partial sums | key 2i+1: 8]
     u[i] = __builtin_shufflevector(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19,
                                    20, 21, 22, 23) +
-           __builtin_shufflevector(x[2 * i], x[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25,
-                                   26, 27, 28, 29, 30, 31);
+           __builtin_shufflevector(x[2 * i], x[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26,
+                                   27, 28, 29, 30, 31);
   for (int i = 0; i < 4; ++i)  // 4 keys x 4 partial sums
-    w[i] = __builtin_shufflevector(u[2 * i], u[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18,
-                                   19, 24, 25, 26, 27) +
+    w[i] = __builtin_shufflevector(u[2 * i], u[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19,
+                                   24, 25, 26, 27) +
            __builtin_shufflevector(u[2 * i], u[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
                                    23, 28, 29, 30, 31);
   for (int i = 0; i < 2; ++i)  // 8 keys x 2 partial sums
-    y[i] = __builtin_shufflevector(w[2 * i], w[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20,
-                                   21, 24, 25, 28, 29) +
+    y[i] = __builtin_shufflevector(w[2 * i], w[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21,
+                                   24, 25, 28, 29) +
            __builtin_shufflevector(w[2 * i], w[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22,
                                    23, 26, 27, 30, 31);
   return __builtin_shufflevector(y[0], y[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28,
@@ -59,12 +59,14 @@ inline v16 sum16(const v16 (&x)[16]) {
                                  31);
 }
 
-// s[(h - h0) * n + t] = scale * q_h . k_t for keys [0, n), heads [h0, h1): 16 keys at a time
-// when head_dim is a multiple of 16 (rows past n read `zeros` and are not stored).
+// s[(h - h0) * n + t] = scale * q_h . k_t for keys [0, n), heads [h0, h1). NV > 0: head_dim
+// is 16 * NV and 16 keys go at a time, their dot products summed by one sum16 (rows past n
+// read `zeros` and are not stored); NV == 0: any head_dim, one key at a time.
+template <int NV>
 void scores(const float* q, const float* k, int64_t n, int h0, int h1, const Geometry& g,
             float* s) {
   const int d = g.d;
-  if (d % 16 != 0) {
+  if constexpr (NV == 0) {
     for (int64_t t = 0; t < n; ++t) {
       const float* krow = k + t * g.ldkv;
       for (int h = h0; h < h1; ++h) {
@@ -75,43 +77,91 @@ void scores(const float* q, const float* k, int64_t n, int h0, int h1, const Geo
         s[int64_t(h - h0) * n + t] = dot * g.scale;
       }
     }
-    return;
+  } else {
+    alignas(64) static constexpr float zeros[16 * NV] = {};
+    for (int64_t t0 = 0; t0 < n; t0 += 16) {
+      const int nk = static_cast<int>(std::min<int64_t>(16, n - t0));
+      for (int h = h0; h < h1; ++h) {
+        const int64_t off = int64_t(h / g.group) * d;
+        const float* rows[16];
+        for (int j = 0; j < 16; ++j) rows[j] = j < nk ? k + (t0 + j) * g.ldkv + off : zeros;
+        const float* qh = q + int64_t(h) * d;
+        v16 acc[16];
+        const v16 q0 = load16(qh);
+        for (int j = 0; j < 16; ++j) acc[j] = q0 * load16(rows[j]);
+        for (int c = 1; c < NV; ++c) {
+          const v16 qv = load16(qh + 16 * c);
+          for (int j = 0; j < 16; ++j) acc[j] += qv * load16(rows[j] + 16 * c);
+        }
+        const v16 sums = sum16(acc) * g.scale;
+        float* dst = s + int64_t(h - h0) * n + t0;
+        if (nk == 16) {
+          store16(dst, sums);
+        } else {
+          float tmp[16];
+          store16(tmp, sums);
+          std::copy(tmp, tmp + nk, dst);
+        }
+      }
+    }
   }
-  thread_local std::vector<float> zeros;
-  if (zeros.size() < size_t(d)) zeros.assign(size_t(d), 0.0f);
-  const int nv = d / 16;
-  for (int64_t t0 = 0; t0 < n; t0 += 16) {
-    const int nk = static_cast<int>(std::min<int64_t>(16, n - t0));
+}
+
+// o_h = inv[h - h0] * sum_t p[h - h0][t] v_t for heads [h0, h1) (p = s after the softmax).
+// NV > 0: heads in groups whose accumulators fit 16 vector registers, each group streaming the
+// value rows in order; NV == 0: any head_dim, accumulators in `acc` ((h1 - h0) * d floats).
+template <int NV>
+void values(const float* v, float* o, const float* p, const float* inv, int64_t n, int h0, int h1,
+            const Geometry& g, float* acc) {
+  const int d = g.d;
+  if constexpr (NV == 0) {
+    std::fill(acc, acc + int64_t(h1 - h0) * d, 0.0f);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* vrow = v + t * g.ldkv;
+      for (int h = h0; h < h1; ++h) {
+        const float w = p[int64_t(h - h0) * n + t];
+        const float* vh = vrow + int64_t(h / g.group) * d;
+        float* ah = acc + int64_t(h - h0) * d;
+#pragma omp simd
+        for (int c = 0; c < d; ++c) ah[c] += w * vh[c];
+      }
+    }
     for (int h = h0; h < h1; ++h) {
-      const int64_t off = int64_t(h / g.group) * d;
-      const float* rows[16];
-      for (int j = 0; j < 16; ++j) rows[j] = j < nk ? k + (t0 + j) * g.ldkv + off : zeros.data();
-      v16 acc[16] = {};
-      const float* qh = q + int64_t(h) * d;
-      for (int c = 0; c < nv; ++c) {
-        const v16 qv = load16(qh + 16 * c);
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; ++j) acc[j] += qv * load16(rows[j] + 16 * c);
+      const float* ah = acc + int64_t(h - h0) * d;
+      float* oh = o + int64_t(h) * d;
+      const float r = inv[h - h0];
+#pragma omp simd
+      for (int c = 0; c < d; ++c) oh[c] = ah[c] * r;
+    }
+  } else {
+    constexpr int G = NV >= 16 ? 1 : 16 / NV;  // heads per register group
+    for (int g0 = h0; g0 < h1; g0 += G) {
+      const int gn = std::min(G, h1 - g0);
+      v16 a[G][NV] = {};
+      const float* pg = p + int64_t(g0 - h0) * n;
+      for (int64_t t = 0; t < n; ++t) {
+        const float* vrow = v + t * g.ldkv;
+        for (int i = 0; i < G; ++i) {
+          if (i >= gn) break;
+          const float w = pg[int64_t(i) * n + t];
+          const float* vh = vrow + int64_t((g0 + i) / g.group) * d;
+          for (int c = 0; c < NV; ++c) a[i][c] += w * load16(vh + 16 * c);
+        }
       }
-      const v16 sums = sum16(acc) * g.scale;
-      float* dst = s + int64_t(h - h0) * n + t0;
-      if (nk == 16) {
-        store16(dst, sums);
-      } else {
-        float tmp[16];
-        store16(tmp, sums);
-        std::copy(tmp, tmp + nk, dst);
-      }
+      for (int i = 0; i < gn; ++i)
+        for (int c = 0; c < NV; ++c)
+          store16(o + int64_t(g0 + i) * d + 16 * c, a[i][c] * inv[g0 + i - h0]);
     }
   }
 }
 
 // One query row q (all heads) against keys [0, n), heads [h0, h1) only; writes those heads'
 // output values. s: (h1 - h0) * n floats, acc: (h1 - h0) * d floats.
-void attend_row(const float* q, const float* k, const float* v, float* o, int64_t n, int h0,
-                int h1, const Geometry& g, float* s, float* acc) {
-  const int nh = h1 - h0, d = g.d;
-  scores(q, k, n, h0, h1, g, s);
+template <int NV>
+void attend_row(const float* q, const float* k, const float* v, float* o, int64_t n, int h0, int h1,
+                const Geometry& g, float* s, float* acc) {
+  const int nh = h1 - h0;
+  scores<NV>(q, k, n, h0, h1, g, s);
   float inv[256];  // 1 / softmax denominator per head of the range (at most 256 heads)
   for (int i = 0; i < nh; ++i) {
     float* si = s + int64_t(i) * n;
@@ -127,28 +177,23 @@ void attend_row(const float* q, const float* k, const float* v, float* o, int64_
     }
     inv[i] = 1.0f / sum;
   }
-  std::fill(acc, acc + int64_t(nh) * d, 0.0f);
-  // Values: keys outer, so V streams in order; the accumulators (heads x d) stay in L1.
-  for (int64_t t = 0; t < n; ++t) {
-    const float* vrow = v + t * g.ldkv;
-    for (int h = h0; h < h1; ++h) {
-      const float p = s[int64_t(h - h0) * n + t];
-      const float* vh = vrow + int64_t(h / g.group) * d;
-      float* ah = acc + int64_t(h - h0) * d;
-      if (d % 16 == 0) {
-        for (int c = 0; c < d; c += 16) store16(ah + c, load16(ah + c) + p * load16(vh + c));
-      } else {
-#pragma omp simd
-        for (int c = 0; c < d; ++c) ah[c] += p * vh[c];
-      }
-    }
-  }
-  for (int h = h0; h < h1; ++h) {
-    const float* ah = acc + int64_t(h - h0) * d;
-    float* oh = o + int64_t(h) * d;
-    const float r = inv[h - h0];
-#pragma omp simd
-    for (int c = 0; c < d; ++c) oh[c] = ah[c] * r;
+  values<NV>(v, o, s, inv, n, h0, h1, g, acc);
+}
+
+using RowKernel = void (*)(const float*, const float*, const float*, float*, int64_t, int, int,
+                           const Geometry&, float*, float*);
+RowKernel row_kernel(int d) {
+  switch (d) {
+    case 16:
+      return attend_row<1>;
+    case 32:
+      return attend_row<2>;
+    case 64:
+      return attend_row<4>;
+    case 128:
+      return attend_row<8>;
+    default:
+      return attend_row<0>;
   }
 }
 
@@ -161,6 +206,7 @@ void attend_heads(const float* q, int64_t ldq, const float* k, const float* v, f
   const int span = std::min(kChunk, h1 - h0);
   if (s.size() < size_t(span) * size_t(most_keys)) s.resize(size_t(span) * size_t(most_keys));
   if (acc.size() < size_t(span) * size_t(g.d)) acc.resize(size_t(span) * size_t(g.d));
+  const RowKernel attend_row = row_kernel(g.d);
   for (int r = 0; r < nq; ++r)
     for (int c0 = h0; c0 < h1; c0 += kChunk)
       attend_row(q + r * ldq, k, v, out + r * ldo, pos0 + r + 1, c0, std::min(h1, c0 + kChunk), g,
@@ -170,8 +216,8 @@ void attend_heads(const float* q, int64_t ldq, const float* k, const float* v, f
 }  // namespace
 
 void decode_attention(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
-                      float* out, int64_t ldo, int nq, int64_t pos0, int heads, int kv_heads,
-                      int d, int threads) {
+                      float* out, int64_t ldo, int nq, int64_t pos0, int heads, int kv_heads, int d,
+                      int threads) {
   if (nq <= 0) return;
   const Geometry g{ldkv, heads / kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d))};
   // The same threshold as the tiled kernel: below it a step is a few microseconds of work and
@@ -187,8 +233,7 @@ void decode_attention(const float* q, int64_t ldq, const float* k, const float* 
     int64_t h0 = 0, h1 = 0;
     split_range(heads, omp_get_num_threads(), omp_get_thread_num(), h0, h1);
     if (h1 > h0)
-      attend_heads(q, ldq, k, v, out, ldo, nq, pos0, static_cast<int>(h0), static_cast<int>(h1),
-                   g);
+      attend_heads(q, ldq, k, v, out, ldo, nq, pos0, static_cast<int>(h0), static_cast<int>(h1), g);
   }
 }
 

@@ -12,7 +12,7 @@ namespace llmrun::cpu {
 // ldo); k and v: rows of kv_heads * d values (stride ldkv). Heads are split over up to
 // `threads` threads when the work pays for waking them.
 void decode_attention(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
-                      float* out, int64_t ldo, int nq, int64_t pos0, int heads, int kv_heads,
-                      int d, int threads);
+                      float* out, int64_t ldo, int nq, int64_t pos0, int heads, int kv_heads, int d,
+                      int threads);
 
 }  // namespace llmrun::cpu
