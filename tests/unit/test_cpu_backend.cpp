@@ -249,6 +249,23 @@ TEST_F(CpuBackendTest, ReductionsIntoTensorsAndArgmax) {
   EXPECT_EQ(ids.i32()[0], 17);
   EXPECT_EQ(ids.i32()[1], 1000);
   EXPECT_EQ(ids.i32()[2], 5);
+
+  // NaNs never win unless in column 0; -0 and +0 tie (the first wins); -inf rows give 0.
+  Tensor y = make({4, 37});
+  for (int64_t i = 0; i < y.numel(); ++i) y.f32()[i] = -1.0f - float(i % 5);
+  y.f32()[0 * 37 + 3] = NAN;
+  y.f32()[0 * 37 + 30] = 2.0f;
+  y.f32()[1 * 37 + 0] = NAN;
+  y.f32()[1 * 37 + 8] = 5.0f;
+  y.f32()[2 * 37 + 6] = -0.0f;
+  y.f32()[2 * 37 + 7] = 0.0f;
+  for (int64_t c = 0; c < 37; ++c) y.f32()[3 * 37 + c] = -INFINITY;
+  Tensor yid = make({4}, DType::i32);
+  be->argmax_rows(yid, y);
+  EXPECT_EQ(yid.i32()[0], 30);
+  EXPECT_EQ(yid.i32()[1], 0);
+  EXPECT_EQ(yid.i32()[2], 6);
+  EXPECT_EQ(yid.i32()[3], 0);
 }
 
 double gelu_ref(double x) {

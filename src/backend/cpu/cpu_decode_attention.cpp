@@ -19,7 +19,6 @@ namespace llmrun::cpu {
 namespace {
 
 struct Geometry {
-  int64_t ldkv;
   int group, d;
   float scale;
 };
@@ -59,16 +58,16 @@ inline v16 sum16(const v16 (&x)[16]) {
                                  31);
 }
 
-// s[(h - h0) * n + t] = scale * q_h . k_t for keys [0, n), heads [h0, h1). NV > 0: head_dim
+// s[(h - h0) * n + t] = scale * q_h . k_t for keys k[0, n), heads [h0, h1). NV > 0: head_dim
 // is 16 * NV and 16 keys go at a time, their dot products summed by one sum16 (rows past n
 // read `zeros` and are not stored); NV == 0: any head_dim, one key at a time.
 template <int NV>
-void scores(const float* q, const float* k, int64_t n, int h0, int h1, const Geometry& g,
+void scores(const float* q, const float* const* k, int64_t n, int h0, int h1, const Geometry& g,
             float* s) {
   const int d = g.d;
   if constexpr (NV == 0) {
     for (int64_t t = 0; t < n; ++t) {
-      const float* krow = k + t * g.ldkv;
+      const float* krow = k[t];
       for (int h = h0; h < h1; ++h) {
         const float *qh = q + int64_t(h) * d, *kh = krow + int64_t(h / g.group) * d;
         float dot = 0.0f;
@@ -84,7 +83,7 @@ void scores(const float* q, const float* k, int64_t n, int h0, int h1, const Geo
       for (int h = h0; h < h1; ++h) {
         const int64_t off = int64_t(h / g.group) * d;
         const float* rows[16];
-        for (int j = 0; j < 16; ++j) rows[j] = j < nk ? k + (t0 + j) * g.ldkv + off : zeros;
+        for (int j = 0; j < 16; ++j) rows[j] = j < nk ? k[t0 + j] + off : zeros;
         const float* qh = q + int64_t(h) * d;
         v16 acc[16];
         const v16 q0 = load16(qh);
@@ -111,13 +110,13 @@ void scores(const float* q, const float* k, int64_t n, int h0, int h1, const Geo
 // NV > 0: heads in groups whose accumulators fit 16 vector registers, each group streaming the
 // value rows in order; NV == 0: any head_dim, accumulators in `acc` ((h1 - h0) * d floats).
 template <int NV>
-void values(const float* v, float* o, const float* p, const float* inv, int64_t n, int h0, int h1,
-            const Geometry& g, float* acc) {
+void values(const float* const* v, float* o, const float* p, const float* inv, int64_t n, int h0,
+            int h1, const Geometry& g, float* acc) {
   const int d = g.d;
   if constexpr (NV == 0) {
     std::fill(acc, acc + int64_t(h1 - h0) * d, 0.0f);
     for (int64_t t = 0; t < n; ++t) {
-      const float* vrow = v + t * g.ldkv;
+      const float* vrow = v[t];
       for (int h = h0; h < h1; ++h) {
         const float w = p[int64_t(h - h0) * n + t];
         const float* vh = vrow + int64_t(h / g.group) * d;
@@ -140,7 +139,7 @@ void values(const float* v, float* o, const float* p, const float* inv, int64_t 
       v16 a[G][NV] = {};
       const float* pg = p + int64_t(g0 - h0) * n;
       for (int64_t t = 0; t < n; ++t) {
-        const float* vrow = v + t * g.ldkv;
+        const float* vrow = v[t];
         for (int i = 0; i < G; ++i) {
           if (i >= gn) break;
           const float w = pg[int64_t(i) * n + t];
@@ -158,8 +157,8 @@ void values(const float* v, float* o, const float* p, const float* inv, int64_t 
 // One query row q (all heads) against keys [0, n), heads [h0, h1) only; writes those heads'
 // output values. s: (h1 - h0) * n floats, acc: (h1 - h0) * d floats.
 template <int NV>
-void attend_row(const float* q, const float* k, const float* v, float* o, int64_t n, int h0, int h1,
-                const Geometry& g, float* s, float* acc) {
+void attend_row(const float* q, const float* const* k, const float* const* v, float* o, int64_t n,
+                int h0, int h1, const Geometry& g, float* s, float* acc) {
   const int nh = h1 - h0;
   scores<NV>(q, k, n, h0, h1, g, s);
   float inv[256];  // 1 / softmax denominator per head of the range (at most 256 heads)
@@ -180,8 +179,8 @@ void attend_row(const float* q, const float* k, const float* v, float* o, int64_
   values<NV>(v, o, s, inv, n, h0, h1, g, acc);
 }
 
-using RowKernel = void (*)(const float*, const float*, const float*, float*, int64_t, int, int,
-                           const Geometry&, float*, float*);
+using RowKernel = void (*)(const float*, const float* const*, const float* const*, float*, int64_t,
+                           int, int, const Geometry&, float*, float*);
 RowKernel row_kernel(int d) {
   switch (d) {
     case 16:
@@ -197,43 +196,52 @@ RowKernel row_kernel(int d) {
   }
 }
 
-// Rows of the query block, heads [h0, h1) in chunks of at most 256 (the inv array above).
-void attend_heads(const float* q, int64_t ldq, const float* k, const float* v, float* out,
-                  int64_t ldo, int nq, int64_t pos0, int h0, int h1, const Geometry& g) {
-  thread_local std::vector<float> s, acc;  // reused across steps: no allocation per token
-  constexpr int kChunk = 256;
-  const int64_t most_keys = pos0 + nq;
-  const int span = std::min(kChunk, h1 - h0);
-  if (s.size() < size_t(span) * size_t(most_keys)) s.resize(size_t(span) * size_t(most_keys));
-  if (acc.size() < size_t(span) * size_t(g.d)) acc.resize(size_t(span) * size_t(g.d));
-  const RowKernel attend_row = row_kernel(g.d);
-  for (int r = 0; r < nq; ++r)
-    for (int c0 = h0; c0 < h1; c0 += kChunk)
-      attend_row(q + r * ldq, k, v, out + r * ldo, pos0 + r + 1, c0, std::min(h1, c0 + kChunk), g,
-                 s.data(), acc.data());
-}
-
 }  // namespace
+
+void attend_query(const float* q, const float* const* k_rows, const float* const* v_rows, int64_t n,
+                  float* out, int heads, int kv_heads, int d, int h0, int h1) {
+  if (n <= 0 || h1 <= h0) return;
+  const Geometry g{heads / kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d))};
+  thread_local std::vector<float> s, acc;  // reused across steps: no allocation per token
+  constexpr int kChunk = 256;              // heads per call of the row kernel (its inv array)
+  const int span = std::min(kChunk, h1 - h0);
+  if (s.size() < size_t(span) * size_t(n)) s.resize(size_t(span) * size_t(n));
+  if (acc.size() < size_t(span) * size_t(d)) acc.resize(size_t(span) * size_t(d));
+  const RowKernel attend_row = row_kernel(d);
+  for (int c0 = h0; c0 < h1; c0 += kChunk)
+    attend_row(q, k_rows, v_rows, out, n, c0, std::min(h1, c0 + kChunk), g, s.data(), acc.data());
+}
 
 void decode_attention(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv,
                       float* out, int64_t ldo, int nq, int64_t pos0, int heads, int kv_heads, int d,
                       int threads) {
   if (nq <= 0) return;
-  const Geometry g{ldkv, heads / kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d))};
+  thread_local std::vector<const float*> kr, vr;  // the cache's row addresses
+  const int64_t keys = pos0 + nq;
+  kr.resize(size_t(keys));
+  vr.resize(size_t(keys));
+  for (int64_t t = 0; t < keys; ++t) {
+    kr[size_t(t)] = k + t * ldkv;
+    vr[size_t(t)] = v + t * ldkv;
+  }
+  const float *const *kp = kr.data(), *const *vp = vr.data();
+  auto rows = [&](int h0, int h1) {
+    for (int r = 0; r < nq; ++r)
+      attend_query(q + r * ldq, kp, vp, pos0 + r + 1, out + r * ldo, heads, kv_heads, d, h0, h1);
+  };
   // The same threshold as the tiled kernel: below it a step is a few microseconds of work and
   // waking the pool costs more than a second thread saves.
-  const int64_t work = int64_t(nq) * (pos0 + nq) * int64_t(heads) * d;
+  const int64_t work = int64_t(nq) * keys * int64_t(heads) * d;
   const int team = std::max(1, std::min(threads, heads));
   if (team == 1 || work <= kParallelMin * 8) {
-    attend_heads(q, ldq, k, v, out, ldo, nq, pos0, 0, heads, g);
+    rows(0, heads);
     return;
   }
 #pragma omp parallel num_threads(team)
   {
     int64_t h0 = 0, h1 = 0;
     split_range(heads, omp_get_num_threads(), omp_get_thread_num(), h0, h1);
-    if (h1 > h0)
-      attend_heads(q, ldq, k, v, out, ldo, nq, pos0, static_cast<int>(h0), static_cast<int>(h1), g);
+    rows(static_cast<int>(h0), static_cast<int>(h1));
   }
 }
 
