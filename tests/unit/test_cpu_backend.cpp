@@ -438,6 +438,35 @@ TEST_F(CpuBackendTest, RopeMatchesReferenceAndInverseIsTranspose) {
   }
 }
 
+// One-row calls (a decode step: the per-thread memo of frequencies and angles) give bitwise
+// what the same rows give inside a multi-row call, as the position, direction, theta and
+// head_dim change between calls, and repeat.
+TEST_F(CpuBackendTest, RopeSingleRowStepsMatchBatchedRows) {
+  struct Call {
+    int32_t pos;
+    bool inverse;
+    float theta;
+    int hd;
+  };
+  const std::vector<Call> calls = {{7, false, 10000.0f, 32},  {7, false, 10000.0f, 32},
+                                   {7, true, 10000.0f, 32},   {8, false, 10000.0f, 32},
+                                   {8, false, 500000.0f, 32}, {8, false, 500000.0f, 16},
+                                   {8, false, 10000.0f, 32},  {3, false, 10000.0f, 32}};
+  for (const Call& c : calls) {
+    const int heads = 3, rows = 4;
+    Tensor x = randn({rows, heads * c.hd});
+    // the row at c.pos inside a batch of rows at distinct positions
+    Tensor batch = clone(x);
+    be->rope(batch, ints({rows}, {c.pos + 40, c.pos, c.pos + 3, 1}), heads, c.hd, c.theta, {},
+             c.inverse);
+    Tensor one = clone(x).slice(1, 2);
+    be->rope(one, ints({1}, {c.pos}), heads, c.hd, c.theta, {}, c.inverse);
+    for (int i = 0; i < heads * c.hd; ++i)
+      ASSERT_EQ(one.f32()[i], batch.f32()[heads * c.hd + i])
+          << "pos " << c.pos << " inverse " << c.inverse << " theta " << c.theta << " hd " << c.hd;
+  }
+}
+
 // --------------------------------------------------------------------------- attention
 
 struct AttnRef {
