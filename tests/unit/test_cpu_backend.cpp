@@ -249,6 +249,23 @@ TEST_F(CpuBackendTest, ReductionsIntoTensorsAndArgmax) {
   EXPECT_EQ(ids.i32()[0], 17);
   EXPECT_EQ(ids.i32()[1], 1000);
   EXPECT_EQ(ids.i32()[2], 5);
+
+  // NaNs never win unless in column 0; -0 and +0 tie (the first wins); -inf rows give 0.
+  Tensor y = make({4, 37});
+  for (int64_t i = 0; i < y.numel(); ++i) y.f32()[i] = -1.0f - float(i % 5);
+  y.f32()[0 * 37 + 3] = NAN;
+  y.f32()[0 * 37 + 30] = 2.0f;
+  y.f32()[1 * 37 + 0] = NAN;
+  y.f32()[1 * 37 + 8] = 5.0f;
+  y.f32()[2 * 37 + 6] = -0.0f;
+  y.f32()[2 * 37 + 7] = 0.0f;
+  for (int64_t c = 0; c < 37; ++c) y.f32()[3 * 37 + c] = -INFINITY;
+  Tensor yid = make({4}, DType::i32);
+  be->argmax_rows(yid, y);
+  EXPECT_EQ(yid.i32()[0], 30);
+  EXPECT_EQ(yid.i32()[1], 0);
+  EXPECT_EQ(yid.i32()[2], 6);
+  EXPECT_EQ(yid.i32()[3], 0);
 }
 
 double gelu_ref(double x) {
@@ -418,6 +435,35 @@ TEST_F(CpuBackendTest, RopeMatchesReferenceAndInverseIsTranspose) {
     be->rope(rx, positions, rotated, hd, 10000.0f, {}, false);
     be->rope(riz, positions, rotated, hd, 10000.0f, {}, true);
     EXPECT_NEAR(dot(rx, z), dot(x, riz), 1e-4);
+  }
+}
+
+// One-row calls (a decode step: the per-thread memo of frequencies and angles) give bitwise
+// what the same rows give inside a multi-row call, as the position, direction, theta and
+// head_dim change between calls, and repeat.
+TEST_F(CpuBackendTest, RopeSingleRowStepsMatchBatchedRows) {
+  struct Call {
+    int32_t pos;
+    bool inverse;
+    float theta;
+    int hd;
+  };
+  const std::vector<Call> calls = {{7, false, 10000.0f, 32},  {7, false, 10000.0f, 32},
+                                   {7, true, 10000.0f, 32},   {8, false, 10000.0f, 32},
+                                   {8, false, 500000.0f, 32}, {8, false, 500000.0f, 16},
+                                   {8, false, 10000.0f, 32},  {3, false, 10000.0f, 32}};
+  for (const Call& c : calls) {
+    const int heads = 3, rows = 4;
+    Tensor x = randn({rows, heads * c.hd});
+    // the row at c.pos inside a batch of rows at distinct positions
+    Tensor batch = clone(x);
+    be->rope(batch, ints({rows}, {c.pos + 40, c.pos, c.pos + 3, 1}), heads, c.hd, c.theta, {},
+             c.inverse);
+    Tensor one = clone(x).slice(1, 2);
+    be->rope(one, ints({1}, {c.pos}), heads, c.hd, c.theta, {}, c.inverse);
+    for (int i = 0; i < heads * c.hd; ++i)
+      ASSERT_EQ(one.f32()[i], batch.f32()[heads * c.hd + i])
+          << "pos " << c.pos << " inverse " << c.inverse << " theta " << c.theta << " hd " << c.hd;
   }
 }
 

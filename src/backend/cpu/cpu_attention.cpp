@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_decode_attention.h"
 #include "backend/cpu/cpu_math.h"
 #include "backend/op_shapes.h"
 
@@ -323,6 +324,14 @@ void CpuBackend::attention_cached(Tensor out, const Tensor& q, const Tensor& k_c
                    v_cache.rows() >= start_pos + nq,
                "attention_cached: cache " + k_cache.shape_str() + " too small");
   if (nq == 0) return;
+  // A decode step (or a short speculative verify): one pass over the cache per query row,
+  // every head at once, instead of two sgemm calls per head and key tile.
+  constexpr int64_t kDecodeRows = 4;
+  if (nq <= kDecodeRows) {
+    cpu::decode_attention(q.f32(), hd, k_cache.f32(), v_cache.f32(), kvd, out.f32(), hd,
+                          static_cast<int>(nq), start_pos, heads, kv_heads, head_dim, threads_);
+    return;
+  }
   const int d = head_dim, group = heads / kv_heads, qb = blocks(nq, kBq);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const float *qp = q.f32(), *kp = k_cache.f32(), *vp = v_cache.f32();

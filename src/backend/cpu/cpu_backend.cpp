@@ -277,11 +277,19 @@ void CpuBackend::argmax_rows(Tensor ids, const Tensor& x) {
   int32_t* out = ids.i32();
 #pragma omp parallel for num_threads(threads_) if (rows > 1)
   for (int64_t r = 0; r < rows; ++r) {
+    // The first column holding the row's maximum, as a scan keeping the first strictly larger
+    // value finds it, in two vectorisable passes (a greedy decode step's whole-vocabulary
+    // pick). NaNs never win; a NaN in column 0 does, as that scan never replaces it.
     const float* row = p + r * cols;
+    float mx = row[0];
+    if (mx == mx) {
+#pragma omp simd reduction(max : mx)
+      for (int64_t c = 1; c < cols; ++c) mx = row[c] > mx ? row[c] : mx;
+    }
     int64_t best = 0;
-    for (int64_t c = 1; c < cols; ++c)
-      if (row[c] > row[best]) best = c;
-    out[r] = static_cast<int32_t>(best);
+    if (mx == mx)
+      while (best < cols && !(row[best] == mx)) ++best;
+    out[r] = static_cast<int32_t>(best < cols ? best : 0);  // cols: every value below -FLT_MAX
   }
 }
 

@@ -3,7 +3,8 @@
 // families live in separate files: cpu_backend.cpp (memory, casts, GEMM, reductions),
 // cpu_linear_rows.cpp (the batch-invariant inference linear),
 // cpu_elementwise.cpp, cpu_norms.cpp, cpu_rope.cpp, cpu_attention.cpp, cpu_paged_attention.cpp
-// (serving), cpu_embedding.cpp, cpu_loss.cpp (softmax cross-entropy) and cpu_adamw.cpp.
+// (serving), cpu_decode_attention.cpp (one query row over a cache: decode steps of both),
+// cpu_embedding.cpp, cpu_loss.cpp (softmax cross-entropy) and cpu_adamw.cpp.
 #pragma once
 #include "backend/backend.h"
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_decode_attention.h"
 #include "backend/cpu/cpu_math.h"
 #include "backend/op_shapes.h"
 
@@ -69,57 +70,37 @@ void CpuBackend::paged_attention(Tensor out, const Tensor& q, const Tensor& k_po
     for (int64_t t = qs[s]; t < qs[s + 1]; ++t) seq_of[t] = static_cast<int32_t>(s);
   }
   if (tokens == 0) return;
-  const int d = head_dim, group = heads / kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const float *qp = q.f32(), *kp = k_pool.f32(), *vp = v_pool.f32();
-  float* o = out.f32();
-  const int64_t tasks = tokens * heads;
-  // A single decode step over a short context is microseconds of work: run it on the
-  // calling thread rather than wake the pool (each task's arithmetic is the same either way).
-  const int team = static_cast<int>(std::min<int64_t>(threads_, tasks));
-#pragma omp parallel num_threads(team) if (work > cpu::kParallelMin * 8)
-  {
-    std::vector<float> acc(d), scores(block_size);
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t t = task / heads;
-      const int h = static_cast<int>(task % heads);
-      const int s = seq_of[t];
-      const int64_t pos = cl[s] - (qs[s + 1] - qs[s]) + (t - qs[s]);  // this query's position
-      const float* qrow = qp + t * hd + int64_t(h) * d;
-      const int64_t kv_off = int64_t(h / group) * d;
-      const int32_t* table = bt + int64_t(s) * max_blocks;
-      float m = -INFINITY, l = 0.0f;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t b0 = 0; b0 <= pos; b0 += block_size) {
-        const int n = static_cast<int>(std::min<int64_t>(block_size, pos + 1 - b0));
-        const int64_t base = int64_t(table[b0 / block_size]) * block_size;
-        float bm = -INFINITY;
-        for (int j = 0; j < n; ++j) {
-          const float* krow = kp + (base + j) * kvd + kv_off;
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int c = 0; c < d; ++c) dot += qrow[c] * krow[c];
-          scores[j] = dot * scale;
-          bm = std::max(bm, scores[j]);
-        }
-        const float new_m = std::max(m, bm);
-        const float correction = std::exp(m - new_m);  // 0 on the first block (m = -inf)
-        l *= correction;
-        for (int c = 0; c < d; ++c) acc[c] *= correction;
-        for (int j = 0; j < n; ++j) {
-          const float p = std::exp(scores[j] - new_m);
-          l += p;
-          const float* vrow = vp + (base + j) * kvd + kv_off;
-#pragma omp simd
-          for (int c = 0; c < d; ++c) acc[c] += p * vrow[c];
-        }
-        m = new_m;
-      }
-      float* orow = o + t * hd + int64_t(h) * d;
-      const float inv = 1.0f / l;
-      for (int c = 0; c < d; ++c) orow[c] = acc[c] * inv;
+  // Each sequence's key and value row addresses, in position order, through its block table.
+  std::vector<int64_t> first(static_cast<size_t>(num_seqs) + 1, 0);
+  for (int64_t s = 0; s < num_seqs; ++s) first[s + 1] = first[s] + cl[s];
+  std::vector<const float*> k_rows(static_cast<size_t>(first[num_seqs])), v_rows(k_rows.size());
+  const float *kp = k_pool.f32(), *vp = v_pool.f32();
+  for (int64_t s = 0; s < num_seqs; ++s)
+    for (int64_t pos = 0; pos < cl[s]; ++pos) {
+      const int64_t row =
+          int64_t(bt[s * max_blocks + pos / block_size]) * block_size + pos % block_size;
+      k_rows[first[s] + pos] = kp + row * kvd;
+      v_rows[first[s] + pos] = vp + row * kvd;
     }
+  const float* qp = q.f32();
+  float* o = out.f32();
+  // One task: a token's query against its context, for a range of heads (cpu::attend_query:
+  // a head's values do not depend on the range, so a token's output is the same whatever else
+  // is in the batch and however the heads were split). Few tokens: heads split over the team.
+  const int team = static_cast<int>(std::min<int64_t>(threads_, tokens * heads));
+  const int chunks =
+      tokens >= team ? 1 : static_cast<int>(std::min<int64_t>(heads, (team + tokens - 1) / tokens));
+  const int64_t tasks = tokens * chunks;
+#pragma omp parallel for num_threads(team) schedule(dynamic, 1) if (work > cpu::kParallelMin * 8)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t t = task / chunks;
+    const int s = seq_of[t];
+    const int64_t pos = cl[s] - (qs[s + 1] - qs[s]) + (t - qs[s]);  // this query's position
+    int64_t h0 = 0, h1 = 0;
+    cpu::split_range(heads, chunks, static_cast<int>(task % chunks), h0, h1);
+    cpu::attend_query(qp + t * hd, k_rows.data() + first[s], v_rows.data() + first[s], pos + 1,
+                      o + t * hd, heads, kv_heads, head_dim, static_cast<int>(h0),
+                      static_cast<int>(h1));
   }
 }
 
