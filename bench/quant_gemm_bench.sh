@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Quantized GEMM kernels by SIMD level (issue 19): QuantPlan::run over one weight matrix of
-# seeded random values, per type, at avx512 and avx2 (set_simd_level), one thread; the best of
+# seeded random values, per type, at avx512 (Q8_0/Q4_0/Q4_K/Q6_K in the x16 layout there) and
+# avx2 (set_simd_level), one thread; the best of
 # 30 runs in thread CPU time (CLOCK_THREAD_CPUTIME_ID), so other load on a shared machine
 # costs less than in wall time. Builds a small program against BUILD's libllmrun_core.a.
 #   bash bench/quant_gemm_bench.sh BUILD_DIR ["OUT IN N" ...]

@@ -4,10 +4,11 @@
 // Q8_0 activations, Q4_K and Q6_K against Q8_K, F32/F16/BF16 against plain f32.
 // Integer products are summed exactly within a block; the scales are applied per block in
 // fp32. Kernels come in levels chosen at run time from what the CPU has (cpuid): "avx512"
-// (F/BW/VL/VNNI: tiles of several weight rows x several activation rows, each weight block
-// decoded once per tile), "avx2" (AVX2+FMA+F16C, one row pair at a time; the float types as
-// tiles too, quant_dot_float_avx2.cpp) and "scalar", the reference the others are tested
-// against.
+// (F/BW/VL/VNNI: float tiles here; Q8_0/Q4_0/Q4_K/Q6_K weights run in the x16 layout,
+// x16_layout.h, and vec_dot/dot_tile give them the avx2 values), "avx2" (AVX2+FMA+F16C: tiles
+// of up to 4 weight rows x 4 activation rows, each weight block decoded once per tile; the
+// float types as tiles too, quant_dot_float_avx2.cpp) and "scalar", the reference the others
+// are tested against.
 //
 // Batch invariance: at a given level an element's value is bitwise the same whether it is
 // computed by vec_dot or inside any tile of dot_tile, so the quantized GEMM gives a row the

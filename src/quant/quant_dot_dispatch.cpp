@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
-#include <vector>
 
 #include "quant/quant_dot.h"
 #include "quant/quant_dot_kernels.h"
@@ -74,9 +73,8 @@ float vec_dot(QType t, int64_t n, const void* wv, const void* av) {
   const auto* a = static_cast<const uint8_t*>(av);
   const SimdLevel l = active_simd_level();
   float v;
-  if (l >= SimdLevel::avx512 && (detail::dot_tile_avx512(t, n, &w, 1, a, 0, 1, &v) ||
-                                 detail::dot_tile_float_avx512(t, n, &w, 1, a, 0, 1, &v)))
-    return v;
+  // AVX-512 has float kernels only here (its block types run in the x16 layout, x16_layout.h)
+  if (l >= SimdLevel::avx512 && detail::dot_tile_float_avx512(t, n, &w, 1, a, 0, 1, &v)) return v;
   if (l >= SimdLevel::avx2 && (detail::dot_tile_float_avx2(t, n, &w, 1, a, 0, 1, &v) ||
                                detail::vec_dot_avx2(t, n, w, a, &v)))
     return v;
@@ -86,20 +84,6 @@ float vec_dot(QType t, int64_t n, const void* wv, const void* av) {
 void dot_tile(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a, size_t a_stride,
               int C, float* out) {
   const SimdLevel l = active_simd_level();
-  // several activation rows of a block type: the batched kernels, as QuantPlan runs them
-  if (l >= SimdLevel::avx512 && C > 1 && detail::has_panel_kernel_avx512(t)) {
-    const size_t ps = detail::panel_row_bytes_avx512(t, n);
-    if (ps == 0) {  // the kernels read the activation rows as they are
-      detail::dot_panel_avx512(t, n, w, R, a, a_stride, C, out);
-      return;
-    }
-    thread_local std::vector<uint8_t> panel;
-    if (panel.size() < ps * size_t(C)) panel.resize(ps * size_t(C));
-    for (int c = 0; c < C; ++c)
-      detail::pack_panel_avx512(t, a + size_t(c) * a_stride, n, panel.data() + size_t(c) * ps);
-    detail::dot_panel_avx512(t, n, w, R, panel.data(), ps, C, out);
-    return;
-  }
   // The tile kernels take up to kTileMax activation rows, so C goes in chunks; a kernel refuses
   // a type it has no code for on the first chunk, and the next candidate is tried.
   using TileKernel =
@@ -113,9 +97,7 @@ void dot_tile(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t*
     }
     return true;
   };
-  if (l >= SimdLevel::avx512 &&
-      (in_chunks(detail::dot_tile_avx512) || in_chunks(detail::dot_tile_float_avx512)))
-    return;
+  if (l >= SimdLevel::avx512 && in_chunks(detail::dot_tile_float_avx512)) return;
   if (l >= SimdLevel::avx2 &&
       (in_chunks(detail::dot_tile_float_avx2) || in_chunks(detail::dot_tile_avx2)))
     return;

@@ -2,10 +2,11 @@
 // One activation row against a quantized weight matrix (a decode step): y = x W^T for n = 1.
 //
 // The tiles of quant_dot.h serve batches; for one row they pay per-tile bookkeeping, rebuild
-// their constants per call and reload every activation block per weight row. The kernels
-// here walk a run of contiguous weight rows of one type with the activation prepared once
-// (Q8_0/Q4_0: the activation pairs with their offset sums; Q6_K: the -32 corrections), the
-// constants hoisted out of the row loop.
+// their constants per call and reload every activation block per weight row. The AVX2 kernels
+// here (quant_gemv_avx2.cpp, Q8_0/Q4_0/Q4_K/Q6_K; the AVX-512 level runs those types in the
+// x16 layout, and these where its level is lowered after construction) walk a run of
+// contiguous weight rows of one type with the activation prepared once, the constants hoisted
+// out of the row loop. Other types take dot_tile's one-activation tiles.
 //
 // Batch invariance: every output element is computed with exactly the arithmetic vec_dot and
 // dot_tile use at the active SIMD level (the same per-lane integer sums, the same fp32 scale

@@ -7,13 +7,10 @@
 
 namespace llmrun::quant::detail {
 
-// AVX-512 F/BW/VL/VNNI (quant_gemv_avx512.cpp): out[r] = dot_tile_avx512's 1 x 1 value of
-// (w + r * stride, a) for r < rows; false when the type has no kernel here.
-bool gemv_avx512(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows,
-                 const uint8_t* a, float* out);
-
 // AVX2 + FMA + F16C (quant_gemv_avx2.cpp): out[r] = vec_dot_avx2's value of
-// (w + r * stride, a) for r < rows; false when the type has no kernel here.
+// (w + r * stride, a) for r < rows; false when the type has no kernel here. Also the
+// AVX-512 level's kernels for its types (Q8_0/Q4_0/Q4_K/Q6_K), which that level runs in the
+// x16 layout (x16_layout.h) and otherwise leaves to AVX2.
 bool gemv_avx2(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows, const uint8_t* a,
                float* out);
 

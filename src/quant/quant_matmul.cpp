@@ -7,7 +7,6 @@
 #include <algorithm>
 
 #include "quant/quant_dot.h"
-#include "quant/quant_dot_kernels.h"
 #include "util/error.h"
 
 namespace llmrun::quant {
@@ -57,36 +56,26 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
       next = s.first + s.rows;
     }
   tile_up_to(out);
-  // Batches go to the batched AVX-512 kernels where the type has them (activation rows
-  // re-laid once per GEMM when the type wants a panel).
-  const bool wide = n >= 2 && active_simd_level() >= SimdLevel::avx512 && !tiles.empty();
-  // Each activation row quantized once per format the weights need (and packed into its
-  // panel form, or the x16 segments' forms); the buffers are the calling thread's, kept
-  // between calls.
-  thread_local std::vector<std::vector<uint8_t>> acts, panels, forms;
+  // Each activation row quantized once per format the weights need (and re-laid into the x16
+  // segments' forms); the buffers are the calling thread's, kept between calls.
+  thread_local std::vector<std::vector<uint8_t>> acts, forms;
   const size_t formats = act_types_.size();
-  if (acts.size() < formats) acts.resize(formats), panels.resize(formats);
+  if (acts.size() < formats) acts.resize(formats);
   const std::vector<GemvPlan::X16Form>& xf = gemv_.x16_forms();
   if (forms.size() < xf.size()) forms.resize(xf.size());
   // Plain pointers for the workers (a thread_local named inside a parallel region would be
   // each worker's own), one per activation format (f32, Q8_0, Q8_K).
-  size_t stride[3] = {}, pstride[3] = {};
+  size_t stride[3] = {};
   const uint8_t* act_rows[3] = {};
-  const uint8_t* panel_rows[3] = {};
   LLMRUN_CHECK(formats <= 3, "quant_matmul: more than three activation formats");
   std::vector<const uint8_t*> form_rows(xf.size(), nullptr);
   std::vector<size_t> form_stride(xf.size(), 0);
   for (size_t k = 0; k < formats; ++k) {
     const QType at = act_types_[k];
     stride[k] = row_bytes(at, cols);
-    // the panel form is the activation format's (Q8_0 for Q8_0 and Q4_0 weights alike)
-    pstride[k] = wide && at == QType::q8_0 ? detail::panel_row_bytes_avx512(at, cols) : 0;
     if (acts[k].size() < stride[k] * size_t(n)) acts[k].resize(stride[k] * size_t(n));
-    if (panels[k].size() < pstride[k] * size_t(n)) panels[k].resize(pstride[k] * size_t(n));
     uint8_t* dst = acts[k].data();
-    uint8_t* pan = panels[k].data();
     act_rows[k] = dst;
-    panel_rows[k] = pan;
     // the x16 forms made from this format (only those an active segment reads)
     std::vector<std::pair<const detail::X16Matrix*, uint8_t*>> prep;
     for (size_t f = 0; f < xf.size(); ++f) {
@@ -103,13 +92,12 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
       form_rows[f] = forms[f].data();
       prep.push_back({xf[f].by, forms[f].data()});
     }
-    const size_t as = stride[k], ps = pstride[k];
+    const size_t as = stride[k];
     const auto* pr = prep.data();
     const size_t np = prep.size();
 #pragma omp parallel for if (n > 1 && n * cols > 32768)
     for (int64_t i = 0; i < n; ++i) {
       quantize_row(at, x + i * cols, dst + size_t(i) * as, cols);
-      if (ps) detail::pack_panel_avx512(at, dst + size_t(i) * as, cols, pan + size_t(i) * ps);
       for (size_t j = 0; j < np; ++j)
         pr[j].first->prepare_act(dst + size_t(i) * as,
                                  pr[j].second + size_t(i) * pr[j].first->act_bytes());
@@ -136,11 +124,10 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
   }
   if (tiles.empty()) return;
   // Output rows [o0, o1) x activation rows [i0, i1) (at most kTileActs) in tiles of up to
-  // kDotTileMax weight rows of one type x the activation rows (batched kernels) or
-  // kDotTileMax of them (dot_tile).
+  // kDotTileMax weight rows of one type x kDotTileMax activation rows (dot_tile).
   auto block = [&](int64_t o0, int64_t o1, int64_t i0, int64_t i1) {
     const uint8_t* w[kDotTileMax];
-    float v[kDotTileMax * kTileActs];
+    float v[kDotTileMax * kDotTileMax];
     for (int64_t o = o0; o < o1;) {
       const Row& first = rows_[size_t(o)];
       int R = 0;
@@ -159,18 +146,10 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
             dst = accumulate ? dst + val : val;
           }
       };
-      if (wide && detail::has_panel_kernel_avx512(first.type)) {
-        // the activation rows [i0, i1) in one call (its own register groups)
-        const size_t ps = pstride[f] ? pstride[f] : stride[f];
-        const uint8_t* a = (pstride[f] ? panel_rows[f] : act_rows[f]) + size_t(i0) * ps;
-        detail::dot_panel_avx512(first.type, cols, w, R, a, ps, int(i1 - i0), v);
-        store(i0, int(i1 - i0));
-      } else {
-        for (int64_t i = i0; i < i1; i += kDotTileMax) {
-          const int C = int(std::min<int64_t>(kDotTileMax, i1 - i));
-          dot_tile(first.type, cols, w, R, act_rows[f] + size_t(i) * stride[f], stride[f], C, v);
-          store(i, C);
-        }
+      for (int64_t i = i0; i < i1; i += kDotTileMax) {
+        const int C = int(std::min<int64_t>(kDotTileMax, i1 - i));
+        dot_tile(first.type, cols, w, R, act_rows[f] + size_t(i) * stride[f], stride[f], C, v);
+        store(i, C);
       }
       o += R;
     }

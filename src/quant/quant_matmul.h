@@ -3,22 +3,19 @@
 //
 // Each activation row is quantized once (Q8_0 or Q8_K, as llama.cpp does), then the output
 // is computed in tiles of up to 4 weight rows x 4 activation rows (dot_tile: each weight block
-// decoded once per tile). From 2 activation rows on, the AVX-512 level runs its batched
-// kernels instead (Q8_0, Q4_0, Q4_K, Q6_K: the activation rows re-laid once per GEMM, a weight
-// block decoded once per group of up to 4 or 8 activation rows; quant_dot_kernels.h).
-// Batches of more than kRowsForBlocking rows walk groups of output
+// decoded once per tile). Batches of more than kRowsForBlocking rows walk groups of output
 // rows whose weight blocks stay in cache while the group meets every activation row. At a
 // given SIMD level an element's value does not depend on the tile it was computed in
 // (quant_dot.h), so a sequence's logits are bitwise the same whatever it is batched with:
 // batch invariance costs nothing here, and `serve --deterministic` and the default behave
 // alike on quantized weights.
 //
-// Parts whose type has an x16 table at the active level (x16_layout.h: Q8_0 and Q4_0 on
-// AVX-512 VNNI CPUs) are repacked at construction into groups of 16 interleaved rows and run
-// in that layout for every n, decode included (GemvPlan holds the copies): each output then
-// takes one int32 block sum and one fp32 multiply-add per block whatever n is, so those rows
-// too are bitwise the same alone and in any batch (their values are the x16 dot's, within
-// fp32 rounding of vec_dot's, not bitwise vec_dot's).
+// Parts whose type has an x16 table at the active level (x16_layout.h: Q8_0, Q4_0, Q4_K and
+// Q6_K on AVX-512 VNNI CPUs, the only CPUs that run the avx512 level) are repacked at construction
+// into groups of 16 interleaved rows and run in that layout for every n, decode included (GemvPlan
+// holds the copies): each output then takes one int32 block sum and one fp32 multiply-add per block
+// whatever n is, so those rows too are bitwise the same alone and in any batch (their values are
+// the x16 dot's, within fp32 rounding of vec_dot's, not bitwise vec_dot's).
 #include <cstdint>
 #include <vector>
 

@@ -263,8 +263,8 @@ struct LevelGuard {
   ~LevelGuard() { set_simd_level(saved); }
 };
 
-// Row width per type: an odd number of 32-value blocks where the format allows (the AVX-512
-// kernels pair blocks, so the last one goes alone).
+// Row width per type: an odd number of 32-value blocks where the format allows (kernels that
+// pair blocks, as the x16 ones do, leave the last one alone).
 int64_t width(QType t, int64_t k_width) { return block_values(t) == 256 ? k_width : k_width + 32; }
 
 TEST(QuantDot, SimdMatchesScalarAndFloat) {
