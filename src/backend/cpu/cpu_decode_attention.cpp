@@ -24,7 +24,12 @@ struct Geometry {
 };
 
 // 16 floats as one value: GCC and Clang lower it to whatever vectors -march allows (one zmm
-// with AVX-512, two ymm with AVX2), so the code stays portable.
+// with AVX-512, two ymm with AVX2), so the code stays portable. Below AVX-512 GCC warns that
+// passing it by value has another ABI than with AVX-512 (-Wpsabi); every function taking it is
+// internal to this file, so no call crosses that boundary.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 typedef float v16 __attribute__((vector_size(64)));
 inline v16 load16(const float* p) {
   v16 v;
