@@ -57,11 +57,12 @@ bash -n b/run-checks.sh || fail "run-checks.sh does not parse"
 b/run-checks.sh --list > list.txt || fail "run-checks.sh --list failed"
 [ "$(awk '$2 !~ /^part[123]$/' list.txt)" = "" ] || fail "a check outside part1-3: $(cat list.txt)"
 [ "$(awk '{print $1}' list.txt | sort | uniq -d)" = "" ] || fail "a check is listed twice"
+UNIT=$(find "$(dirname "$LLMRUN")" -maxdepth 3 -type f -name llmrun_unit_tests | head -n 1)
 cuda_build=0; "$LLMRUN" --version 2>&1 | head -n 1 | grep -qi cuda && cuda_build=1
 while read -r name part filter; do
   [ -n "$filter" ] || continue
   [ $cuda_build = 0 ] && [[ $filter == */cuda* ]] && continue  # no CUDA instances in a CPU-only build
-  n=$("$(dirname "$LLMRUN")/llmrun_unit_tests" --gtest_list_tests --gtest_filter="$filter" | grep -c '^  ' || true)
+  n=$("$UNIT" --gtest_list_tests --gtest_filter="$filter" | grep -c '^  ' || true)
   [ "$n" -gt 0 ] || fail "check $name: its filter $filter matches no unit test"
 done < list.txt
 expect_exit 2 'no check named' env CHECKS=no_such_check b/run-checks.sh res-none
