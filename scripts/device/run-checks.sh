@@ -185,6 +185,8 @@ gtest_check() {
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then record "$name" FAIL "timed out (budget); $(grep -c '^\[       OK' "$LOG/$name.log") tests passed before"
   elif [ $rc -ne 0 ]; then record "$name" FAIL "$(grep -m1 -E '^\[  FAILED' "$LOG/$name.log" || tail -n 1 "$LOG/$name.log")"
   elif [ "${ran:-0}" -eq 0 ]; then record "$name" FAIL "the filter $filter matched no test"
+  elif [ $gpu_ok = 1 ] && [[ $why == *"no CUDA device"* ]]; then
+    record "$name" FAIL "${skipped:-0} of $ran tests say '$why' although nvidia-smi lists $gpus GPU(s)"
   elif [ "${passed:-0}" -eq 0 ]; then record "$name" "${why:-SKIPPED: every test skipped}" "$ran tests skipped"
   else record "$name" PASS "$passed of $ran tests passed${skipped:+, $skipped skipped ($why)}${worst:+; GEMM error/tolerance $worst}"; fi
 }
