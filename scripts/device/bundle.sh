@@ -77,12 +77,14 @@ chmod 644 "$STAGE"/lib/*
 # RUNPATHs name this machine's directories (/usr/lib/x86_64-linux-gnu/openmpi/lib, ...): each
 # becomes the bundle's lib/ relative to the file ($ORIGIN), keeping only the CUDA toolkit's
 # entries (the CUDA stack comes from the GPU machine), so nothing looks outside the bundle.
+# Every file gets one, those that had none too (libopenblas finds libgfortran so): the bundle
+# then needs no LD_LIBRARY_PATH, which would hand its libraries (libstdc++, libz, ...) to the
+# GPU machine's Python as well.
 command -v patchelf >/dev/null || { echo "bundle: needs patchelf (apt-get install patchelf)" >&2; exit 1; }
 relink() {  # relink ORIGIN_TO_LIB FILE...
   local to=$1 f old keep; shift
   for f in "$@"; do
     old=$(patchelf --print-rpath "$f" 2>/dev/null) || continue
-    [ -n "$old" ] || continue
     keep=$(tr ':' '\n' <<<"$old" | { grep -E '^/usr/local/cuda' || true; } | paste -sd: -)
     patchelf --set-rpath "\$ORIGIN/$to${keep:+:$keep}" "$f"
   done

@@ -3,9 +3,10 @@
 
   checks.py record RESULTS NAME RESULT FIGURE [DETAIL]
       append one check (RESULT: PASS, FAIL or "SKIPPED: why") to RESULTS/checks.jsonl
-  checks.py parity CUDA.jsonl CPU.jsonl --tol T [--after N] [--steps S]
+  checks.py parity CUDA.jsonl CPU.jsonl --tol T [--after N] [--steps S] [--window W]
       compare the per-step losses of two training metrics files: every step > N must
-      agree within relative tolerance T; prints one JSON object, exits 0 (agree) or 1
+      agree within relative tolerance T (with W > 1: the means of W consecutive steps, the
+      first window starting after step N); prints one JSON object, exits 0 (agree) or 1
   checks.py metric FILE.jsonl KEY [--skip N]
       median of KEY over the rows of a metrics file whose step > N (bench figures)
   checks.py summary RESULTS [--commit C] [--device D]
@@ -38,10 +39,22 @@ def losses(path):
     return {r["step"]: float(r["loss"]) for r in read_jsonl(path) if "loss" in r and "step" in r}
 
 
-def parity(a_path, b_path, tol, after, steps):
+def window_means(loss, after, window):
+    """{last step of the window: mean loss} over complete windows of consecutive steps."""
+    out, s = {}, after + 1
+    while all(t in loss for t in range(s, s + window)):
+        out[s + window - 1] = sum(loss[t] for t in range(s, s + window)) / window
+        s += window
+    return out
+
+
+def parity(a_path, b_path, tol, after, steps, window=1):
     a, b = losses(a_path), losses(b_path)
     want = range(1, steps + 1) if steps else sorted(set(a) | set(b))
     missing = [s for s in want if s not in a or s not in b]
+    if window > 1 and not missing:
+        a, b = window_means(a, after, window), window_means(b, after, window)
+        want = sorted(set(a) & set(b))
     worst_step, worst = None, 0.0
     for s in want:
         if s in missing or s <= after:
@@ -52,7 +65,7 @@ def parity(a_path, b_path, tol, after, steps):
     ok = not missing and worst_step is not None and worst <= tol
     out = {"ok": ok, "max_rel_diff": worst, "worst_step": worst_step, "tol": tol, "after_step": after,
            "steps_compared": sum(1 for s in want if s not in missing and s > after),
-           "missing_steps": missing[:10]}
+           "missing_steps": missing[:10], "window": window}
     if worst_step is not None:
         out["loss_a"], out["loss_b"] = a[worst_step], b[worst_step]
     return out
@@ -115,6 +128,7 @@ def main():
     p.add_argument("--tol", type=float, required=True)
     p.add_argument("--after", type=int, default=0, help="compare only steps after this one")
     p.add_argument("--steps", type=int, default=0, help="steps 1..S must be in both files")
+    p.add_argument("--window", type=int, default=1, help="compare means of this many steps")
     p = sub.add_parser("metric")
     p.add_argument("path")
     p.add_argument("key")
@@ -127,7 +141,7 @@ def main():
     if a.cmd == "record":
         record(a.results, a.name, a.result, a.figure, a.detail)
     elif a.cmd == "parity":
-        out = parity(a.a, a.b, a.tol, a.after, a.steps)
+        out = parity(a.a, a.b, a.tol, a.after, a.steps, a.window)
         print(json.dumps(out))
         sys.exit(0 if out["ok"] else 1)
     elif a.cmd == "metric":

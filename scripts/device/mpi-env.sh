@@ -8,8 +8,8 @@
 # configure time and its PMIx parameter file names its own directory.
 _mpi=$1/mpi
 if [ -x "$_mpi/bin/mpirun" ]; then
+  # Its programs and components find the bundle's libraries through their RUNPATH (bundle.sh).
   export PATH="$_mpi/bin:$PATH"
-  export LD_LIBRARY_PATH="$1/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export OPAL_PREFIX="$_mpi" OPAL_EXEC_PREFIX="$_mpi" OPAL_BINDIR="$_mpi/bin" OPAL_LIBDIR="$1/lib" \
     OPAL_PKGLIBDIR="$_mpi/lib/openmpi" OPAL_DATAROOTDIR="$_mpi/share" OPAL_DATADIR="$_mpi/share" \
     OPAL_PKGDATADIR="$_mpi/share/openmpi" OPAL_SYSCONFDIR="$_mpi/etc" OPAL_LIBEXECDIR="$_mpi/bin"

@@ -23,8 +23,13 @@ inline __m512 round_half_away(__m512 v) {
   const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
   const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
   const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-  const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f),
-                                  _mm512_and_ps(v, _mm512_set1_ps(-0.0f)));  // copysign(1, v)
+  // copysign(1, v) with AVX-512F's integer and/or: _mm512_or_ps/_mm512_and_ps are AVX-512DQ,
+  // which this file's target (and the level's cpuid check) leaves out; -march=x86-64-v3
+  // builds (the GPU bundle) fail on them.
+  const __m512i sign =
+      _mm512_and_si512(_mm512_castps_si512(v), _mm512_castps_si512(_mm512_set1_ps(-0.0f)));
+  const __m512 one =
+      _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(_mm512_set1_ps(1.0f)), sign));
   return _mm512_mask_add_ps(t, up, t, one);
 }
 

@@ -51,6 +51,22 @@ bash "$SRC/scripts/device/check-bundled-mpi.sh" b mpi-check > mpi.txt 2>&1 || { 
 grep -q '^bundled mpirun: PASS (2 ranks' mpi.txt || { cat mpi.txt; fail "the bundled mpirun: no PASS line"; }
 cat mpi.txt
 
+# The check table: the parts hold every check once, and every gtest filter a check runs
+# matches tests of this build (a filter matching nothing would pass nothing on the GPU).
+bash -n b/run-checks.sh || fail "run-checks.sh does not parse"
+b/run-checks.sh --list > list.txt || fail "run-checks.sh --list failed"
+[ "$(awk '$2 !~ /^part[123]$/' list.txt)" = "" ] || fail "a check outside part1-3: $(cat list.txt)"
+[ "$(awk '{print $1}' list.txt | sort | uniq -d)" = "" ] || fail "a check is listed twice"
+UNIT=$(find "$(dirname "$LLMRUN")" -maxdepth 3 -type f -name llmrun_unit_tests | head -n 1)
+cuda_build=0; "$LLMRUN" --version 2>&1 | head -n 1 | grep -qi cuda && cuda_build=1
+while read -r name part filter; do
+  [ -n "$filter" ] || continue
+  [ $cuda_build = 0 ] && [[ $filter == */cuda* ]] && continue  # no CUDA instances in a CPU-only build
+  n=$("$UNIT" --gtest_list_tests --gtest_filter="$filter" | grep -c '^  ' || true)
+  [ "$n" -gt 0 ] || fail "check $name: its filter $filter matches no unit test"
+done < list.txt
+expect_exit 2 'no check named' env CHECKS=no_such_check b/run-checks.sh res-none
+
 # --- run-checks.sh from the bundle --------------------------------------------------------
 CHECKS=version,doctor,parity_gpt2_fp32,bench_torch_train,generate_gpt2_vs_torch_oracle b/run-checks.sh res > table.txt 2> checks.log ||
   { cat checks.log table.txt; fail "run-checks.sh failed"; }
@@ -67,7 +83,11 @@ if not sys.argv[2]:  # no driver here: every GPU check says so
 g = c["generate_gpt2_vs_torch_oracle"]
 assert g["result"] == "PASS" and g["figure"].startswith("48/48 tokens equal"), g
 assert r["counts"]["fail"] == 0 and sum(r["counts"].values()) == 5, r["counts"]
+assert all(x["detail"].endswith(" s") for x in r["checks"]), r["checks"]
 PY
+# What comes back from the device tool's $OUT: at most eight files (the logs travel packed).
+[ "$(ls res | sort | paste -sd' ')" = "checks.jsonl logs.tar.gz results.json summary.txt" ] || fail "results dir holds: $(ls res)"
+tar -tzf res/logs.tar.gz | grep -q 'generate_gpt2_vs_torch_oracle.log' || fail "logs.tar.gz lacks the generate log"
 
 # The comparison can fail: against the same model with its final norm negated (argmax turns
 # into argmin) the tokens differ, and the first mismatch is reported.
