@@ -60,6 +60,24 @@ struct RopeMemo {
   }
 };
 
+// Rotates the first rotated_heads heads of one row by the angles' cosines c[0, half) and
+// sines c[half, 2 half): one function for the decode step and the batched rows, so both give
+// the same bits.
+inline void rotate_row(float* row, const float* c, int rotated_heads, int head_dim) {
+  const int half = head_dim / 2;
+  const float* s = c + half;
+  for (int h = 0; h < rotated_heads; ++h) {
+    float* x1 = row + static_cast<int64_t>(h) * head_dim;
+    float* x2 = x1 + half;
+#pragma omp simd
+    for (int i = 0; i < half; ++i) {
+      const float a = x1[i], b = x2[i];
+      x1[i] = a * c[i] - b * s[i];
+      x2[i] = b * c[i] + a * s[i];
+    }
+  }
+}
+
 }  // namespace
 
 void CpuBackend::rope(Tensor x, const Tensor& positions, int rotated_heads, int head_dim,
@@ -79,17 +97,7 @@ void CpuBackend::rope(Tensor x, const Tensor& positions, int rotated_heads, int 
   const int32_t* pos = positions.i32();
   float* xp = x.f32();
   if (rows == 1) {  // a decode step: the memo's angles, on this thread
-    const float *c = memo.angles_at(pos[0], sign), *s = c + half;
-    for (int h = 0; h < rotated_heads; ++h) {
-      float* x1 = xp + static_cast<int64_t>(h) * head_dim;
-      float* x2 = x1 + half;
-#pragma omp simd
-      for (int i = 0; i < half; ++i) {
-        const float a = x1[i], b = x2[i];
-        x1[i] = a * c[i] - b * s[i];
-        x2[i] = b * c[i] + a * s[i];
-      }
-    }
+    rotate_row(xp, memo.angles_at(pos[0], sign), rotated_heads, head_dim);
     return;
   }
   const auto [pmin_it, pmax_it] = std::minmax_element(pos, pos + rows);
@@ -117,17 +125,7 @@ void CpuBackend::rope(Tensor x, const Tensor& positions, int rotated_heads, int 
         angles(pos[r], inv_freq, sign, local.data(), local.data() + half);
         c = local.data();
       }
-      const float* s = c + half;
-      for (int h = 0; h < rotated_heads; ++h) {
-        float* x1 = xp + r * cols + static_cast<int64_t>(h) * head_dim;
-        float* x2 = x1 + half;
-#pragma omp simd
-        for (int i = 0; i < half; ++i) {
-          const float a = x1[i], b = x2[i];
-          x1[i] = a * c[i] - b * s[i];
-          x2[i] = b * c[i] + a * s[i];
-        }
-      }
+      rotate_row(xp + r * cols, c, rotated_heads, head_dim);
     }
   }
 }
