@@ -81,9 +81,7 @@ void GemvPlan::run(const float* x, float* y, const float* bias, bool accumulate)
       form_at[f] = a;
       continue;
     }
-    bool used = false;
-    for (const Segment& s : segments_) used = used || (s.form == int(f) && x16_active(s));
-    if (used) xf.by->prepare_act(a, forms.data() + at);
+    if (form_used(int(f))) xf.by->prepare_act(a, forms.data() + at);
     form_at[f] = forms.data() + at;
     at += xf.by->act_bytes();
   }

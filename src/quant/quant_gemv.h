@@ -67,6 +67,12 @@ class GemvPlan {
   static bool x16_active(const Segment& s) {
     return s.x16 && detail::x16_ops(s.type) == s.x16->ops();
   }
+  // Whether a segment that runs its x16 copy reads activation form f (only those are made).
+  bool form_used(int f) const {
+    for (const Segment& s : segments_)
+      if (s.form == f && x16_active(s)) return true;
+    return false;
+  }
 
  private:
   int64_t cols_ = 0, out_ = 0;

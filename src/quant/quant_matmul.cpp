@@ -84,9 +84,7 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
         form_rows[f] = dst, form_stride[f] = stride[k];
         continue;
       }
-      bool used = false;
-      for (const GemvPlan::Segment* s : x16) used = used || s->form == int(f);
-      if (!used) continue;
+      if (!gemv_.form_used(int(f))) continue;
       form_stride[f] = xf[f].by->act_bytes();
       if (forms[f].size() < form_stride[f] * size_t(n)) forms[f].resize(form_stride[f] * size_t(n));
       form_rows[f] = forms[f].data();
