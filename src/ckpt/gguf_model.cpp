@@ -22,8 +22,10 @@
 #include "model/hf_config.h"
 #include "model/param_layout.h"
 #include "quant/quant_dot.h"
+#include "quant/quant_gemv.h"
 #include "quant/quantized_embedding.h"
 #include "quant/quantized_linear.h"
+#include "quant/weight_arena.h"
 #include "util/error.h"
 #include "util/heap_release.h"
 #include "util/json_file.h"
@@ -197,7 +199,9 @@ uint32_t file_type(GgufQuant q) {
 struct GgufWeights {
   std::shared_ptr<GgufReader> reader;
   std::unique_ptr<ReservedParams> reserved;  // the fp32 store (norms, biases, tables)
-  std::vector<std::vector<uint8_t>> owned;   // q/k rows reordered for llama
+  // Copies of weight rows (weight_arena.h, huge pages): q/k rows reordered for llama, and the
+  // rows no plan repacks.
+  std::vector<std::shared_ptr<uint8_t>> owned;
   quant::QuantizedLinear runner;
 };
 
@@ -510,12 +514,12 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
       const size_t rb = quant::row_bytes(t.type, row);
       if (site && !dequantize) {
         if (perm && spec.shape.size() == 2) {  // rows back into Hugging Face order
-          std::vector<uint8_t> rows_hf(t.bytes);
+          std::shared_ptr<uint8_t> rows_hf = quant::weight_copy_bytes(t.bytes);
           for (int64_t gr = 0; gr < rows; ++gr)
-            std::memcpy(rows_hf.data() + size_t(hf_row_of_gguf_row(gr, hd)) * rb,
+            std::memcpy(rows_hf.get() + size_t(hf_row_of_gguf_row(gr, hd)) * rb,
                         data + size_t(gr) * rb, rb);
-          weights->owned.push_back(std::move(rows_hf));
-          data = weights->owned.back().data();
+          weights->owned.push_back(rows_hf);
+          data = rows_hf.get();
           r.release(t);  // read once, into the reordered copy
         }
         sites[{site->layer, int(site->kind)}].push_back({t.type, rows, row, data});
@@ -563,6 +567,19 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
     // few rows it reads), so the file and the copy are never both resident.
     std::map<const uint8_t*, const GgufTensorInfo*> mapped;
     for (const GgufTensorInfo& t : r.tensors()) mapped[r.data(t)] = &t;
+    // The rows no plan repacks (F16, BF16, F32, types without an x16 form) are copied as they
+    // are, into huge pages: a decode step streams them about 30% faster than from the file's
+    // 4 KiB pages (weight_arena.h).
+    for (auto& [key, parts] : sites)
+      for (quant::QuantMatrix& p : parts) {
+        auto it = mapped.find(p.data);
+        if (it == mapped.end() || quant::plan_repacks(p.type)) continue;
+        const GgufTensorInfo& t = *it->second;
+        weights->owned.push_back(
+            quant::copy_weight_rows(p.data, p.row_stride(), p.rows,
+                                    [&](const uint8_t*, size_t bytes) { r.release(t, bytes); }));
+        p.data = weights->owned.back().get();
+      }
     weights->runner.attach(*m.model, sites, {}, [&](const uint8_t* source, size_t bytes) {
       auto it = mapped.find(source);
       if (it != mapped.end()) r.release(*it->second, bytes);

@@ -27,6 +27,8 @@ void gemv_rows(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows
   }
 }
 
+bool plan_repacks(QType t) { return detail::x16_ops(t) != nullptr; }
+
 GemvPlan::GemvPlan(const std::vector<QuantMatrix>& parts, const detail::CopyProgress& progress) {
   LLMRUN_CHECK(!parts.empty(), "quant_matmul: no weight parts");
   cols_ = parts[0].cols;

@@ -29,6 +29,10 @@ struct QuantMatrix;
 void gemv_rows(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows, const uint8_t* a,
                float* out);
 
+// Whether a plan made now keeps parts of type t in a layout of its own (the x16 layout at the
+// active SIMD level), copying their rows itself.
+bool plan_repacks(QType t);
+
 // The parts of a QuantPlan as runs of contiguous rows, for one activation row at a time.
 //
 // A part whose type has an x16 table (x16_layout.h) at construction is also repacked into

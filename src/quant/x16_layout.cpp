@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "quant/quant_dot.h"
+#include "quant/weight_arena.h"
 #include "util/error.h"
 
 namespace llmrun::quant::detail {
@@ -25,16 +26,6 @@ const X16Ops* x16_ops(QType t) {
   }
 }
 
-namespace {
-
-uint8_t* aligned_bytes(size_t n) {
-  void* p = std::aligned_alloc(64, std::max<size_t>(64, (n + 63) / 64 * 64));
-  LLMRUN_CHECK(p != nullptr, "quant: out of memory for an x16 weight copy");
-  return static_cast<uint8_t*>(p);
-}
-
-}  // namespace
-
 X16Matrix::X16Matrix(QType type, const X16Ops* ops, int64_t rows, int64_t cols, const uint8_t* data,
                      size_t stride, const CopyProgress& progress)
     : type_(type),
@@ -44,8 +35,7 @@ X16Matrix::X16Matrix(QType type, const X16Ops* ops, int64_t rows, int64_t cols, 
       // each group starts on a cache line (the tables' aligned loads; Q8_0's and Q4_0's
       // groups are whole lines already)
       group_bytes_((ops->group_bytes(cols) + 63) / 64 * 64),
-      data_(nullptr, std::free) {
-  data_.reset(aligned_bytes(bytes()));
+      data_(weight_copy_bytes(bytes())) {
   for (int64_t g = 0; g < groups(); ++g) {
     const uint8_t* src[kX16Rows];
     const int nrows = int(std::min<int64_t>(kX16Rows, rows - g * kX16Rows));

@@ -27,7 +27,7 @@ inline constexpr int kX16MaxActs = 64;
 using CopyProgress = std::function<void(const uint8_t* source, size_t bytes)>;
 
 // `rows` rows of `cols` values (row stride `stride`) interleaved in groups of kX16Rows:
-// owned memory, each group 64-byte aligned.
+// owned memory (weight_arena.h), each group 64-byte aligned.
 class X16Matrix {
  public:
   X16Matrix(QType type, const X16Ops* ops, int64_t rows, int64_t cols, const uint8_t* data,
@@ -53,7 +53,7 @@ class X16Matrix {
   const X16Ops* ops_;
   int64_t rows_, cols_;
   size_t group_bytes_;
-  std::unique_ptr<uint8_t, void (*)(void*)> data_;
+  std::shared_ptr<uint8_t> data_;  // weight_arena.h: in huge pages
 };
 
 }  // namespace llmrun::quant::detail

@@ -39,6 +39,10 @@ generate_peak m.gguf
 # matrix (the tied table, 13 MiB) or all of them.
 "$LLMRUN" convert m --to gguf m8.gguf --quantize q8_0 2>/dev/null
 generate_peak m8.gguf
+# F16: the loader copies the rows no plan repacks into huge pages (quant/weight_arena.h),
+# dropping the file pages as it goes; both resident would add the whole file (29 MiB).
+"$LLMRUN" convert m --to gguf m16.gguf --quantize f16 2>/dev/null
+generate_peak m16.gguf
 
 start_server serve.log m.gguf --kv-cache-bytes $((1 << 30)) --threads 1
 grep -q "KV cache f32: .* (1024.0 MiB)" serve.log || { cat serve.log; fail "serve did not take a 1 GiB pool"; }
