@@ -8,6 +8,8 @@
 // the embedding on the first, the final norm and head on the last (with tied embeddings and
 // pp > 1 the last stage keeps its own copy of the token table as the head). Each bucket
 // (embedding, each block, head) is padded to a multiple of dp, as ZeroOptimizer does.
+// memory.offload moves the moments (and ZeRO-3 parameter shards) to host memory or files and
+// adds the device slots that stream them, for a device backend (plan/offload_staging.h).
 #include <array>
 #include <cstdint>
 #include <vector>
