@@ -1,6 +1,5 @@
 #include "plan/from_recipe.h"
 
-#include <algorithm>
 #include <sstream>
 
 #include "plan/memory_budget.h"
@@ -11,7 +10,7 @@ namespace llmrun {
 namespace {
 
 // memory.offload.params: cpu moves the ZeRO-3 parameter shards to host memory; nvme keeps only
-// staging memory (buffer_mb, halved when the optimizer streams too), the shards live in files
+// the two file slots (what the trainer counts as its parameters), the shards live in files
 // under nvme_path.
 std::string params_line(const Recipe& r, const StageMemory& s) {
   std::ostringstream o;
@@ -20,10 +19,8 @@ std::string params_line(const Recipe& r, const StageMemory& s) {
   } else if (r.memory.offload_params == Offload::cpu) {
     o << "    params: 0  # " << describe_bytes(s.params_offloaded) << " of shards in host memory\n";
   } else {
-    const double staging = double(r.memory.offload_buffer_mb << 20) /
-                           (r.memory.offload_optimizer == Offload::nvme ? 2 : 1);
-    const double held = std::min(staging, s.params_offloaded);
-    o << "    params: " << describe_number(held) << "  # " << describe_bytes(held)
+    const double slots = s.params_staging;  // nvme: the file slots are the device slots' size
+    o << "    params: " << describe_number(slots) << "  # " << describe_bytes(slots)
       << " of staging; " << describe_bytes(s.params_offloaded) << " in files under nvme_path\n";
   }
   return o.str();
@@ -52,8 +49,15 @@ std::string describe_memory_per_rank(const Recipe& r) {
   o << "  memory_per_rank:  # ZeRO-" << r.parallel.zero << " over dp=" << r.parallel.dp
     << ", pipeline stage " << top.stage << " (the largest; llmrun plan shows every stage)\n"
     << params_line(r, top) << bytes_line("grads", top.grads)
-    << bytes_line("optimizer", top.optimizer) << bytes_line("activations", top.activations)
-    << bytes_line("peak", top.peak);
+    << bytes_line("optimizer", top.optimizer) << bytes_line("activations", top.activations);
+  if (top.offload_staging > 0)
+    o << "    offload_staging: " << describe_number(top.offload_staging) << "  # "
+      << describe_bytes(top.offload_staging)
+      << " of device slots streaming the offloaded state (in the peak)\n";
+  o << bytes_line("peak", top.peak);
+  if (top.host_pinned > 0)
+    o << "    host_pinned: " << describe_number(top.host_pinned) << "  # "
+      << describe_bytes(top.host_pinned) << " of page-locked host memory for offload\n";
   return o.str();
 }
 

@@ -39,11 +39,15 @@ std::string memory_budget_problem(const std::vector<StageMemory>& stages, const 
                     " (memory.budget_bytes / --gpu-mem): parameters " + format_bytes(s.params) +
                     ", gradients " + format_bytes(s.grads) + ", optimizer " +
                     format_bytes(s.optimizer) + ", ZeRO buffers " + format_bytes(s.buffers) +
+                    (s.offload_staging > 0 ? ", offload staging " + format_bytes(s.offload_staging)
+                                           : std::string()) +
                     ", activations " + format_bytes(s.activations) + ". To fit: ";
   std::vector<std::string> ideas;
   if (l.zero < 3 && l.dp > 1 && (l.pp == 1 || l.zero < 1))
     ideas.push_back("a higher parallel.zero");
   if (s.optimizer > 0) ideas.push_back("memory.offload.optimizer=cpu");
+  if (s.optimizer_staging + s.params_staging > 0)
+    ideas.push_back("a smaller memory.offload.buffer_mb");
   if (l.recompute != Recompute::full) ideas.push_back("memory.recompute=full");
   ideas.push_back("a smaller train.micro_batch");
   ideas.push_back(

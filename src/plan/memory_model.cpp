@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "parallel/stage_layers.h"
+#include "plan/offload_staging.h"
 #include "util/error.h"
 
 namespace llmrun {
@@ -144,12 +145,14 @@ void plan_persistent(const StagePlan& sp, StageMemory& st) {
     st.param_elements += padded(n);
     st.shard_elements += padded(n) / shards;
     st.largest_bucket = std::max(st.largest_bucket, padded(n));
+    // The moments (and ZeRO-3 parameter) stores hold a bucket whole at ZeRO-0, else its shard.
+    st.largest_shard = std::max(st.largest_shard, l.zero >= 1 ? padded(n) / shards : padded(n));
   }
   st.buckets = static_cast<int>(buckets.size());
   const double owned = double(l.zero >= 1 ? st.shard_elements : st.param_elements);
   const double params = param_bytes * double(l.zero >= 3 ? st.shard_elements : st.param_elements);
   // Offloaded ZeRO-3 shards leave device memory; a bucket is brought in only while it is
-  // gathered, which the ZeRO buffers below already count.
+  // gathered (the ZeRO buffers below), through the fetch buffers of the offload staging.
   (s.offload_params == Offload::none ? st.params : st.params_offloaded) = params;
   st.grads = 4.0 * double(l.zero >= 2 ? st.shard_elements : st.param_elements);
   const double optimizer = (8 + master_bytes) * owned;
@@ -163,6 +166,15 @@ void plan_persistent(const StagePlan& sp, StageMemory& st) {
     if (l.zero == 3) slots += 2 + (m.tie_embeddings && !sp.pipelined() ? 1 : 0);
     st.buffers = 4.0 * (double(slots) * double(st.largest_bucket) + double(st.shard_elements));
   }
+  const OffloadStaging o = plan_offload_staging(s, l.zero, st.largest_shard, st.optimizer_offloaded,
+                                                st.params_offloaded);
+  st.optimizer_piece = o.optimizer_piece;
+  st.params_piece = o.params_piece;
+  st.optimizer_staging = o.optimizer_staging;
+  st.params_staging = o.params_staging;
+  st.params_fetch = o.params_fetch;
+  st.offload_staging = o.device();
+  st.host_pinned = o.host_pinned;
 }
 
 // Activations. A unit is one micro-batch through one chunk: its blocks' saved tensors and
@@ -265,7 +277,8 @@ std::vector<StageMemory> plan_memory(const TrainingShape& s, const TrainingLayou
     plan_in_flight(sp, st);
     st.act_workspace = 4.0 * workspace_floats(sp, st);
     st.activations = st.act_in_flight + st.act_workspace;
-    st.peak = st.params + st.grads + st.optimizer + st.buffers + st.activations;
+    st.peak =
+        st.params + st.grads + st.optimizer + st.buffers + st.offload_staging + st.activations;
     st.kv_cache_per_sequence = 2.0 * 4.0 * double(st.blocks.size()) *
                                double(std::max(m.kv_heads / l.tp, 1)) * m.head_dim() *
                                double(m.seq_len);

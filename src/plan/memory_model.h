@@ -8,6 +8,8 @@
 // the embedding on the first, the final norm and head on the last (with tied embeddings and
 // pp > 1 the last stage keeps its own copy of the token table as the head). Each bucket
 // (embedding, each block, head) is padded to a multiple of dp, as ZeroOptimizer does.
+// memory.offload moves the moments (and ZeRO-3 parameter shards) to host memory or files and
+// adds the device slots that stream them, for a device backend (plan/offload_staging.h).
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -31,6 +33,14 @@ struct StageMemory {
   double params_offloaded =
       0;               // ZeRO-3 parameter shards held in host memory (cpu) or on disk (nvme)
   double buffers = 0;  // ZeRO-2/3 gather/reduce slots and receive shards: an upper bound
+  // Offload's own memory (plan/offload_staging.h): device slots that stream the offloaded
+  // moments and parameter shards through the optimizer, the ZeRO-3 shards fetched ahead of
+  // their gathers (all in the peak), and the page-locked host memory (not in the peak).
+  int64_t largest_shard = 0;  // elements of the largest per-bucket array an offload store holds
+  int64_t optimizer_piece = 0, params_piece = 0;  // floats per slot and array (0: not offloaded)
+  double optimizer_staging = 0, params_staging = 0, params_fetch = 0;
+  double offload_staging = 0;  // the three above
+  double host_pinned = 0;      // cpu: the offloaded arrays; nvme: the file slots
   // Activations: saved for backward by one micro-batch through all of the stage's blocks.
   std::array<double, 3> act_per_micro{};  // indexed by Recompute: none, selective, full
   int max_in_flight = 1;  // schedule's bound, in units (interleaved: micro-batch x chunk)
@@ -38,7 +48,7 @@ struct StageMemory {
       0;  // most saved bytes alive at once over the schedule (layout's recompute)
   double act_workspace = 0;  // used once whatever is in flight: backward scratch, head, recompute
   double activations = 0;    // act_in_flight + act_workspace
-  double peak = 0;           // params + grads + optimizer + buffers + activations
+  double peak = 0;           // params + grads + optimizer + buffers + offload_staging + activations
   double kv_cache_per_sequence = 0;  // serving: k and v of the stage's layers at seq_len, fp32
 };
 

@@ -160,6 +160,16 @@ std::string plan_text(const Plan& p) {
         [](const StageMemory& s) { return bytes_cell(s.params_offloaded); });
   if (l.zero >= 2)
     row("ZeRO buffers (upper bound)", [](const StageMemory& s) { return bytes_cell(s.buffers); });
+  // Offload's device slots (two pieces per array, copy streams) and ZeRO-3's fetched shards.
+  if (p.shape.offload_optimizer != Offload::none)
+    row("offload staging: optimizer slots",
+        [](const StageMemory& s) { return bytes_cell(s.optimizer_staging); });
+  if (p.shape.offload_params != Offload::none && l.zero == 3) {
+    row("offload staging: parameter slots",
+        [](const StageMemory& s) { return bytes_cell(s.params_staging); });
+    row("offload staging: shards fetched ahead",
+        [](const StageMemory& s) { return bytes_cell(s.params_fetch); });
+  }
   row("activations / micro-batch, none",
       [](const StageMemory& s) { return bytes_cell(s.act_per_micro[0]); });
   row("activations / micro-batch, selective",
@@ -173,6 +183,9 @@ std::string plan_text(const Plan& p) {
   row("activation workspace", [](const StageMemory& s) { return bytes_cell(s.act_workspace); });
   row("activations", [](const StageMemory& s) { return bytes_cell(s.activations); });
   row("peak", [](const StageMemory& s) { return bytes_cell(s.peak); });
+  if (p.shape.offload_optimizer != Offload::none || p.shape.offload_params != Offload::none)
+    row("host memory, pinned (not in the peak)",
+        [](const StageMemory& s) { return bytes_cell(s.host_pinned); });
   row("KV cache / sequence (serve, seq_len)",
       [](const StageMemory& s) { return bytes_cell(s.kv_cache_per_sequence); });
   if (p.budget_bytes > 0) {
@@ -247,6 +260,15 @@ nlohmann::json plan_json(const Plan& p) {
                       {"optimizer_offloaded", s.optimizer_offloaded},
                       {"params_offloaded", s.params_offloaded},
                       {"buffers", s.buffers},
+                      {"largest_shard", s.largest_shard},
+                      {"offload_staging",
+                       {{"optimizer", s.optimizer_staging},
+                        {"optimizer_piece", s.optimizer_piece},
+                        {"params", s.params_staging},
+                        {"params_piece", s.params_piece},
+                        {"params_fetch", s.params_fetch},
+                        {"total", s.offload_staging}}},
+                      {"host_pinned", s.host_pinned},
                       {"act_per_micro",
                        {{"none", s.act_per_micro[0]},
                         {"selective", s.act_per_micro[1]},
@@ -274,6 +296,10 @@ nlohmann::json plan_json(const Plan& p) {
   nlohmann::json j{{"recipe", p.source},
                    {"layout", layout_json(p.layout)},
                    {"micro_batches", p.micro_batches},
+                   {"offload",
+                    {{"optimizer", offload_name(p.shape.offload_optimizer)},
+                     {"params", offload_name(p.shape.offload_params)},
+                     {"buffer_bytes", p.shape.offload_buffer_bytes}}},
                    {"stages", stages},
                    {"communication", comm},
                    {"assumptions",

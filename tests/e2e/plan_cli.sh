@@ -31,6 +31,25 @@ assert a["full"] < a["selective"] < a["none"], a
 assert p["micro_batches"] == 8 and p["step"]["step_s"] > 0
 PY
 
+# Optimizer offload to host memory: the moments leave the device, which instead holds two
+# slots of m and v pieces (a piece: the largest bucket, 9216 floats, under buffer_mb's 64 MiB
+# / 16), in the peak; the moments are page-locked host memory, outside it.
+"$LLMRUN" plan r.yaml --peak-flops 1e11 --set memory.offload.optimizer=cpu --json off.json > off.txt ||
+  fail "plan with offload"
+grep -qE "^  optimizer \(AdamW m\+v\) +0$" off.txt || { cat off.txt; fail "offloaded optimizer bytes"; }
+grep -qE "^  offload staging: optimizer slots +147456 \(147.5 KB\)$" off.txt || { cat off.txt; fail "staging"; }
+grep -qE "^  host memory, pinned \(not in the peak\) +347648 " off.txt || { cat off.txt; fail "pinned"; }
+/usr/bin/python3 - <<'PY' || fail "offload in the plan JSON"
+import json
+one, off = json.load(open("one.json")), json.load(open("off.json"))
+s, o = one["stages"][0], off["stages"][0]
+assert off["offload"]["optimizer"] == "cpu" and o["offload_staging"]["optimizer_piece"] == 9216, off["offload"]
+assert o["peak"] == s["peak"] - s["optimizer"] + 147456, (o["peak"], s["peak"])
+PY
+"$LLMRUN" train r.yaml --dry-run --set memory.offload.optimizer=cpu > dry.txt || fail "dry run with offload"
+grep -q "    offload_staging: 147456  # " dry.txt && grep -q "    host_pinned: 347648  # " dry.txt ||
+  { cat dry.txt; fail "--dry-run's offload staging"; }
+
 # Without --peak-flops the step time uses this machine's measured sgemm peak.
 "$LLMRUN" plan r.yaml > measured.txt || fail "plan with the measured peak"
 grep -qE "^predicted step \(peak [0-9.e+]+ FLOP/s per rank from this machine's CPU with [0-9]+ threads per rank" measured.txt ||
