@@ -8,6 +8,8 @@
 #include <mutex>
 #include <new>
 
+#include "util/huge_pages.h"
+
 namespace llmrun::quant {
 
 namespace {
@@ -29,8 +31,7 @@ struct Chunk {
     base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mapping) + kHugePage - 1) /
                                       kHugePage * kHugePage);
     size = bytes;
-    // Advice only: where THP is off ("never") the chunk simply stays in 4 KiB pages.
-    madvise(base, size, MADV_HUGEPAGE);
+    advise_huge_pages(base, size);
   }
   ~Chunk() { munmap(mapping, mapped); }
   Chunk(const Chunk&) = delete;
