@@ -49,7 +49,8 @@ TEST(WeightArena, SmallCopiesShareOneHugePageMapping) {
   const size_t flags = entry.find("VmFlags:");
   ASSERT_NE(flags, std::string::npos) << entry;
   EXPECT_NE(entry.find(" hg", flags), std::string::npos)
-      << "the mapping is not advised for huge pages:\n" << entry;
+      << "the mapping is not advised for huge pages:\n"
+      << entry;
 }
 
 TEST(WeightArena, AMappingGoesWithItsLastCopy) {
@@ -71,8 +72,8 @@ TEST(WeightArena, CopyRowsCopiesEveryByteAndReportsProgress) {
   std::vector<uint8_t> src(stride * size_t(rows));
   for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 131 + i / 7);
   std::vector<size_t> told;
-  std::shared_ptr<uint8_t> copy = copy_weight_rows(
-      src.data(), stride, rows, [&](const uint8_t* source, size_t bytes) {
+  std::shared_ptr<uint8_t> copy =
+      copy_weight_rows(src.data(), stride, rows, [&](const uint8_t* source, size_t bytes) {
         EXPECT_EQ(source, src.data());
         told.push_back(bytes);
       });
