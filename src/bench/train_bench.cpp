@@ -35,17 +35,19 @@ enum RankField {
   f_mem_grads,
   f_mem_optimizer,
   f_mem_buffers,
+  f_mem_staging,  // offload's device slots and ZeRO-3's shards fetched ahead
   f_mem_activations,
   f_peak_rss,
   f_count
 };
 
 const char* const kRankFieldNames[f_count] = {
-    "tokens_per_s",  "step_s_median",        "step_s_mean",     "forward_s",
-    "backward_s",    "optimizer_s",          "comm_wait_s",     "pipeline_idle_s",
-    "grad_reduce_s", "grad_reduce_hidden_s", "param_gather_s",  "param_gather_hidden_s",
-    "offload_s",     "offload_hidden_s",     "mem_params",      "mem_grads",
-    "mem_optimizer", "mem_buffers",          "mem_activations", "peak_rss"};
+    "tokens_per_s",  "step_s_median",        "step_s_mean",    "forward_s",
+    "backward_s",    "optimizer_s",          "comm_wait_s",    "pipeline_idle_s",
+    "grad_reduce_s", "grad_reduce_hidden_s", "param_gather_s", "param_gather_hidden_s",
+    "offload_s",     "offload_hidden_s",     "mem_params",     "mem_grads",
+    "mem_optimizer", "mem_buffers",          "mem_staging",    "mem_activations",
+    "peak_rss"};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -99,6 +101,7 @@ std::vector<double> summarise_rank(const std::vector<StepReport>& measured,
   out[f_mem_grads] = double(last.memory.grads);
   out[f_mem_optimizer] = double(last.memory.optimizer);
   out[f_mem_buffers] = double(last.memory.buffers);
+  out[f_mem_staging] = double(last.memory.staging);
   out[f_mem_activations] = double(last.activation_bytes);
   out[f_peak_rss] = peak_rss_bytes();
   return out;
@@ -307,16 +310,18 @@ std::string format_train_bench(const nlohmann::json& r) {
            part["comm_s"].get<double>(), what);
   }
   s += "\nper rank       tok/s   step s    fwd s    bwd s    opt s   comm s  params MB   grads MB  "
-       " optim MB  buffers MB"
+       " optim MB  buffers MB  staging MB"
        "  activ MB  peak RSS MB\n";
   for (const auto& k : r["per_rank"]) {
-    line("%8d %11.1f %8.4f %8.4f %8.4f %8.4f %8.4f %10.1f %10.1f %10.1f %11.1f %9.1f %12.1f\n",
-         k["rank"].get<int>(), k["tokens_per_s"].get<double>(), k["step_s_median"].get<double>(),
-         k["forward_s"].get<double>(), k["backward_s"].get<double>(),
-         k["optimizer_s"].get<double>(), k["comm_wait_s"].get<double>(),
-         k["mem_params"].get<double>() / 1e6, k["mem_grads"].get<double>() / 1e6,
-         k["mem_optimizer"].get<double>() / 1e6, k["mem_buffers"].get<double>() / 1e6,
-         k["mem_activations"].get<double>() / 1e6, k["peak_rss"].get<double>() / 1e6);
+    line(
+        "%8d %11.1f %8.4f %8.4f %8.4f %8.4f %8.4f %10.1f %10.1f %10.1f %11.1f %11.1f %9.1f "
+        "%12.1f\n",
+        k["rank"].get<int>(), k["tokens_per_s"].get<double>(), k["step_s_median"].get<double>(),
+        k["forward_s"].get<double>(), k["backward_s"].get<double>(), k["optimizer_s"].get<double>(),
+        k["comm_wait_s"].get<double>(), k["mem_params"].get<double>() / 1e6,
+        k["mem_grads"].get<double>() / 1e6, k["mem_optimizer"].get<double>() / 1e6,
+        k["mem_buffers"].get<double>() / 1e6, k["mem_staging"].get<double>() / 1e6,
+        k["mem_activations"].get<double>() / 1e6, k["peak_rss"].get<double>() / 1e6);
   }
   line("\nload average %.2f before, %.2f after (the machine's, all processes)\n",
        r["load_average"]["before"].get<double>(), r["load_average"]["after"].get<double>());

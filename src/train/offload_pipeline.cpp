@@ -27,6 +27,13 @@ OffloadPipeline::OffloadPipeline(Backend& be, std::unique_ptr<CopyStream> copies
     for (int a = 0; a < arrays_; ++a) slots_[s].push_back(be_.allocate(size_t(piece_) * 4));
 }
 
+size_t OffloadPipeline::device_bytes() const {
+  size_t bytes = 0;
+  for (const std::vector<Buffer>& slot : slots_)
+    for (const Buffer& b : slot) bytes += b.bytes();
+  return bytes;
+}
+
 OffloadPipeline::~OffloadPipeline() {
   try {
     settle();  // copies back still write host memory; the slots must outlive them

@@ -66,7 +66,9 @@ class OffloadPipeline {
 
   bool asynchronous() const { return copies_ != nullptr; }
   int64_t piece() const { return piece_; }
-  size_t device_bytes() const { return size_t(piece_) * 4 * size_t(arrays_) * 2; }
+  // Device memory of the slots, as allocated: two slots of `piece` floats per array with a copy
+  // stream, one without (each copy finishes before the next piece starts).
+  size_t device_bytes() const;
   // Copies of finished pieces (in and back) since construction: time in flight on the copy
   // stream, and the part of it the compute stream did not stand waiting for it (a piece's
   // wait is from the compute reaching it to its copy in ending; settle()'s host wait counts

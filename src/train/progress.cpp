@@ -40,7 +40,7 @@ std::string format_progress(const StepReport& r) {
   std::string line = buf;
   if (r.multi_rank) {
     const double mem = double(r.memory.params + r.memory.grads + r.memory.optimizer +
-                              r.memory.buffers + r.activation_bytes);
+                              r.memory.buffers + r.memory.staging + r.activation_bytes);
     std::snprintf(buf, sizeof buf, " | comm %.0f%% | %.1f MB/rank", 100.0 * r.comm_share,
                   mem / 1e6);
     line += buf;
@@ -142,7 +142,7 @@ void MetricsWriter::append(const std::string& line) {
 }
 
 void gather_stage_reports(StepReport& rep, Communicator& pp) {
-  // Six scalar sums per stage, each rank filling its own slot: a handful of tiny collectives
+  // Seven scalar sums per stage, each rank filling its own slot: a handful of tiny collectives
   // on logged steps only, and exact for byte counts (no float tensor rounding).
   rep.stages.assign(pp.size(), {});
   for (int p = 0; p < pp.size(); ++p) {
@@ -154,6 +154,7 @@ void gather_stage_reports(StepReport& rep, Communicator& pp) {
     s.memory.grads = size_t(share(double(rep.memory.grads)));
     s.memory.optimizer = size_t(share(double(rep.memory.optimizer)));
     s.memory.buffers = size_t(share(double(rep.memory.buffers)));
+    s.memory.staging = size_t(share(double(rep.memory.staging)));
     s.activation_bytes = size_t(share(double(rep.activation_bytes)));
     s.pipeline_idle = share(rep.pipeline_idle);
   }
@@ -174,6 +175,7 @@ void MetricsWriter::write(const StepReport& r) {
                    {"mem_grads", r.memory.grads},
                    {"mem_optimizer", r.memory.optimizer},
                    {"mem_buffers", r.memory.buffers},
+                   {"mem_staging", r.memory.staging},
                    {"mem_activations", r.activation_bytes}};
   if (r.moe) {
     j["moe_aux_loss"] = r.moe_aux_loss;
@@ -194,6 +196,7 @@ void MetricsWriter::write(const StepReport& r) {
                            {"mem_grads", s.memory.grads},
                            {"mem_optimizer", s.memory.optimizer},
                            {"mem_buffers", s.memory.buffers},
+                           {"mem_staging", s.memory.staging},
                            {"mem_activations", s.activation_bytes}});
   }
   if (sink_) sink_(j);

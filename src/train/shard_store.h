@@ -74,6 +74,9 @@ class ShardStore {
   int64_t shard_numel(int b) const { return shard_[b]; }
   int64_t max_chunk() const;      // elements of the largest chunk for_each_chunk passes
   size_t resident_bytes() const;  // memory held: the arrays, or the nvme staging buffers
+  // Device memory of the slots that host-held arrays visit the device through (a device
+  // backend with cpu or nvme offload: OffloadPipeline::device_bytes); 0 otherwise.
+  size_t device_staging_bytes() const { return pipeline_ ? pipeline_->device_bytes() : 0; }
   std::string file(int b) const;  // nvme: bucket b's file (array a at a * shard_numel(b) floats)
   // nvme: for_each_chunk's reads and write-backs since construction, and the part of them that
   // ran beside fn (read-ahead, write-behind); plus, host-held arrays on a device backend, the

@@ -545,7 +545,9 @@ TrainingMemory ZeroOptimizer::memory() const {
   mem.optimizer =
       moments_->resident_bytes();  // AdamW m and v (fp32 params are their own master copy)
   mem.buffers = slot_storage_.size() * size_t(slot_numel_) * 4 + (stage_ >= 2 ? shards : 0);
-  for (const Buffer& s : shard_buffer_storage_) mem.buffers += s.bytes();
+  mem.staging = moments_->device_staging_bytes() +
+                (param_shards_ ? param_shards_->device_staging_bytes() : 0);
+  for (const Buffer& s : shard_buffer_storage_) mem.staging += s.bytes();  // fetched ahead
   return mem;
 }
 

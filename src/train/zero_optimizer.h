@@ -37,8 +37,11 @@ struct AdamWConfig {
 };
 
 // Persistent per-rank bytes by kind, plus the high-water mark of transient bucket buffers.
+// `staging`: offload's own device memory (the plan's offload_staging): the slots that stream
+// host-held (cpu, nvme) moments and ZeRO-3 parameter shards through a device backend, and
+// ZeRO-3's buffers that offloaded shards are fetched into ahead of their gathers.
 struct TrainingMemory {
-  size_t params = 0, grads = 0, optimizer = 0, buffers = 0;
+  size_t params = 0, grads = 0, optimizer = 0, buffers = 0, staging = 0;
 };
 
 // Expert parallelism: routed experts' tensors (ParamSpec::expert) reduce (and at stages 1-3

@@ -4,13 +4,15 @@
 # stage's first rank from the metrics' "stages" list), and the ZeRO buffers stay under the
 # predicted bound. Adding a layout is one line in LAYOUTS.
 # Offload: the trainer counts an offloaded store where it lives (cpu: the host arrays the plan
-# shows as offloaded; nvme: the file slots, as large as the plan's device slots for it), and
-# ZeRO-3's shards fetched ahead of their gathers in its buffers: `fetch=BASE` checks that they
-# are exactly the plan's figure over the same layout without offload (BASE; the CPU backend
-# fetches from files only, a device, here the emulated one, from host memory too). At dp 1:
-# with more ranks the number of ZeRO slots in use depends on when the collectives complete.
-# The device slots that stream offloaded state through the optimizer are not in the metrics:
-# tests/unit/test_plan_offload_staging.cpp counts them in the real optimizer's allocations.
+# shows as offloaded; nvme: the file slots, as large as the plan's device slots for it). Its
+# mem_staging is offload's own device memory, exactly the plan's offload_staging as far as the
+# backend allocates it: the slots that stream offloaded state through the optimizer (none on
+# the CPU backend, which computes on host memory; one per array on the emulated device, which
+# has no copy streams, where the plan models CUDA's two: half the plan's figure), plus ZeRO-3's
+# two shards fetched ahead of their gathers (the CPU backend fetches from files only, a device
+# from host memory too). `fetch=BASE` also checks that the ZeRO buffers equal those of the same
+# layout without offload (BASE). At dp 1: with more ranks the number of ZeRO slots in use
+# depends on when the collectives complete.
 # `backend=B` runs the layout under LLMRUN_TEST_BACKEND=B.
 source "$(dirname "$0")/common.bash"
 cd "$WORK"
@@ -73,6 +75,7 @@ LAYOUTS=(
   "llama-dp1-zero3         llama.yaml 1 parallel.zero=3"
   "llama-dp1-zero3-nvme    llama.yaml 1 parallel.zero=3 memory.offload.params=nvme memory.offload.nvme_path=$WORK fetch=llama-dp1-zero3"
   "llama-dp1-zero3-cpu-dev llama.yaml 1 parallel.zero=3 memory.offload.optimizer=cpu memory.offload.params=cpu backend=emulated-device fetch=llama-dp1-zero3"
+  "llama-dp2-zero1-offload-dev llama.yaml 2 parallel.zero=1 memory.offload.optimizer=cpu backend=emulated-device"
 )
 
 for layout in "${LAYOUTS[@]}"; do
@@ -91,9 +94,13 @@ for layout in "${LAYOUTS[@]}"; do
     fail "$name: plan"
   env ${backend:+LLMRUN_TEST_BACKEND=$backend} "$LLMRUN" train "$recipe" --nproc "$nproc" "${sets[@]}" \
     --set logging.metrics="$name.jsonl" > "$name.log" 2>&1 || { cat "$name.log"; fail "$name: train"; }
-  /usr/bin/python3 - "$name" "$fetch" <<'PY' || fail "$name: plan and measurement disagree"
+  /usr/bin/python3 - "$name" "$fetch" "$backend" <<'PY' || fail "$name: plan and measurement disagree"
 import json, sys
-name, fetch_base = sys.argv[1], sys.argv[2]
+name, fetch_base, backend = sys.argv[1], sys.argv[2], sys.argv[3]
+# Device slots per offloaded array as the run allocates them (OffloadPipeline): the plan
+# models a device with copy streams (CUDA: 2); the emulated device has none (1); the CPU
+# backend stages nothing (0).
+slots = {"": 0, "emulated-device": 1}[backend]
 planned = json.load(open(name + ".plan.json"))
 plans, offload = planned["stages"], planned["offload"]
 run = json.loads(open(name + ".jsonl").readline())
@@ -116,15 +123,23 @@ for plan, measured in zip(plans, measured_stages):
         assert err <= 0.10, f"{name} stage {plan['stage']}: {key} predicted {p:.0f}, measured {m}: {100 * err:.1f}% off"
         if held.get(key) and offload[key] == "nvme":
             assert p == m, f"{name}: {key} file slots predicted {p:.0f}, measured {m}"
-    bound = plan["buffers"] + staging["params_fetch"]
+    bound = plan["buffers"]
     assert measured["mem_buffers"] <= bound, f"{name}: buffers {measured['mem_buffers']} above the bound {bound}"
     rows.append(f"buffers {measured['mem_buffers']} <= {bound:.0f}")
+    # The plan's slots scaled to the run's slot count, and the shards fetched ahead where the
+    # run fetches them (a device: offloaded shards; the CPU backend: shards in files).
+    fetches = offload["params"] == "nvme" or (slots > 0 and offload["params"] != "none")
+    want = slots / 2 * (staging["optimizer"] + staging["params"]) + (staging["params_fetch"] if fetches else 0)
+    if offload["optimizer"] != "none" and slots > 0:
+        assert staging["optimizer"] > 0, f"{name}: the plan has no optimizer slots"
+    assert measured["mem_staging"] == want, \
+        f"{name} stage {plan['stage']}: offload staging measured {measured['mem_staging']}, the plan says {want:.0f} ({slots} slots per array)"
+    rows.append(f"staging {want:.0f}/{measured['mem_staging']} ({slots} slots)")
     if fetch_base:
         base = json.loads(open(fetch_base + ".jsonl").readline())["mem_buffers"]
-        fetched = measured["mem_buffers"] - base
-        assert staging["params_fetch"] > 0 and fetched == staging["params_fetch"], \
-            f"{name}: shards fetched ahead {fetched} bytes, the plan says {staging['params_fetch']}"
-        rows.append(f"shards fetched ahead {staging['params_fetch']:.0f}/{fetched}")
+        assert staging["params_fetch"] > 0 and measured["mem_staging"] >= staging["params_fetch"], \
+            f"{name}: no shards fetched ahead"
+        assert measured["mem_buffers"] == base, f"{name}: buffers {measured['mem_buffers']}, {base} without offload"
     print(f"{name} stage {plan['stage']}: predicted/measured " + ", ".join(rows))
 PY
 done

@@ -449,5 +449,60 @@ TEST(OffloadPipeline, GathersFetchShardsAheadWithoutTheHostWaiting) {
   }
 }
 
+// A device whose device allocations are counted (its memory is host memory), with the emulated
+// copy stream or with none (as the emulated-device backend of the e2e tests has none).
+class CountingDevice final : public test::ForwardingBackend, public DeviceStreams {
+ public:
+  explicit CountingDevice(std::shared_ptr<EmulatedStreams> s)
+      : ForwardingBackend(make_cpu_backend(1)), streams_(std::move(s)) {}
+  Device device() const override { return Device::cuda; }
+  Buffer allocate(size_t bytes) override {
+    allocated += bytes;
+    return ForwardingBackend::allocate(bytes);
+  }
+  void* compute_stream() const override { return nullptr; }
+  int device_ordinal() const override { return 0; }
+  std::unique_ptr<CopyStream> make_copy_stream() override {
+    return streams_ ? std::make_unique<EmulatedCopyStream>(streams_) : nullptr;
+  }
+  size_t allocated = 0;  // device bytes, freed or not
+
+ private:
+  std::shared_ptr<EmulatedStreams> streams_;
+};
+
+// device_bytes() (the trainer's mem_staging) is what the pipeline allocated: two slots per
+// array with a copy stream, one without; and a ShardStore of host-held arrays on a device
+// allocates no other device memory than its pipeline's slots.
+TEST(OffloadPipeline, DeviceBytesAreTheSlotsAllocated) {
+  for (bool with_copy_stream : {true, false}) {
+    const std::string what = with_copy_stream ? "with a copy stream" : "without a copy stream";
+    auto streams = with_copy_stream ? std::make_shared<EmulatedStreams>(1) : nullptr;
+    {
+      CountingDevice dev(streams);
+      OffloadPipeline pipe(dev, dev.make_copy_stream(), 3, 1000);
+      EXPECT_EQ(pipe.asynchronous(), with_copy_stream);
+      EXPECT_EQ(dev.allocated, size_t(with_copy_stream ? 2 : 1) * 3 * 1000 * 4) << what;
+      EXPECT_EQ(pipe.device_bytes(), dev.allocated) << what;
+    }
+    for (int arrays : {1, 2}) {
+      CountingDevice dev(streams);
+      ShardOffload where;
+      where.kind = Offload::cpu;
+      where.buffer_bytes = 1024 * 4 * 2 * 2;  // pieces of 2048 floats (one array) or 1024 (two)
+      ShardStore store(dev, "optimizer", {3000, 1500}, arrays, where, 0);
+      EXPECT_GT(dev.allocated, 0u) << what;
+      EXPECT_EQ(store.device_staging_bytes(), dev.allocated) << what << ", " << arrays << " arrays";
+    }
+  }
+  // Nothing staged where nothing is offloaded, or on the CPU backend.
+  CountingDevice dev(std::make_shared<EmulatedStreams>(1));
+  EXPECT_EQ(ShardStore(dev, "optimizer", {3000}, 2, {}, 0).device_staging_bytes(), 0u);
+  auto cpu = make_cpu_backend(1);
+  ShardOffload where;
+  where.kind = Offload::cpu;
+  EXPECT_EQ(ShardStore(*cpu, "optimizer", {3000}, 2, where, 0).device_staging_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace llmrun

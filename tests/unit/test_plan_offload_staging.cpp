@@ -199,6 +199,7 @@ class CountingDevice final : public test::ForwardingBackend, public DeviceStream
 
 struct Measured {
   double device = 0, pinned = 0;
+  double staging = 0;  // what the optimizer reports as its offload staging (mem_staging)
 };
 
 // Device and pinned bytes alive after `steps` training steps of the real model and
@@ -224,6 +225,7 @@ Measured train_and_count(const ModelConfig& c, int zero, const ShardOffload& opt
     }
     m.device = double(a.device - device0);
     m.pinned = double(a.pinned - pinned0);
+    m.staging = double(opt.memory().staging);
   }
   EXPECT_EQ(a.device, device0) << "device memory left allocated";
   return m;
@@ -262,6 +264,9 @@ TEST(PlanOffloadStaging, MatchesWhatTheOptimizerAllocatesOnADevice) {
                                             (kept.optimizer - moved.optimizer))
         << what;
     EXPECT_EQ(off.pinned - base.pinned, moved.host_pinned) << what;
+    // The trainer's mem_staging is the plan's offload staging, item for item.
+    EXPECT_EQ(off.staging, moved.offload_staging) << what;
+    EXPECT_EQ(base.staging, 0.0) << what;
   }
 }
 
