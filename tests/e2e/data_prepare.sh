@@ -49,7 +49,7 @@ eos = max(max(d) for d in got)
 assert len(got) == 2 and all(g == w + [eos] for g, w in zip(got, want))
 assert all(len(w) < len(json.dumps(w)) for w in want)
 PY
-"$LLMRUN" data inspect bpe | grep -q "GNU GENERAL PUBLIC LICENSE" || fail "inspect does not decode the BPE sample"
+"$LLMRUN" data inspect bpe | grep "GNU GENERAL PUBLIC LICENSE" >/dev/null || fail "inspect does not decode the BPE sample"
 
 # Bad input: one error line naming file and line, exit 2, and no PREFIX.idx left behind.
 printf '{"text": "ok"}\n{"text": "fine"}\n{"text": broken\n' > bad_json.jsonl

@@ -101,7 +101,7 @@ emu_out=$(LLMRUN_TEST_BACKEND=emulated-device serve_all serve-emu.log)
 grep -q "info: backend emulated-device" serve-emu.log || fail "serve did not run on the emulated device"
 
 # A CUDA backend where this binary has none (or no device is visible) is a user error.
-if ! "$LLMRUN" --version | grep -q cuda; then
+if ! "$LLMRUN" --version | grep cuda >/dev/null; then
   expect_exit 2 "backend cuda: this llmrun was built without CUDA" "$LLMRUN" generate gpt2-cpu/model --prompt x --backend cuda
   expect_exit 2 "backend cuda: this llmrun was built without CUDA" "$LLMRUN" train gpt2.yaml --set launch.backend=cuda --set checkpoint.dir=cuda-run
 fi

@@ -147,7 +147,7 @@ PY
 code() { curl -s -o resp.txt -w '%{http_code}' -X POST "$URL/$1" -H 'Content-Type: application/json' -d "$2"; }
 [ "$(code v1/load_lora_adapter '{"lora_name": "c", "lora_path": "'$WORK/ft/adapter'"}')" = 200 ] || { cat resp.txt; fail "load c"; }
 grep -q "added successfully" resp.txt || fail "load reply: $(cat resp.txt)"
-curl -s "$URL/v1/models" | grep -q '"id":"c"' || fail "/v1/models lacks c"
+curl -s "$URL/v1/models" | grep '"id":"c"' >/dev/null || fail "/v1/models lacks c"
 curl -s "$URL/v1/completions" -H 'Content-Type: application/json' \
   -d "{\"model\": \"c\", \"prompt\": \"$P1\", \"max_tokens\": 24, \"temperature\": 0}" > c.json
 /usr/bin/python3 -c "
