@@ -42,7 +42,7 @@ class Browser:
         self.driver = subprocess.Popen([CHROMEDRIVER, f"--port={self.port}"], stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL)
         self.base = f"http://127.0.0.1:{self.port}"
-        deadline = time.time() + 30
+        deadline = time.time() + 120  # chromium on a loaded 2-core machine starts slowly
         while True:
             try:
                 if self._call("GET", "/status")["ready"]:
@@ -104,8 +104,9 @@ class Browser:
     def text(self, css):
         return self.js("const e = document.querySelector(arguments[0]); return e ? e.textContent : null;", css)
 
-    def wait(self, what, script, *args, timeout=30):
-        """Polls a JS expression (a function body returning a value) until it is truthy."""
+    def wait(self, what, script, *args, timeout=90):
+        """Polls a JS expression (a function body returning a value) until it is truthy. The
+        timeout only bounds a failure: a loaded machine can take tens of seconds to render."""
         deadline = time.time() + timeout
         while True:
             v = self.js(script, *args)
