@@ -35,7 +35,11 @@ checkpoint: {dir: sig, every: 1000, resume: auto}
 logging: {every: 1, metrics: sig.jsonl}
 YAML
 "$LLMRUN" train slow.yaml 2>sig.log & pid=$!
-for _ in $(seq 600); do [ -s sig.jsonl ] && [ "$(wc -l < sig.jsonl)" -ge 3 ] && break; sleep 0.05; done
+for _ in $(seq 1200); do  # up to 60 s: a loaded machine starts slowly
+  [ -s sig.jsonl ] && [ "$(wc -l < sig.jsonl)" -ge 3 ] && break
+  kill -0 $pid 2>/dev/null || { cat sig.log; fail "SIGTERM run ended before its third step"; }
+  sleep 0.05
+done
 kill -TERM $pid
 rc=0; wait $pid || rc=$?
 [ "$rc" = 0 ] || { cat sig.log; fail "SIGTERM: exit $rc, expected 0"; }
