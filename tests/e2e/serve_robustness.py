@@ -521,7 +521,7 @@ def stuck_client(stream):
     return s
 
 
-def wait_for(cond, what, timeout=60):
+def wait_for(cond, what, timeout=120):  # generous: it returns as soon as cond holds
     end = time.time() + timeout
     while time.time() < end:
         m = metrics()
