@@ -61,7 +61,6 @@ def completion(prompt="hi", max_tokens=3, **kw):
 
 def wait_idle():
     for _ in range(1200):  # 60 s: a loaded machine
-
         m = metrics()
         if m["llmrun:num_requests_running"] == 0 and m["llmrun:num_requests_waiting"] == 0:
             return m
