@@ -50,7 +50,9 @@ cp -L "$(command -v mpirun)" "$STAGE/mpi/bin/mpirun"
 cp -L "$(ompi_path bindir)/orted" "$STAGE/mpi/bin/orted"
 fabric='lib(ucp|ucs|uct|ucm|fabric|ibverbs|rdmacm|psm|infinipath|efa|oshmem|mca_common_(verbs|ucx|ofi))'
 for f in "$(ompi_path pkglibdir)"/*.so; do
-  ldd "$f" | grep -qE "$fabric" || cp -L "$f" "$STAGE/mpi/lib/openmpi/"
+  # grep reads all of ldd's output (no -q): under pipefail an early exit's SIGPIPE would fail the
+  # pipeline at random and copy a fabric component.
+  ldd "$f" | grep -E "$fabric" >/dev/null || cp -L "$f" "$STAGE/mpi/lib/openmpi/"
 done
 pmix_lib=$(ldd "$STAGE/mpi/lib/openmpi/mca_pmix_ext3x.so" | awk '$1 ~ /^libpmix/ { print $3 }')
 pmix_prefix=$(dirname "$(dirname "$(readlink -f "$pmix_lib")")")

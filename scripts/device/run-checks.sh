@@ -225,7 +225,7 @@ if wanted version; then
   fi
 fi
 if wanted doctor; then
-  if ! "$LLMRUN" --help 2>/dev/null | grep -qE '^ +doctor'; then
+  if ! "$LLMRUN" --help 2>/dev/null | grep -E '^ +doctor' >/dev/null; then  # no -q: pipefail + SIGPIPE
     record doctor "SKIPPED: this build has no doctor command" ""
   elif tmo "$LLMRUN" doctor >"$LOG/doctor.log" 2>&1; then
     record doctor PASS "$(grep -ciE '\bpass' "$LOG/doctor.log") pass rows; $(grep -m1 -iE 'no cuda|device' "$LOG/doctor.log" | head -c 80)"
@@ -623,7 +623,8 @@ fi
 GEN_BACKEND=cpu; [ $gpu_ok = 1 ] && GEN_BACKEND=cuda
 gen_args=()
 gen_where="its default backend"
-"$LLMRUN" generate --help 2>/dev/null | grep -q -- '--backend' && gen_args=(--backend "$GEN_BACKEND") && gen_where=$GEN_BACKEND
+# grep without -q: under pipefail, an early exit can SIGPIPE the writer and fail the pipeline.
+"$LLMRUN" generate --help 2>/dev/null | grep -- '--backend' >/dev/null && gen_args=(--backend "$GEN_BACKEND") && gen_where=$GEN_BACKEND
 for arch in gpt2 llama; do
   for ref in transformers oracle; do
     name=generate_${arch}_vs_$ref

@@ -53,7 +53,7 @@ def main():
             f.write(open(rest_file).read())
         after = loss_steps(live)
         b.wait(f"{after} loss points after the file grew", f"return {COUNT} === {after};", "loss",
-               "live/metrics.jsonl", "loss", timeout=20)
+               "live/metrics.jsonl", "loss")
         print(f"live run: {have} -> {after} loss points without a reload")
 
         # Log scale and smoothing redraw the curves.

@@ -37,26 +37,39 @@ class Browser:
         for exe in (CHROMIUM, CHROMEDRIVER):
             if not os.access(exe, os.X_OK):
                 raise Failure(f"{exe} is missing: install the test dependencies (scripts/install-deps.sh: chromium chromium-driver)")
-        self.port = free_port()
         self.profile = tempfile.mkdtemp(prefix="llmrun-chromium-")
-        self.driver = subprocess.Popen([CHROMEDRIVER, f"--port={self.port}"], stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)
-        self.base = f"http://127.0.0.1:{self.port}"
-        deadline = time.time() + 30
-        while True:
-            try:
-                if self._call("GET", "/status")["ready"]:
-                    break
-            except (OSError, urllib.error.URLError):
-                pass
-            if time.time() > deadline:
-                raise Failure("chromedriver did not start")
-            time.sleep(0.1)
+        # free_port() lets the port go before chromedriver binds it, and a test running beside
+        # this one (ctest -j) may take it first: chromedriver then exits, and a new port is tried.
+        for attempt in range(5):
+            self.port = free_port()
+            self.driver = subprocess.Popen([CHROMEDRIVER, f"--port={self.port}"], stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL)
+            self.base = f"http://127.0.0.1:{self.port}"
+            if self._wait_ready():
+                break
+        else:
+            raise Failure("chromedriver exited at start 5 times (ports taken?)")
         caps = {"browserName": "chrome", "goog:chromeOptions": {"binary": CHROMIUM, "args": [
             "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
             "--disable-extensions", "--disable-background-networking", "--disable-sync",
             f"--window-size={width},{height}", f"--user-data-dir={self.profile}"]}}
         self.session = self._call("POST", "/session", {"capabilities": {"alwaysMatch": caps}})["sessionId"]
+
+    def _wait_ready(self):
+        """True once chromedriver answers, False if it exited first."""
+        deadline = time.time() + 120  # a loaded 2-core machine starts it slowly
+        while True:
+            try:
+                if self._call("GET", "/status")["ready"]:
+                    return True
+            except (OSError, urllib.error.URLError, Failure):  # Failure: another server's answer
+                pass
+            if self.driver.poll() is not None:
+                return False
+            if time.time() > deadline:
+                self.driver.kill()
+                raise Failure("chromedriver did not start")
+            time.sleep(0.1)
 
     def __enter__(self):
         return self
@@ -104,8 +117,9 @@ class Browser:
     def text(self, css):
         return self.js("const e = document.querySelector(arguments[0]); return e ? e.textContent : null;", css)
 
-    def wait(self, what, script, *args, timeout=30):
-        """Polls a JS expression (a function body returning a value) until it is truthy."""
+    def wait(self, what, script, *args, timeout=90):
+        """Polls a JS expression (a function body returning a value) until it is truthy. The
+        timeout only bounds a failure: a loaded machine can take tens of seconds to render."""
         deadline = time.time() + timeout
         while True:
             v = self.js(script, *args)

@@ -24,7 +24,7 @@ echo '{"not": "metrics"}' > runs/other.jsonl  # JSONL that is not a metrics file
 
 "$LLMRUN" dashboard runs --port 0 2>dash.log & DASH_PID=$!
 trap 'kill $DASH_PID 2>/dev/null; rm -rf "$WORK"' EXIT
-for _ in $(seq 100); do
+for _ in $(seq 600); do  # up to 60 s: a loaded machine starts slowly
   PORT=$(grep -so 'on http://127.0.0.1:[0-9]*' dash.log | grep -o '[0-9]*$' || true)
   [ -n "$PORT" ] && break
   kill -0 $DASH_PID 2>/dev/null || { cat dash.log; fail "dashboard exited"; }

@@ -14,8 +14,14 @@ YAML
 prev=0
 for round in 1 2 3 4 5; do
   "$LLMRUN" train r.yaml 2>"train$round.log" & pid=$!
-  # wait for the first save of this process (or the resume message of a later round) ...
-  for _ in $(seq 400); do grep -q "checkpoint .*step-" "train$round.log" && break; sleep 0.02; done
+  # wait for the first save of this process (up to 60 s: a loaded machine starts slowly; killed
+  # before it, latest could not have moved on) ...
+  for _ in $(seq 3000); do
+    grep -q "checkpoint .*step-" "train$round.log" && break
+    kill -0 $pid 2>/dev/null || { cat "train$round.log"; fail "round $round: training exited"; }
+    sleep 0.02
+  done
+  grep -q "checkpoint .*step-" "train$round.log" || { kill -9 $pid; cat "train$round.log"; fail "round $round: no save in 60 s"; }
   # ... then kill at a random point of the following saves
   sleep "0.$(( RANDOM % 9 + 1 ))$(( RANDOM % 10 ))"
   kill -9 $pid; wait $pid 2>/dev/null || true

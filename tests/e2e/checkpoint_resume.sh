@@ -34,11 +34,22 @@ train: {steps: 120, micro_batch: 4, global_batch: 8, lr: 3.0e-3, warmup: 3, seed
 checkpoint: {dir: sig, every: 1000, resume: auto}
 logging: {every: 1, metrics: sig.jsonl}
 YAML
-"$LLMRUN" train slow.yaml 2>sig.log & pid=$!
-for _ in $(seq 600); do [ -s sig.jsonl ] && [ "$(wc -l < sig.jsonl)" -ge 3 ] && break; sleep 0.05; done
-kill -TERM $pid
-rc=0; wait $pid || rc=$?
-[ "$rc" = 0 ] || { cat sig.log; fail "SIGTERM: exit $rc, expected 0"; }
+# The SIGTERM goes out once 3 steps are logged; a poller starved on a loaded machine can see
+# them only after all 120 steps ran (no stop then), so the round repeats, up to 3 times.
+for attempt in 1 2 3; do
+  rm -rf sig sig.jsonl
+  "$LLMRUN" train slow.yaml 2>sig.log & pid=$!
+  for _ in $(seq 1200); do  # up to 60 s: a loaded machine starts slowly
+    [ -s sig.jsonl ] && [ "$(wc -l < sig.jsonl)" -ge 3 ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -TERM $pid 2>/dev/null || true
+  rc=0; wait $pid || rc=$?
+  [ "$rc" = 0 ] || { cat sig.log; fail "SIGTERM: exit $rc, expected 0"; }
+  grep -q "stopped by signal 15" sig.log && break
+  echo "SIGTERM round $attempt: the run had ended before the signal; again"
+done
 stopped=$(sed 's/step-0*//' sig/latest)
 [ "$stopped" -ge 3 ] && [ "$stopped" -lt 120 ] || fail "SIGTERM checkpoint at step '$stopped'"
 grep -q "stopped by signal 15 after step $stopped" sig.log || { cat sig.log; fail "no stop message"; }

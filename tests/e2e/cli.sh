@@ -1,8 +1,8 @@
 # The command line surface: version, help on every subcommand, dry-run.
 source "$(dirname "$0")/common.bash"
-"$LLMRUN" --version | grep -qE '^llmrun [0-9]+\.[0-9]+' || fail "--version"
+"$LLMRUN" --version | grep -E '^llmrun [0-9]+\.[0-9]+' >/dev/null || fail "--version"
 for sub in train generate; do
-  "$LLMRUN" $sub --help | grep -qi usage || fail "$sub --help"
+  "$LLMRUN" $sub --help | grep -i usage >/dev/null || fail "$sub --help"
 done
 expect_exit 2 'subcommand' "$LLMRUN"
 out=$("$LLMRUN" train "$SRC/recipes/gpt2-124m.yaml" --dry-run)

@@ -7,6 +7,9 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# Under pipefail, `CMD | grep -q` (or `| head`) fails at random when CMD writes more after the
+# match: grep exits, CMD dies of SIGPIPE. Tests write `CMD | grep PAT >/dev/null`, or
+# `grep -q PAT <<<"$VAR"` for a variable.
 
 # expect_exit CODE PATTERN CMD... : runs CMD, checks its exit code and that stderr matches PATTERN.
 expect_exit() {

@@ -49,7 +49,7 @@ eos = max(max(d) for d in got)
 assert len(got) == 2 and all(g == w + [eos] for g, w in zip(got, want))
 assert all(len(w) < len(json.dumps(w)) for w in want)
 PY
-"$LLMRUN" data inspect bpe | grep -q "GNU GENERAL PUBLIC LICENSE" || fail "inspect does not decode the BPE sample"
+"$LLMRUN" data inspect bpe | grep "GNU GENERAL PUBLIC LICENSE" >/dev/null || fail "inspect does not decode the BPE sample"
 
 # Bad input: one error line naming file and line, exit 2, and no PREFIX.idx left behind.
 printf '{"text": "ok"}\n{"text": "fine"}\n{"text": broken\n' > bad_json.jsonl
@@ -78,7 +78,7 @@ grep -q "skipped 3 bad documents.*mixed.jsonl:3: malformed JSON" skip.log || { c
 # Killed mid-run (blocked on a FIFO input): the old complete dataset's index is gone, not stale.
 mkfifo pipe.txt
 "$LLMRUN" data prepare --input pipe.txt --tokenizer byte --output ds2 2>/dev/null & pid=$!
-for _ in $(seq 50); do [ -e ds2.idx ] || break; sleep 0.1; done
+for _ in $(seq 600); do [ -e ds2.idx ] || break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done  # up to 60 s (loaded machine)
 kill -9 $pid; wait $pid 2>/dev/null || true
 [ ! -e ds2.idx ] || fail "an interrupted run left a complete-looking ds2.idx"
 echo "data prepare: format, workers, bad inputs all ok"

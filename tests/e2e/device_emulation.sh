@@ -86,12 +86,16 @@ done
 # Serving: greedy, sampled and logprob requests, concurrently, match the CPU server's.
 serve_all() {  # LOG: prints every response's text and logprobs
   start_server "$1" llama-cpu/model --max-num-seqs 4 --kv-blocks 64 --block-size 8
+  local pids=() i
   for i in 0 1 2 3; do
     curl -sf "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
       -d "{\"prompt\": \"device sample $i\", \"max_tokens\": 12, \"temperature\": $((i % 2)), \"seed\": $i, \"logprobs\": $((i == 3 ? 2 : 0))}" \
       >resp$i.json &
+    pids+=($!)
   done
-  wait %2 %3 %4 %5 2>/dev/null || true
+  # Each curl by its pid (job numbers depend on what else runs in the background), all of them
+  # finished before any response is read.
+  for i in 0 1 2 3; do wait "${pids[$i]}" || fail "request $i failed (curl exit $?)"; done
   for i in 0 1 2 3; do /usr/bin/python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["choices"][0]; print(repr(c["text"]), c.get("logprobs"))' resp$i.json; done
   stop_server
 }
@@ -101,7 +105,7 @@ emu_out=$(LLMRUN_TEST_BACKEND=emulated-device serve_all serve-emu.log)
 grep -q "info: backend emulated-device" serve-emu.log || fail "serve did not run on the emulated device"
 
 # A CUDA backend where this binary has none (or no device is visible) is a user error.
-if ! "$LLMRUN" --version | grep -q cuda; then
+if ! "$LLMRUN" --version | grep cuda >/dev/null; then
   expect_exit 2 "backend cuda: this llmrun was built without CUDA" "$LLMRUN" generate gpt2-cpu/model --prompt x --backend cuda
   expect_exit 2 "backend cuda: this llmrun was built without CUDA" "$LLMRUN" train gpt2.yaml --set launch.backend=cuda --set checkpoint.dir=cuda-run
 fi

@@ -79,11 +79,14 @@ for i in "${!PROMPTS[@]}"; do
 done
 start_server server.log back-qwen2_moe --threads 2 --max-num-seqs 8
 trap 'stop_server; rm -rf "$WORK"' EXIT
+pids=()
 for i in "${!PROMPTS[@]}"; do
   body=$(/usr/bin/python3 -c 'import json,sys; print(json.dumps({"prompt": sys.argv[1], "max_tokens": 16, "temperature": 0}))' "${PROMPTS[$i]}")
   curl -sf "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' -d "$body" > "served.$i" &
+  pids+=($!)
 done
-wait $(jobs -p | grep -v "^$SERVER_PID$") 2>/dev/null || true
+# By pid: bash drops finished jobs from `jobs -p`, and an empty list would wait for the server.
+for i in "${!pids[@]}"; do wait "${pids[$i]}" || fail "request $i failed (curl exit $?)"; done
 for i in "${!PROMPTS[@]}"; do
   /usr/bin/python3 -c 'import json,sys; p=sys.argv[1]; a=open(sys.argv[2], "rb").read().decode("utf-8", "replace")[:-1]; s=json.load(open(sys.argv[3]))["choices"][0]["text"]; sys.exit(0 if p + s == a else f"served {p + s!r} != alone {a!r}")' \
     "${PROMPTS[$i]}" "alone.$i" "served.$i" || fail "prompt $i: batched serving differs from generate alone"

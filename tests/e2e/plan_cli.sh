@@ -86,7 +86,7 @@ expect_exit 2 "exceeds the budget of 500.00 KB" "$LLMRUN" train r.yaml --gpu-mem
 [ "$(grep '^error:' "$WORK/cmd.stderr")" = "$plan_msg" ] || fail "train and plan refuse differently"
 [ ! -e m.jsonl ] || fail "a refused train wrote metrics"
 expect_exit 2 "exceeds the budget" "$LLMRUN" train r.yaml --set memory.budget_bytes=$((peak - 1))
-"$LLMRUN" plan r.yaml --gpu-mem $peak --peak-flops 1e11 | grep -q "every rank fits" || fail "peak itself fits"
+"$LLMRUN" plan r.yaml --gpu-mem $peak --peak-flops 1e11 | grep "every rank fits" >/dev/null || fail "peak itself fits"
 expect_exit 2 "--gpu-mem lots: expected a size" "$LLMRUN" plan r.yaml --gpu-mem lots
 
 # Search: 4 ranks; ranked fastest first, every exclusion has its reason, none dropped.

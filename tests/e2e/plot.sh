@@ -39,7 +39,7 @@ assert b[:8] == b"\x89PNG\r\n\x1a\n" and b[12:16] == b"IHDR", "not a PNG"
 w, h = struct.unpack(">II", b[16:24])
 assert w == 640 and h > 400, (w, h)
 PY
-ls -A | grep -q '\.tmp-' && fail "temporary files left: $(ls -A)"
+ls -A | grep '\.tmp-' >/dev/null && fail "temporary files left: $(ls -A)"
 
 # Hand-written files: a NaN loss (null) is left out, an unfinished last line is skipped.
 printf '{"step": 1, "loss": 3.0}\n{"step": 2, "loss": null}\n\n{"step": 3, "loss": 2.0}\n{"step": 4, "lo' > live.jsonl
@@ -76,5 +76,5 @@ cmp -s one.svg keep.svg || fail "a failed plot changed keep.svg"
 # PNG without rsvg-convert on PATH: says how to get it, or to use .svg.
 mkdir emptybin
 expect_exit 2 'error: writing x.png needs rsvg-convert.*librsvg2-bin.*\.svg' env PATH="$WORK/emptybin" "$LLMRUN" plot a/metrics.jsonl -o x.png
-[ ! -e x.png ] && ! ls -A | grep -q '\.tmp-' || fail "a refused png left files: $(ls -A)"
+[ ! -e x.png ] && ! ls -A | grep '\.tmp-' >/dev/null || fail "a refused png left files: $(ls -A)"
 echo "plot: OK"

@@ -45,24 +45,33 @@ timed() {
   ELAPSED=$((SECONDS - t0))
 }
 
-# expect_job RC_WANT PATTERN MAX_SECONDS WHAT: checks the last timed job.
+# expect_job RC_WANT PATTERN MAX_SECONDS WHAT: checks the last timed job. MAX_SECONDS is what an
+# idle machine needs; a loaded one (ctest -j, one core) gets up to 45 s, still short of the
+# 60 s launch.timeout_s that a job ended by a collective's timeout would take.
 expect_job() {
+  local max=$(($3 > 45 ? $3 : 45))
   [ "$RC" = "$1" ] || { cat err.log >&2; fail "$4: exited $RC, expected $1"; }
   grep -qE -- "$2" err.log || { cat err.log >&2; fail "$4: stderr lacks /$2/"; }
-  [ "$ELAPSED" -le "$3" ] || { cat err.log >&2; fail "$4: took ${ELAPSED}s, more than $3 s"; }
+  [ "$ELAPSED" -le "$max" ] || { cat err.log >&2; fail "$4: took ${ELAPSED}s, more than $max s"; }
   echo "$4: exit $RC in ${ELAPSED}s: $(grep -m1 -E -- "$2" err.log)"
 }
 
 # No rank may outlive its job: no llmrun, mpirun or rank wrapper process still working in $WORK.
+# A rank that is exiting takes a moment to go (more on a loaded machine): polled for up to 10 s,
+# not read once after a fixed sleep.
 no_ranks_left() {
-  sleep 0.5
-  local left="" d
-  for d in /proc/[0-9]*; do
-    [ "$(readlink "$d/cwd" 2>/dev/null)" = "$WORK" ] || continue
-    case "$(readlink "$d/exe" 2>/dev/null) $(tr '\0' ' ' <"$d/cmdline" 2>/dev/null)" in
-      *reliability_*) ;;  # this test's own shell and its subshells
-      *llmrun*|*orterun*|*mpirun*|*rank_wrapper*) left="$left ${d#/proc/}" ;;
-    esac
+  local left d
+  for _ in $(seq 50); do
+    left=""
+    for d in /proc/[0-9]*; do
+      [ "$(readlink "$d/cwd" 2>/dev/null)" = "$WORK" ] || continue
+      case "$(readlink "$d/exe" 2>/dev/null) $(tr '\0' ' ' <"$d/cmdline" 2>/dev/null)" in
+        *reliability_*) ;;  # this test's own shell and its subshells
+        *llmrun*|*orterun*|*mpirun*|*rank_wrapper*) left="$left ${d#/proc/}" ;;
+      esac
+    done
+    [ -z "$left" ] && break
+    sleep 0.2
   done
   if [ -n "$left" ]; then
     ps -o pid,ppid,stat,args -p "${left# }" >&2 || true

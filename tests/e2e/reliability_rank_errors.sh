@@ -33,7 +33,7 @@ done
 mpirun_ranks "trap '' XFSZ; ulimit -f 8" train r.yaml --set parallel.zero=1 --set checkpoint.dir=wf --set checkpoint.every=2
 expect_job 2 "^error: rank 1: .*rank-00001.safetensors.*: File too large" 20 "write failing on rank 1"
 [ ! -e wf/latest ] && [ -z "$(ls wf | grep -v '^step-[0-9]*\.tmp' || true)" ] || { ls -R wf; fail "write failing on rank 1: a checkpoint was published"; }
-if ls wf/step-* 2>/dev/null | grep -qv tmp; then ls -R wf; fail "write failing on rank 1: a step directory looks complete"; fi
+if ls wf/step-* 2>/dev/null | grep -v tmp >/dev/null; then ls -R wf; fail "write failing on rank 1: a step directory looks complete"; fi
 no_ranks_left "write failing on rank 1"
 
 # An allocation failure on rank 1: its address space is too small for the model's parameters.

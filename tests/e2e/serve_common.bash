@@ -9,7 +9,7 @@ start_server() {
   local log=$1; shift
   "$LLMRUN" serve "$@" --host 127.0.0.1 --port 0 2>"$log" &
   SERVER_PID=$!
-  for _ in $(seq 100); do
+  for _ in $(seq 600); do  # up to 60 s (a loaded machine); a server that exits stops the wait
     PORT=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
     [ -n "$PORT" ] && return 0
     kill -0 "$SERVER_PID" 2>/dev/null || { cat "$log" >&2; fail "server exited during startup"; }

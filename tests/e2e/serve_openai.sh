@@ -38,8 +38,8 @@ trap 'stop_server; rm -rf "$WORK"' EXIT
 NODE_PATH="$NPM_DIR/node_modules" node "$SRC/tests/e2e/serve_openai_client.cjs" "$PORT" sekrit "$expect" ||
   { tail -n 20 "$WORK/server.log"; fail "openai client checks failed"; }
 metrics=$(curl -sf "http://127.0.0.1:$PORT/metrics")
-echo "$metrics" | grep -q '^llmrun:kv_cache_blocks_used 0$' || { echo "$metrics" | grep kv_cache; fail "KV blocks still in use after all requests"; }
-echo "$metrics" | grep -qE '^llmrun:prefix_cache_hits_total [1-9]' || fail "repeated prompts never hit the prefix cache"
+grep -q '^llmrun:kv_cache_blocks_used 0$' <<<"$metrics" || { echo "$metrics" | grep kv_cache; fail "KV blocks still in use after all requests"; }
+grep -qE '^llmrun:prefix_cache_hits_total [1-9]' <<<"$metrics" || fail "repeated prompts never hit the prefix cache"
 kill -TERM "$SERVER_PID"
 wait "$SERVER_PID" || fail "server exited non-zero on SIGTERM"
 echo "openai client e2e: ok"

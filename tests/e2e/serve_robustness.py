@@ -60,7 +60,7 @@ def completion(prompt="hi", max_tokens=3, **kw):
 
 
 def wait_idle():
-    for _ in range(200):
+    for _ in range(1200):  # 60 s: a loaded machine
         m = metrics()
         if m["llmrun:num_requests_running"] == 0 and m["llmrun:num_requests_waiting"] == 0:
             return m
@@ -119,11 +119,15 @@ def abuse():
         s.close()
 
     # Long generations that together need far more than the 32-block pool: preemption, and
-    # every answer still equals the same request made alone.
-    alone = completion(prompt="long 7", max_tokens=60)[1]
-    longs = {}
+    # every answer still equals the same request made alone. 24 connections at once (started
+    # at a barrier), then the same prompts as one request: a prompt list is scheduled from its
+    # first step, so it preempts however the threads happened to interleave.
+    text = lambda b: json.loads(b)["choices"][0]["text"]
+    alone = [text(completion(prompt="long %d" % i, max_tokens=60)[1]) for i in range(8)]
+    longs, gate = {}, threading.Barrier(24)
 
     def long_one(i):
+        gate.wait()
         longs[i] = completion(prompt="long %d" % (i % 8), max_tokens=60)
 
     threads = [threading.Thread(target=long_one, args=(i,)) for i in range(24)]
@@ -132,21 +136,30 @@ def abuse():
     for t in threads:
         t.join()
     assert all(st == 200 for st, _ in longs.values()), longs
-    text = lambda b: json.loads(b)["choices"][0]["text"]
-    assert text(longs[7][1]) == text(alone) and text(longs[15][1]) == text(alone), "preempted output differs"
+    assert all(text(longs[i][1]) == alone[i % 8] for i in range(24)), "concurrent output differs"
+    st, body = completion(prompt=["long %d" % (i % 8) for i in range(24)], max_tokens=60)
+    assert st == 200, body
+    listed = sorted(json.loads(body)["choices"], key=lambda c: c["index"])
+    assert [c["text"] for c in listed] == [alone[i % 8] for i in range(24)], "preempted output differs"
 
-    # Clients vanishing mid-stream: their sequences are aborted and their blocks freed.
+    # Clients vanishing mid-stream: their sequences are aborted and their blocks freed. A
+    # stream the server finished before the client closed is no abort (a loaded machine can
+    # deschedule the client that long), so rounds of 20 repeat, up to 5, until 10 aborted.
     before = metrics()["llmrun:client_aborts_total"]
-    for i in range(20):
-        s = socket.create_connection((HOST, PORT), timeout=30)
-        body = json.dumps({"model": "tiny", "prompt": "stream %d" % i, "max_tokens": 100, "stream": True}).encode()
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-        got = b""
-        while b"data:" not in got:
-            got += s.recv(4096)
-        s.close()
-    m = wait_idle()
-    assert m["llmrun:client_aborts_total"] - before >= 10, m
+    for attempt in range(5):
+        for i in range(20):
+            s = socket.create_connection((HOST, PORT), timeout=30)
+            body = json.dumps({"model": "tiny", "prompt": "stream %d" % i, "max_tokens": 100, "stream": True}).encode()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            got = b""
+            while b"data:" not in got:
+                got += s.recv(4096)
+            s.close()
+        m = wait_idle()
+        assert m["llmrun:kv_cache_blocks_used"] == 0, m
+        if m["llmrun:client_aborts_total"] - before >= 10:
+            break
+    assert m["llmrun:client_aborts_total"] - before >= 10, (attempt + 1, m)
     assert m["llmrun:kv_cache_blocks_used"] == 0, m
     assert m["llmrun:num_preemptions_total"] > 0, "the small pool should have forced preemption"
     assert completion()[0] == 200, "still serving"
@@ -164,29 +177,37 @@ def queue():
                        {"messages": [{"role": "user", "content": "hi"}], "n": 5, "max_tokens": 2})
     assert st == 400 and "at most 1" in json.loads(body)["error"]["message"], body
 
+    # A burst of 8 (started at a barrier) while one runs: some get 429. Threads that a loaded
+    # machine runs one after another find the slot free, so a burst repeats, up to 8 times,
+    # until both answers were seen; every answer is checked.
     results = []
     lock = threading.Lock()
 
-    def one(i):
+    def one(i, gate):
         body = {"model": "tiny", "prompt": "q%d" % i, "max_tokens": 40, "temperature": 0}
+        gate.wait()
         st, body, headers = request("POST", "/v1/completions", body, with_headers=True)
         with lock:
-            results.append((st, body))
-        if st == 429:  # a 429 says when to come back
-            assert int(headers["retry-after"]) >= 1, headers
+            results.append((st, body, headers))
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    codes = sorted(st for st, _ in results)
-    assert 200 in codes and 429 in codes, codes
-    for st, body in results:
-        if st == 429:
+    for attempt in range(8):
+        gate = threading.Barrier(8)
+        threads = [threading.Thread(target=one, args=(i, gate)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        codes = sorted(st for st, _, _ in results)
+        if 200 in codes and 429 in codes:
+            break
+    assert set(codes) <= {200, 429}, codes
+    assert 200 in codes and 429 in codes, (attempt + 1, codes)
+    for st, body, headers in results:
+        if st == 429:  # a 429 says why and when to come back
             assert json.loads(body)["error"]["message"], body
+            assert int(headers["retry-after"]) >= 1, headers
     assert wait_idle()["llmrun:kv_cache_blocks_used"] == 0
-    print("queue: ok", codes)
+    print("queue: ok (%d bursts)" % (attempt + 1), codes)
 
 
 def drain():
@@ -452,12 +473,13 @@ def http_details():
 
     # Expect: 100-continue: a body too large is refused before it is sent; a fitting one is
     # invited at once (curl otherwise waits a second).
-    s = socket.create_connection((HOST, PORT), timeout=5)
+    # (30 s socket timeouts: a refusal or invitation that never comes fails either way.)
+    s = socket.create_connection((HOST, PORT), timeout=30)
     s.sendall(head + b"Content-Length: 50000000\r\nExpect: 100-continue\r\n\r\n")
     reply = read_all(s)
     s.close()
     assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
-    s = socket.create_connection((HOST, PORT), timeout=5)
+    s = socket.create_connection((HOST, PORT), timeout=30)
     body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
     s.sendall(head + b"Content-Length: %d\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n" % len(body))
     got = b""
@@ -498,7 +520,7 @@ def stuck_client(stream):
     return s
 
 
-def wait_for(cond, what, timeout=60):
+def wait_for(cond, what, timeout=120):  # generous: it returns as soon as cond holds
     end = time.time() + timeout
     while time.time() < end:
         m = metrics()
@@ -589,8 +611,10 @@ def stuck():
     pid = int(sys.argv[3])
     socks = stuck_setup()
     os.kill(pid, signal.SIGTERM)
-    took = wait_exit(pid, 20)
-    assert 1.5 <= took <= 8, "exited %.1f s after SIGTERM with a 2 s shutdown deadline" % took
+    # Not before the deadline; soon after it (the clients' --write-timeout is 600 s). The upper
+    # bound leaves a loaded machine time to tear down.
+    took = wait_exit(pid, 40)
+    assert 1.5 <= took <= 20, "exited %.1f s after SIGTERM with a 2 s shutdown deadline" % took
     for s in socks:
         s.close()
     print("stuck: ok (exited %.1f s after SIGTERM)" % took)
@@ -605,8 +629,8 @@ def resignal():
     with open("/proc/%d/stat" % pid) as f:
         assert f.read().rsplit(")", 1)[1].split()[0] != "Z", "exited before its deadline"
     os.kill(pid, signal.SIGTERM)
-    took = wait_exit(pid, 20)
-    assert took <= 5, "exited %.1f s after the second SIGTERM" % took
+    took = wait_exit(pid, 40)  # the deadline is 600 s: 20 s is "at once" on a loaded machine
+    assert took <= 20, "exited %.1f s after the second SIGTERM" % took
     for s in socks:
         s.close()
     print("resignal: ok (exited %.1f s after the second SIGTERM)" % took)

@@ -69,18 +69,18 @@ sys.exit(1 if bad else 0)
 PY
   local m
   m=$(curl -sf "http://127.0.0.1:$PORT/metrics")
-  echo "$m" | grep -qE '^llmrun:num_preemptions_total [1-9]' || { echo "metrics: ${#m} bytes"; echo "$m" | grep -E "preempt|requests_total"; tail -5 "$WORK/server.log"; fail "$what: the pool was meant to force preemption"; }
-  echo "$m" | grep -q '^llmrun:kv_cache_blocks_used 0$' || { echo "$m" | grep kv_cache; fail "$what: KV blocks still in use"; }
-  echo "$m" | grep -qE '^llmrun:spec_decode_num_drafts_total [1-9]' || fail "$what: nothing proposed"
+  grep -qE '^llmrun:num_preemptions_total [1-9]' <<<"$m" || { echo "metrics: ${#m} bytes"; echo "$m" | grep -E "preempt|requests_total"; tail -5 "$WORK/server.log"; fail "$what: the pool was meant to force preemption"; }
+  grep -q '^llmrun:kv_cache_blocks_used 0$' <<<"$m" || { echo "$m" | grep kv_cache; fail "$what: KV blocks still in use"; }
+  grep -qE '^llmrun:spec_decode_num_drafts_total [1-9]' <<<"$m" || fail "$what: nothing proposed"
   # An unrelated random draft may see none of its guesses accepted, depending on which steps
   # the back-off lets it propose on; the others always have some.
   if [ "$what" != "draft (other)" ]; then
-    echo "$m" | grep -qE '^llmrun:spec_decode_num_accepted_tokens_total [1-9]' || fail "$what: no proposal accepted"
-    echo "$m" | grep -qE '^llmrun:spec_decode_num_accepted_tokens_per_pos_total\{position="0"\} [1-9]' || fail "$what: per-position counter"
-    echo "$m" | grep -qE '^llmrun:spec_decode_draft_acceptance_rate 0\.[0-9]+|^llmrun:spec_decode_draft_acceptance_rate 1$' || fail "$what: acceptance rate"
+    grep -qE '^llmrun:spec_decode_num_accepted_tokens_total [1-9]' <<<"$m" || fail "$what: no proposal accepted"
+    grep -qE '^llmrun:spec_decode_num_accepted_tokens_per_pos_total\{position="0"\} [1-9]' <<<"$m" || fail "$what: per-position counter"
+    grep -qE '^llmrun:spec_decode_draft_acceptance_rate 0\.[0-9]+|^llmrun:spec_decode_draft_acceptance_rate 1$' <<<"$m" || fail "$what: acceptance rate"
   fi
-  echo "$m" | grep -qE '^llmrun:spec_decode_mean_acceptance_length [1-9]' || fail "$what: mean acceptance length"
-  echo "$m" | grep -qE '^llmrun:spec_decode_num_backoffs_total [0-9]+$' || fail "$what: back-off counter"
+  grep -qE '^llmrun:spec_decode_mean_acceptance_length [1-9]' <<<"$m" || fail "$what: mean acceptance length"
+  grep -qE '^llmrun:spec_decode_num_backoffs_total [0-9]+$' <<<"$m" || fail "$what: back-off counter"
   stop_server
 }
 check_served ngram --speculative ngram --num-speculative-tokens 3
@@ -136,9 +136,9 @@ for spec in "--speculative ngram" "--speculative draft --draft-model $WORK/tiny"
   cmp -s "$WORK/constrained_plain.json" "$WORK/constrained_spec.json" ||
     { diff <(tr ',' '\n' <"$WORK/constrained_plain.json") <(tr ',' '\n' <"$WORK/constrained_spec.json"); fail "$spec: constrained text differs from the plain server's"; }
   m=$(curl -sf "http://127.0.0.1:$PORT/metrics")
-  echo "$m" | grep -qE '^llmrun:spec_decode_num_accepted_tokens_total [1-9]' || { echo "$m" | grep spec_decode; fail "$spec: no constrained proposal accepted"; }
-  echo "$m" | grep -qE '^llmrun:num_preemptions_total [1-9]' || fail "$spec: the pool was meant to force preemption"
-  echo "$m" | grep -q '^llmrun:kv_cache_blocks_used 0$' || fail "$spec: KV blocks still in use"
+  grep -qE '^llmrun:spec_decode_num_accepted_tokens_total [1-9]' <<<"$m" || { echo "$m" | grep spec_decode; fail "$spec: no constrained proposal accepted"; }
+  grep -qE '^llmrun:num_preemptions_total [1-9]' <<<"$m" || fail "$spec: the pool was meant to force preemption"
+  grep -q '^llmrun:kv_cache_blocks_used 0$' <<<"$m" || fail "$spec: KV blocks still in use"
   stop_server
 done
 

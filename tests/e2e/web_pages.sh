@@ -33,7 +33,8 @@ start_server "$WORK/serve.log" "$WORK/tiny" --threads 1
 mkdir -p "$WORK/runs"
 "$LLMRUN" dashboard "$WORK/runs" --port 0 2>"$WORK/dash.log" & DASH_PID=$!
 trap 'stop_server; kill $DASH_PID 2>/dev/null; rm -rf "$WORK"' EXIT
-for _ in $(seq 100); do
+for _ in $(seq 600); do  # up to 60 s: a loaded machine starts slowly
+  kill -0 $DASH_PID 2>/dev/null || { cat "$WORK/dash.log"; fail "dashboard exited"; }
   DPORT=$(grep -so 'on http://127.0.0.1:[0-9]*' "$WORK/dash.log" | grep -o '[0-9]*$' || true)
   [ -n "$DPORT" ] && break
   sleep 0.1

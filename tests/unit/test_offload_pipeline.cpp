@@ -240,8 +240,10 @@ TEST(OffloadPipeline, CountsHiddenAndExposedCopiesOnTheDeviceTimeline) {
     const OverlapCounter c = e.pipe->transfers();
     EXPECT_NEAR(c.flight_s, 6 * (2 + 2), 1e-9) << "hints " << hints;
     const double exposed = hints ? 2 : 2 + 2 * 4;
-    // settle()'s real host wait (microseconds here) also counts as exposed.
-    EXPECT_NEAR(c.flight_s - c.hidden_s, exposed, 1e-2) << "hints " << hints;
+    // settle()'s real host wait also counts as exposed: microseconds, but a loaded machine can
+    // deschedule the test for tens of milliseconds in it. It only adds, and the schedules
+    // compared differ by whole simulated seconds.
+    EXPECT_LE(c.flight_s - c.hidden_s, exposed + 0.5) << "hints " << hints;
     EXPECT_GE(c.flight_s - c.hidden_s, exposed - 1e-9);
   }
 }
@@ -271,9 +273,13 @@ TEST(OffloadPipeline, CopiesBackRunBesideCopiesInOnTheirOwnLane) {
   // 6, and ends at 4 * 7 + 1.
   // Two lanes: in(k+2) waits only for out(k), which ends 1 s after in(k+1): two pieces every
   // 5 s, waited for 2 s and 1 s, and the compute ends at 20.
-  EXPECT_NEAR(exposed[1], 2 + 1 + 6 * 3, 1e-2);
+  // (exposed also holds settle()'s real host wait: at least the simulated figure, within 0.5 s
+  // of it however loaded the machine; see CountsHiddenAndExposedCopiesOnTheDeviceTimeline.)
+  EXPECT_GE(exposed[1], 2 + 1 + 6 * 3 - 1e-9);
+  EXPECT_LE(exposed[1], 2 + 1 + 6 * 3 + 0.5);
   EXPECT_NEAR(end[1], 29, 1e-9);
-  EXPECT_NEAR(exposed[0], 2 + 1 + 3 * (2 + 1), 1e-2);
+  EXPECT_GE(exposed[0], 2 + 1 + 3 * (2 + 1) - 1e-9);
+  EXPECT_LE(exposed[0], 2 + 1 + 3 * (2 + 1) + 0.5);
   EXPECT_NEAR(end[0], 20, 1e-9);
   EXPECT_LT(exposed[0], exposed[1]);
 }

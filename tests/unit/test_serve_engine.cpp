@@ -124,9 +124,10 @@ void run_case(Arch arch, const Case& c) {
     ASSERT_TRUE(
         got.cv.wait_for(lock, std::chrono::seconds(60), [&] { return got.done == c.requests; }));
     lock.unlock();
-    // Stats are published after the step that finished the last sequence.
+    // Stats are published after the step that finished the last sequence (up to 60 s: a loaded
+    // machine can deschedule the engine thread between the two).
     EngineStats st;
-    for (int spin = 0; spin < 200; ++spin) {
+    for (int spin = 0; spin < 12000; ++spin) {
       st = engine.stats();
       if (st.running == 0 && st.waiting == 0) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));

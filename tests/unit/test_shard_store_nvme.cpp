@@ -100,7 +100,8 @@ struct NvmeStore {
              std::vector<bool>* read_ahead_seen) {
     store->for_each_chunk(b, begin, end, [&](int64_t off, const std::vector<Tensor>& mv) {
       if (off + mv[0].numel() == end && next.first >= 0)
-        read_ahead_seen->push_back(reads.started(next.first, next.second, 5.0));
+        // (Up to 60 s: it returns at the read's start; a loaded machine can be slow to start it.)
+        read_ahead_seen->push_back(reads.started(next.first, next.second, 60.0));
       update(mv[0].f32(), mv[1].f32(), mv[0].numel(), off, step);
     });
     update(m[size_t(b)].data() + begin, v[size_t(b)].data() + begin, end - begin, begin, step);

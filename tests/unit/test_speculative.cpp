@@ -143,7 +143,7 @@ RunResult run_engine(Transformer& model, const Tokenizer& tok, const EngineConfi
     std::unique_lock<std::mutex> lock(got.mu);
     EXPECT_TRUE(got.cv.wait_for(lock, std::chrono::seconds(120), [&] { return got.done == n; }));
   }
-  for (int spin = 0; spin < 400; ++spin) {
+  for (int spin = 0; spin < 12000; ++spin) {  // up to 60 s: a loaded machine
     r.stats = engine.stats();
     if (r.stats.running == 0 && r.stats.waiting == 0 && r.stats.kv_blocks_used == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
