@@ -149,11 +149,12 @@ void QuantPlan::run(const float* x, int64_t n, float* y, int64_t ldy, const floa
   };
   const int64_t nt = int64_t(tiles.size());
   const auto* tl = tiles.data();
-  const int64_t work = out * n * cols;
-  const bool parallel = work > kParallelWork && omp_get_max_threads() > 1 && !omp_in_parallel();
-  // A small matrix: chunks of activation rows, each quantized and run against every output row
-  // by the thread that takes it (the weights stay in its L2 from one chunk to the next).
-  if (parallel && n >= 2 * kSplitActs && weight_bytes() <= kSplitMaxBytes) {
+  const int64_t threads = omp_get_max_threads();
+  const bool parallel = out * n * cols > kParallelWork && threads > 1 && !omp_in_parallel();
+  // A small matrix, with a chunk of activation rows or more for every thread: the chunks, each
+  // quantized and run against every output row by the thread that takes it (the weights stay
+  // in its L2 from one chunk to the next).
+  if (parallel && n >= kSplitActs * threads && weight_bytes() <= kSplitMaxBytes) {
     const int64_t chunks = (n + kSplitActs - 1) / kSplitActs;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
