@@ -1,8 +1,8 @@
-// QuantPlan::run's two ways of splitting a batch over threads (quant_matmul.cpp, issue 19): a
-// small matrix hands out chunks of activation rows, a large one the output rows. Either way,
-// at every SIMD level the CPU has, each element is bitwise what one thread computes and what
-// the row gives alone (n = 1), for batches that leave a part-filled last chunk, plans that mix
-// x16 types with a type on the tile path, and the bias / accumulate epilogue.
+// QuantPlan::run over several threads (its one parallel region per call: quant_matmul.cpp,
+// issue 19): at every SIMD level the CPU has, each element is bitwise what one thread computes
+// and what the row gives alone (n = 1), at 2 and 3 threads (rows and groups that do not split
+// evenly), for small and large matrices, plans that mix x16 types with a type on the tile path,
+// and the bias / accumulate epilogue.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -49,8 +49,7 @@ std::vector<float> run(const QuantPlan& plan, const std::vector<float>& x, int64
 TEST(QuantMatmul, ThreadSplitsEqualOneThreadAndRowAloneBitwise) {
   const int threads = omp_get_max_threads();
   const SimdLevel initial = active_simd_level();
-  // (types and row counts of the parts, columns): the first two are small (their activation
-  // rows split over the threads), the last two over 512 KiB (their output rows split).
+  // (types and row counts of the parts, columns): llama-small-like and GPT-2-like widths
   struct Shape {
     std::vector<std::pair<QType, int64_t>> parts;
     int64_t cols;
@@ -61,7 +60,7 @@ TEST(QuantMatmul, ThreadSplitsEqualOneThreadAndRowAloneBitwise) {
       {{{QType::q8_0, 1000}, {QType::q4_0, 37}}, 544},
       {{{QType::q4_k, 700}, {QType::q6_k, 500}, {QType::f16, 40}}, 768},
   };
-  const int64_t max_n = 133;  // 4 chunks of 32 and a part-filled fifth
+  const int64_t max_n = 133;
   for (SimdLevel level : {SimdLevel::scalar, SimdLevel::avx2, SimdLevel::avx512}) {
     if (!simd_level_supported(level)) continue;
     set_simd_level(level);
