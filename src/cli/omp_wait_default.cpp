@@ -6,9 +6,9 @@
 // other core: the thread waiting at a barrier then spins away its whole time slice (4 ms) while
 // the thread it waits for sits in the same run queue, and every parallel region costs a slice.
 // llama-small's 128-token quantized prefill (about 60 regions) took 350-750 ms at 2 threads
-// against 11-25 ms at 1 thread so. kSpinCount spins (tens of microseconds) still cover the
-// gaps between the regions of one forward pass on an idle machine, and bound what a shared
-// core loses per handoff.
+// against 11-25 ms at 1 thread so. kSpinCount spins (about 40 us here) still cover most gaps
+// between the regions of a forward pass on an idle machine, and bound what a shared core loses
+// per handoff: a trade-off, measured by count in bench/RESULTS.md (issue 19).
 //
 // libgomp reads GOMP_SPINCOUNT with getenv() in its library constructor, before main() and
 // before anything of the executable runs (a setenv() from .preinit_array is undone when libc
