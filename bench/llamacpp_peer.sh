@@ -9,8 +9,9 @@
 # 8 heads, vocab 8192, context 256). Each gets a real byte-level BPE tokenizer.json (make_tiny_bpe.py, padded with
 # unused tokens to the model's vocab) so llama.cpp loads its vocabulary; llmrun writes the GGUF.
 # Per round, per file and thread count, A/B alternated (the order flips every round):
-#   llmrun:    generate FILE --prompt <the first 340 bytes of GPL-3: 128 tokens> --max-tokens 65 --temperature 0 --timing
-#              (prefill tokens/s of the prompt, decode tokens/s of 64 steps)
+#   llmrun:    generate FILE --prompt <the first 340 bytes of GPL-3: 128 tokens> --max-tokens 2 --temperature 0 --timing
+#              (prefill tokens/s of the prompt), then generate FILE --prompt a --max-tokens 65
+#              (decode tokens/s of 64 steps from a one-token context, as tg64 decodes)
 #   llama.cpp: llama-bench -m FILE -p 128 -n 64 -t T -r 1 (pp128 and tg64 tokens/s)
 # Prints medians over rounds and the llmrun/llama.cpp ratio, with the load average.
 set -euo pipefail
@@ -47,13 +48,21 @@ done
 head -c 340 /usr/share/common-licenses/GPL-3 | tr '\n' ' ' >prompt.txt
 
 run_llmrun() {  # prints "prefill_tps decode_tps prompt_tokens"
-  "$L" generate "$1" --prompt "$(cat prompt.txt)" --max-tokens 65 --temperature 0 --timing \
+  # Prefill: the 128-token prompt. Decode: 64 steps after a one-token prompt, the context
+  # llama-bench's tg64 decodes in (it starts from an empty cache; decoding after the long
+  # prompt would give llmrun 128 more keys per step to attend to than its peer).
+  "$L" generate "$1" --prompt "$(cat prompt.txt)" --max-tokens 2 --temperature 0 --timing \
     --threads "$2" 2>timing.txt >/dev/null
+  "$L" generate "$1" --prompt "a" --max-tokens 65 --temperature 0 --timing \
+    --threads "$2" 2>timing_tg.txt >/dev/null
   /usr/bin/python3 - <<'PY'
 import re
-t = open("timing.txt").read()
-m = re.search(r"prefill (\d+) tokens ([0-9.]+) ms; decode (\d+) steps ([0-9.]+) ms", t)
-n, pms, s, dms = int(m[1]), float(m[2]), int(m[3]), float(m[4])
+pat = r"prefill (\d+) tokens ([0-9.]+) ms; decode (\d+) steps ([0-9.]+) ms"
+p = re.search(pat, open("timing.txt").read())
+d = re.search(pat, open("timing_tg.txt").read())
+n, pms = int(p[1]), float(p[2])
+s, dms = int(d[3]), float(d[4])
+assert s == 64, s
 print("%.2f %.2f %d" % (n / pms * 1e3, s / dms * 1e3, n))
 PY
 }

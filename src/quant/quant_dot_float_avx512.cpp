@@ -13,6 +13,7 @@
 // The functions carry their target through the pragma below, so the file builds for any
 // -march; quant_dot_dispatch.cpp calls them only when cpuid reports AVX-512 F/BW/VL.
 #include "quant/quant_dot_kernels.h"
+#include "quant/quant_gemv_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -195,7 +196,30 @@ void tile(int64_t n, const uint8_t* const* w, int R, const uint8_t* a, size_t as
   }
 }
 
+template <class W>
+void rows_of(int64_t n, const uint8_t* w, size_t stride, int64_t rows, const float* x, float* out) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = row<W>(n, w + size_t(r) * stride, x);
+}
+
 }  // namespace
+
+bool gemv_float_avx512(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows,
+                       const uint8_t* a, float* out) {
+  const auto* x = reinterpret_cast<const float*>(a);
+  switch (t) {
+    case QType::f32:
+      rows_of<F32Row>(n, w, stride, rows, x, out);
+      return true;
+    case QType::f16:
+      rows_of<F16Row>(n, w, stride, rows, x, out);
+      return true;
+    case QType::bf16:
+      rows_of<BF16Row>(n, w, stride, rows, x, out);
+      return true;
+    default:
+      return false;
+  }
+}
 
 bool dot_tile_float_avx512(QType t, int64_t n, const uint8_t* const* w, int R, const uint8_t* a,
                            size_t a_stride, int C, float* out) {
@@ -223,6 +247,9 @@ bool dot_tile_float_avx512(QType t, int64_t n, const uint8_t* const* w, int R, c
 namespace llmrun::quant::detail {
 bool dot_tile_float_avx512(QType, int64_t, const uint8_t* const*, int, const uint8_t*, size_t, int,
                            float*) {
+  return false;
+}
+bool gemv_float_avx512(QType, int64_t, const uint8_t*, size_t, int64_t, const uint8_t*, float*) {
   return false;
 }
 }  // namespace llmrun::quant::detail

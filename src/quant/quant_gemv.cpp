@@ -17,6 +17,7 @@ void gemv_rows(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows
                float* out) {
   const SimdLevel l = active_simd_level();
   // the AVX-512 level's block-type dots are the AVX2 ones (vec_dot), so both run these
+  if (l >= SimdLevel::avx512 && detail::gemv_float_avx512(t, n, w, stride, rows, a, out)) return;
   if (l >= SimdLevel::avx2 && detail::gemv_avx2(t, n, w, stride, rows, a, out)) return;
   // Other types (the float ones) and levels: dot_tile's 1-activation tiles, as before.
   const uint8_t* ws[kDotTileMax];

@@ -14,4 +14,9 @@ namespace llmrun::quant::detail {
 bool gemv_avx2(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows, const uint8_t* a,
                float* out);
 
+// AVX-512 (quant_dot_float_avx512.cpp): the same for F32, F16 and BF16 rows, each row the
+// one-row path of dot_tile_float_avx512 (so bitwise its 1x1 tile); false for other types.
+bool gemv_float_avx512(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows,
+                       const uint8_t* a, float* out);
+
 }  // namespace llmrun::quant::detail
