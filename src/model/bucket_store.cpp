@@ -1,7 +1,5 @@
 #include "model/bucket_store.h"
 
-#include "util/huge_pages.h"
-
 namespace llmrun {
 
 BucketStore::BucketStore(Backend& backend, const std::vector<BucketLayout>& layout,
@@ -12,9 +10,6 @@ BucketStore::BucketStore(Backend& backend, const std::vector<BucketLayout>& layo
     padded_.push_back(padded);
     owned_.push_back(allocate ? backend.allocate(static_cast<size_t>(padded) * 4) : Buffer());
     base_.push_back(allocate ? owned_.back().as(DType::f32, {padded}) : Tensor());
-    // streamed whole by every step (parameters, gradients, moments): in huge pages
-    if (allocate && owned_.back().device() == Device::cpu)
-      advise_huge_pages(owned_.back().data(), size_t(padded) * 4);
   }
 }
 

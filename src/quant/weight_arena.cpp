@@ -8,8 +8,6 @@
 #include <mutex>
 #include <new>
 
-#include "util/huge_pages.h"
-
 namespace llmrun::quant {
 
 namespace {
@@ -31,7 +29,8 @@ struct Chunk {
     base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mapping) + kHugePage - 1) /
                                       kHugePage * kHugePage);
     size = bytes;
-    advise_huge_pages(base, size);
+    // Advice only: where THP is off ("never") the chunk simply stays in 4 KiB pages.
+    madvise(base, size, MADV_HUGEPAGE);
   }
   ~Chunk() { munmap(mapping, mapped); }
   Chunk(const Chunk&) = delete;
