@@ -37,6 +37,13 @@ struct Chunk {
   Chunk& operator=(const Chunk&) = delete;
 };
 
+// Gives back the chunk's memory past its last copy: the rest of the huge page that copy ended
+// in was committed whole at the first touch. Bytes carved from there later read as zeros again.
+void release_tail(Chunk& c) {
+  const size_t tail = (c.used + 4095) / 4096 * 4096;
+  if (tail < c.size) madvise(c.base + tail, c.size - tail, MADV_DONTNEED);
+}
+
 std::mutex arena_mutex;
 std::weak_ptr<Chunk> current;  // expires when every copy carved from it is freed
 
@@ -51,6 +58,7 @@ std::shared_ptr<uint8_t> weight_copy_bytes(size_t bytes) {
   std::lock_guard<std::mutex> lock(arena_mutex);
   std::shared_ptr<Chunk> c = current.lock();
   if (!c || c->size - c->used < n) {
+    if (c) release_tail(*c);  // it takes no more copies
     c = std::make_shared<Chunk>(kChunkBytes);
     current = c;
   }

@@ -66,6 +66,26 @@ TEST(WeightArena, AMappingGoesWithItsLastCopy) {
   EXPECT_TRUE(smaps_entry(p).empty()) << "still mapped after its last copy was freed";
 }
 
+// The chunk's "Rss:" in KiB.
+long rss_kib(const void* p) {
+  const std::string e = smaps_entry(p);
+  const size_t at = e.find("\nRss:");
+  return at == std::string::npos ? -1 : std::stol(e.substr(at + 5));
+}
+
+TEST(WeightArena, AChunkLeftBehindGivesBackItsUnusedTail) {
+  // 3 MiB touched: with huge pages the second 2 MiB page is committed whole
+  std::shared_ptr<uint8_t> a = weight_copy_bytes(size_t(3) << 20);
+  std::memset(a.get(), 1, size_t(3) << 20);
+  EXPECT_GE(rss_kib(a.get()), 3 * 1024);
+  // does not fit in the rest of the chunk: a new one, and the old one's tail goes back
+  std::shared_ptr<uint8_t> b = weight_copy_bytes(size_t(63) << 20);
+  EXPECT_NE(smaps_entry(a.get()), smaps_entry(b.get()));
+  EXPECT_LE(rss_kib(a.get()), 3 * 1024 + 8) << smaps_entry(a.get());
+  for (size_t i = 0; i < (size_t(3) << 20); i += 4096)
+    ASSERT_EQ(a.get()[i], 1) << "a copy was lost";
+}
+
 TEST(WeightArena, CopyRowsCopiesEveryByteAndReportsProgress) {
   const size_t stride = 3000;
   const int64_t rows = 1000;  // 2.9 MB: three progress steps of 1 MiB
