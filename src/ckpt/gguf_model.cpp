@@ -584,6 +584,7 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
       auto it = mapped.find(source);
       if (it != mapped.end()) r.release(*it->second, bytes);
     });
+    quant::trim_weight_arena();
   }
   spdlog::debug("{}: {} model, {} MB of quantized linear weights, {} kernels", where, arch,
                 weights->runner.weight_bytes() / 1000000, quant::simd_level());

@@ -67,6 +67,11 @@ std::shared_ptr<uint8_t> weight_copy_bytes(size_t bytes) {
   return std::shared_ptr<uint8_t>(c, p);
 }
 
+void trim_weight_arena() {
+  std::lock_guard<std::mutex> lock(arena_mutex);
+  if (std::shared_ptr<Chunk> c = current.lock()) release_tail(*c);
+}
+
 std::shared_ptr<uint8_t> copy_weight_rows(
     const uint8_t* src, size_t stride, int64_t rows,
     const std::function<void(const uint8_t* source, size_t bytes)>& progress) {

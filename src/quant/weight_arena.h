@@ -20,6 +20,11 @@ namespace llmrun::quant {
 // `bytes` zeroed bytes, 64-byte aligned; freed when the last shared_ptr to them goes.
 std::shared_ptr<uint8_t> weight_copy_bytes(size_t bytes);
 
+// Gives back the memory the current chunk has committed past its last copy (up to 2 MiB: the
+// rest of the huge page it ended in); a loader calls it once it has made its copies. Copies
+// carved from there later get fresh zero pages.
+void trim_weight_arena();
+
 // Copies rows [0, rows) of `stride` bytes from `src` into weight_copy_bytes, calling
 // progress(src, bytes copied so far) after each ~1 MiB and at the end (so a loader can drop
 // the source's file pages as it goes).

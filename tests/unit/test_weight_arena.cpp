@@ -66,6 +66,12 @@ TEST(WeightArena, AMappingGoesWithItsLastCopy) {
   EXPECT_TRUE(smaps_entry(p).empty()) << "still mapped after its last copy was freed";
 }
 
+// The address range of the mapping holding p.
+std::string mapping_of(const void* p) {
+  const std::string e = smaps_entry(p);
+  return e.substr(0, e.find(' '));
+}
+
 // The chunk's "Rss:" in KiB.
 long rss_kib(const void* p) {
   const std::string e = smaps_entry(p);
@@ -80,8 +86,22 @@ TEST(WeightArena, AChunkLeftBehindGivesBackItsUnusedTail) {
   EXPECT_GE(rss_kib(a.get()), 3 * 1024);
   // does not fit in the rest of the chunk: a new one, and the old one's tail goes back
   std::shared_ptr<uint8_t> b = weight_copy_bytes(size_t(63) << 20);
-  EXPECT_NE(smaps_entry(a.get()), smaps_entry(b.get()));
+  EXPECT_NE(mapping_of(a.get()), mapping_of(b.get()));
   EXPECT_LE(rss_kib(a.get()), 3 * 1024 + 8) << smaps_entry(a.get());
+  for (size_t i = 0; i < (size_t(3) << 20); i += 4096)
+    ASSERT_EQ(a.get()[i], 1) << "a copy was lost";
+}
+
+TEST(WeightArena, TrimGivesBackTheCurrentChunksTail) {
+  std::shared_ptr<uint8_t> a = weight_copy_bytes(size_t(3) << 20);
+  std::memset(a.get(), 1, size_t(3) << 20);
+  trim_weight_arena();
+  EXPECT_LE(rss_kib(a.get()), 3 * 1024 + 8) << smaps_entry(a.get());
+  // the chunk still takes copies, fresh and zero
+  std::shared_ptr<uint8_t> c = weight_copy_bytes(5000);
+  EXPECT_EQ(mapping_of(a.get()), mapping_of(c.get()));
+  for (int i = 0; i < 5000; ++i) ASSERT_EQ(c.get()[i], 0);
+  std::memset(c.get(), 2, 5000);
   for (size_t i = 0; i < (size_t(3) << 20); i += 4096)
     ASSERT_EQ(a.get()[i], 1) << "a copy was lost";
 }
