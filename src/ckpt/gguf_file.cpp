@@ -233,6 +233,10 @@ void GgufReader::release(const GgufTensorInfo& t, size_t bytes) const {
   file_->release(data_start_ + t.offset, std::min(bytes, t.bytes));
 }
 
+void GgufReader::release_read(const GgufTensorInfo& t, size_t offset, size_t bytes) const {
+  file_->release_read(data_start_ + t.offset + offset, bytes);
+}
+
 void GgufReader::drop_metadata() {
   std::map<std::string, GgufValue>().swap(kv_);
   file_->release(0, data_start_);

@@ -79,6 +79,8 @@ class GgufReader {
   // after which has() is false and get() fails for every key; tensors stay readable.
   // `bytes`: only the tensor's first bytes (by default all of them).
   void release(const GgufTensorInfo& t, size_t bytes = SIZE_MAX) const;
+  // MappedFile::release_read of `bytes` bytes of `t` from `offset` on (a row looked up).
+  void release_read(const GgufTensorInfo& t, size_t offset, size_t bytes) const;
   void drop_metadata();
 
  private:

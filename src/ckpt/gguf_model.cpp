@@ -528,8 +528,20 @@ LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequant
       if (g == "token_embd.weight" && !dequantize) {
         // Looked up in its block format: no fp32 copy of the largest matrix stays resident.
         const quant::QuantTable table{t.type, data, rows, row};
+        // In the file, the pages a lookup read go again: each lookup faults in the 64 KiB
+        // around its row (the kernel's fault-around; MADV_RANDOM does not stop it), so serving
+        // random text kept 10 MiB of GPT-2's 31 MiB table resident, and a table of its own
+        // (an untied head: Llama 3's 128k rows) would come in whole over time.
+        const GgufTensorInfo* in_file = data == r.data(t) ? &t : nullptr;
         m.model->set_embedding_lookup(
-            [table](Tensor out, const Tensor& ids) { quant::embedding_lookup(table, out, ids); });
+            [table, in_file, rb, reader = weights->reader](Tensor out, const Tensor& ids) {
+              quant::embedding_lookup(table, out, ids);
+              if (!in_file) return;
+              const int32_t* id = ids.i32();
+              for (int64_t i = 0; i < ids.numel(); ++i)
+                if (id[i] >= 0 && id[i] < table.rows)
+                  reader->release_read(*in_file, size_t(id[i]) * rb, rb);
+            });
         continue;
       }
       host.assign(size_t(spec.numel()), 0.0f);

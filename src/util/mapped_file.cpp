@@ -50,6 +50,15 @@ void MappedFile::release(size_t offset, size_t bytes) const {
     ::madvise(const_cast<std::byte*>(data_) + begin, end - begin, MADV_DONTNEED);
 }
 
+void MappedFile::release_read(size_t offset, size_t bytes) const {
+  if (!data_ || offset >= size_) return;
+  constexpr size_t kWindow = size_t(64) << 10;
+  const size_t begin = offset / kWindow * kWindow;
+  const size_t end = std::min(size_, (offset + bytes + kWindow - 1) / kWindow * kWindow);
+  // advice only; the pages are clean, a later read faults them back in
+  ::madvise(const_cast<std::byte*>(data_) + begin, end - begin, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
 }

@@ -23,6 +23,10 @@ class MappedFile {
   // once (a header, a table copied elsewhere) stops counting in the resident set. The pages
   // are clean, so a later read faults them back in from the page cache unchanged.
   void release(size_t offset, size_t bytes) const;
+  // Unmaps the pages a read of [offset, offset + bytes) mapped: the 64 KiB-aligned windows
+  // around it (a page fault maps its neighbours too, up to the kernel's fault_around_bytes,
+  // 64 KiB by default), whole pages of other data in those windows included.
+  void release_read(size_t offset, size_t bytes) const;
 
  private:
   std::filesystem::path path_;
