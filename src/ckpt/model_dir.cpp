@@ -6,8 +6,10 @@
 #include "ckpt/hf_quantized.h"
 #include "ckpt/hf_weight_files.h"
 #include "ckpt/hf_weights.h"
+#include "ckpt/huge_page_params.h"
 #include "ckpt/safetensors.h"
 #include "model/hf_config.h"
+#include "quant/weight_arena.h"
 #include "util/allocation_phase.h"
 #include "util/atomic_dir.h"
 #include "util/error.h"
@@ -52,8 +54,13 @@ LoadedModel load_model_dir(const std::string& dir, Backend& backend, bool dequan
   } else {
     const HfWeightFiles weights(root);
     check_weights_explained(weights, cfg);  // fewer layers than the weights: refused
-    m.model = std::make_unique<Transformer>(backend, cfg);
+    // Host weights go into huge pages: decode streams them ~30% faster (huge_page_params.h).
+    StoreOptions stores;
+    stores.allocate_params = backend.device() != Device::cpu;
+    m.model = std::make_unique<Transformer>(backend, cfg, stores);
+    if (!stores.allocate_params) m.keep_alive = attach_huge_page_params(m.model->params());
     import_hf_tensors(backend, m.model->params(), weights);
+    quant::trim_weight_arena();
   }
   m.tokenizer = load_tokenizer(root);
   // An id past the embedding table would index outside it at the first such token.

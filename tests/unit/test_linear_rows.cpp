@@ -98,7 +98,7 @@ TEST(LinearRows, RowsAreBitwiseIndependentOfTheBatch) {
 TEST(LinearRows, EveryBatchSizeMatchesOneRowBitwise) {
   auto be1 = test::make_test_backend(1);
   auto be2 = test::make_test_backend(2);
-  for (const int64_t k : {1, 7, 16, 31, 64, 100, 512, 777}) {
+  for (const int64_t k : {1, 7, 16, 17, 31, 32, 33, 48, 50, 64, 100, 512, 777, 785}) {
     const Problem p = make_problem(20, 45, k, 5 + uint32_t(k));
     std::vector<std::vector<float>> alone;
     for (int64_t i = 0; i < p.m; ++i) alone.push_back(run(*be1, p, i, 1, true, true));
@@ -110,6 +110,47 @@ TEST(LinearRows, EveryBatchSizeMatchesOneRowBitwise) {
                                    size_t(p.n) * sizeof(float)))
               << "k=" << k << " m=" << m << " row " << i << " with " << be->threads() << " threads";
       }
+  }
+}
+
+// Pins down each element's arithmetic, the contract every path (one row, decode passes,
+// tiles) keeps: chunks of 16 values (the last zero-padded) fused-multiply-added
+// into one 16-lane accumulator in k order, then the lanes summed as (l + l+8) pairs, those as
+// (h + h+4), the quarter sums as (q0 + q2) + (q1 + q3). Widths with and without a tail, for
+// one row and for batches on the decode and the tile paths.
+TEST(LinearRows, ElementsAreTheSixteenLaneDotProduct) {
+  auto be = test::make_test_backend(1);
+  auto mul_add = [](float a, float b, float c) {
+#ifdef __FMA__
+    return std::fma(a, b, c);  // the kernels' vector multiply-adds are fused
+#else
+    return a * b + c;
+#endif
+  };
+  for (const int64_t k : {5, 16, 20, 32, 40, 48, 63, 768, 3072, 777}) {
+    const Problem p = make_problem(20, 9, k, 17 + uint32_t(k));
+    for (const int64_t m : {1, 3, 20}) {
+      const std::vector<float> y = run(*be, p, 0, m, true, false);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < p.n; ++j) {
+          float a[16] = {};
+          for (int64_t c = 0; c * 16 < k; ++c)
+            for (int l = 0; l < 16; ++l) {
+              const int64_t e = c * 16 + l;
+              const float xv = e < k ? p.x[size_t(i * k + e)] : 0.0f;
+              const float wv = e < k ? p.w[size_t(j * k + e)] : 0.0f;
+              a[l] = mul_add(xv, wv, a[l]);
+            }
+          float h[8], q[4];
+          for (int l = 0; l < 8; ++l) h[l] = a[l] + a[l + 8];
+          for (int l = 0; l < 4; ++l) q[l] = h[l] + h[l + 4];
+          const float want = ((q[0] + q[2]) + (q[1] + q[3])) + p.bias[size_t(j)];
+          const float got = y[size_t(i * p.n + j)];
+          ASSERT_EQ(0, std::memcmp(&got, &want, sizeof got))
+              << "k=" << k << " m=" << m << " at " << i << "," << j << ": " << got << " vs "
+              << want;
+        }
+    }
   }
 }
 
