@@ -1,6 +1,6 @@
 #pragma once
-// Memory for the weight copies a plan keeps (the x16 layout, rows a loader hands over), backed by
-// transparent huge pages.
+// Memory for the weights inference streams (the copies a plan keeps in the x16 layout, the rows
+// a GGUF loader copies, an inference model's fp32 buckets), backed by transparent huge pages.
 //
 // Why: a decode step streams every weight once. From 4 KiB pages (a file mapping, or a heap
 // copy) one core reads 250 MB of GPT-2 F16 rows at about 23 GB/s on the Zen 4 this was tuned
