@@ -16,10 +16,11 @@ namespace llmrun::quant {
 void gemv_rows(QType t, int64_t n, const uint8_t* w, size_t stride, int64_t rows, const uint8_t* a,
                float* out) {
   const SimdLevel l = active_simd_level();
-  // the AVX-512 level's block-type dots are the AVX2 ones (vec_dot), so both run these
+  // F32/F16/BF16 at AVX-512: one row after another (the hardware prefetchers follow one stream)
   if (l >= SimdLevel::avx512 && detail::gemv_float_avx512(t, n, w, stride, rows, a, out)) return;
+  // the AVX-512 level's block-type dots are the AVX2 ones (vec_dot), so both run these
   if (l >= SimdLevel::avx2 && detail::gemv_avx2(t, n, w, stride, rows, a, out)) return;
-  // Other types (the float ones) and levels: dot_tile's 1-activation tiles, as before.
+  // Other types and levels: dot_tile's 1-activation tiles.
   const uint8_t* ws[kDotTileMax];
   for (int64_t r = 0; r < rows; r += kDotTileMax) {
     const int R = int(std::min<int64_t>(kDotTileMax, rows - r));
