@@ -362,6 +362,16 @@ TEST(EmulatedCublasLt, GeluAuxHandValue) {
   ASSERT_EQ(c.matmul, CUBLAS_STATUS_SUCCESS);
   EXPECT_NEAR(D.get()[0], 0.8411919906, 1e-7);
   EXPECT_EQ(aux.get()[0], 1.0f);
+  Call plain;  // GELU without aux: the same value; with a bias of 1, gelu(2) = 1.954597694...
+  plain.epi = CUBLASLT_EPILOGUE_GELU;
+  Dev<float> D2(1), one(std::vector<float>{1.0f});
+  plain.run(A.p, B.p, D2.p);
+  ASSERT_EQ(plain.matmul, CUBLAS_STATUS_SUCCESS);
+  EXPECT_NEAR(D2.get()[0], 0.8411919906, 1e-7);
+  plain.epi = CUBLASLT_EPILOGUE_GELU_BIAS, plain.bias = one.p;
+  plain.run(A.p, B.p, D2.p);
+  ASSERT_EQ(plain.matmul, CUBLAS_STATUS_SUCCESS);
+  EXPECT_NEAR(D2.get()[0], 1.9545976940, 1e-6);
 }
 
 // GELU_AUX(+BIAS): aux gets the pre-activation (after the bias) in D's layout with its own
@@ -703,29 +713,36 @@ TEST(EmulatedCublasLt, UnsupportedEpilogueRefused) {
   EXPECT_EQ(c.heuristic, CUBLAS_STATUS_NOT_SUPPORTED);
 }
 
-// Host memory, or a device buffer too short for the layout, is refused.
+// Each operand in turn on the host (or in a device buffer too short for its layout) is
+// refused; the control run with everything on the device succeeds.
 TEST(EmulatedCublasLt, NonDeviceMemoryRefused) {
-  alignas(256) static float host[16] = {};
-  Dev<float> A(16), B(16), D(16), short_b(15);
-  Call c;
-  c.m = c.n = c.k = 4;
-  c.run(host, B.p, D.p);
-  EXPECT_EQ(c.matmul, CUBLAS_STATUS_INVALID_VALUE);
-  Call d = c;
-  d.run(A.p, short_b.p, D.p);
-  EXPECT_EQ(d.matmul, CUBLAS_STATUS_INVALID_VALUE);
-  Call ok = c;
-  ok.run(A.p, B.p, D.p);
-  EXPECT_EQ(ok.matmul, CUBLAS_STATUS_SUCCESS);
-  Dev<float> aux(32);
-  alignas(16) static float host_aux[32];
-  Call e = c;  // aux on the host
-  e.epi = CUBLASLT_EPILOGUE_GELU_AUX, e.aux = host_aux, e.aux_ld = 8;
-  e.run(A.p, B.p, D.p);
-  EXPECT_EQ(e.matmul, CUBLAS_STATUS_INVALID_VALUE);
-  e.aux = aux.p;
-  e.run(A.p, B.p, D.p);
-  EXPECT_EQ(e.matmul, CUBLAS_STATUS_SUCCESS);
+  alignas(256) static float host[64] = {};
+  Dev<float> A(16), B(16), C(16), D(16), short_b(15), bias(4), aux(32), scale(1);
+  const char* const cases[] = {"none", "A", "B", "short B", "C", "D", "bias", "aux"};
+  for (const char* host_one : cases) {
+    SCOPED_TRACE(host_one);
+    const std::string h = host_one;
+    Call c;
+    c.m = c.n = c.k = 4, c.beta = 1.0f;
+    c.epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    c.bias = h == "bias" ? host : bias.p;
+    c.aux = h == "aux" ? host : aux.p, c.aux_ld = 8;
+    c.run(h == "A" ? host : A.p, h == "B" ? host : h == "short B" ? short_b.p : B.p,
+          h == "C" ? host : C.p, h == "D" ? host : D.p);
+    EXPECT_EQ(c.matmul, h == "none" ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE);
+  }
+  // The FP8 scale pointers (FP8 operands in the TN form).
+  Dev<uint8_t> A8(256), B8(256);
+  Dev<float> D8(256);
+  for (int on_host = 0; on_host < 3; ++on_host) {
+    Call c;
+    c.a_type = c.b_type = CUDA_R_8F_E4M3;
+    c.ta = true, c.m = c.n = c.k = 16;
+    c.a_scale = on_host == 1 ? host : scale.p;
+    c.b_scale = on_host == 2 ? host : scale.p;
+    c.run(A8.p, B8.p, D8.p);
+    EXPECT_EQ(c.matmul, on_host ? CUBLAS_STATUS_INVALID_VALUE : CUBLAS_STATUS_SUCCESS) << on_host;
+  }
 }
 
 }  // namespace
