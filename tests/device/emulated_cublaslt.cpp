@@ -122,9 +122,9 @@ uint32_t vector_alignment(const void* p) {
 // What an algorithm is tied to: types, transposes, epilogue.
 uint64_t signature(const Desc& d, const Layout& a, const Layout& b, const Layout& c) {
   uint64_t h = 1469598103934665603ull;
-  for (uint64_t v : {uint64_t(uint32_t(a.type)), uint64_t(uint32_t(b.type)),
-                     uint64_t(uint32_t(c.type)), uint64_t(uint32_t(d.transa)),
-                     uint64_t(uint32_t(d.transb)), uint64_t(d.epilogue)})
+  for (uint64_t v :
+       {uint64_t(uint32_t(a.type)), uint64_t(uint32_t(b.type)), uint64_t(uint32_t(c.type)),
+        uint64_t(uint32_t(d.transa)), uint64_t(uint32_t(d.transb)), uint64_t(d.epilogue)})
     h = (h ^ v) * 1099511628211ull;
   return h;
 }
@@ -155,17 +155,22 @@ cublasStatus_t check_problem(cublasLtHandle_t handle, const Desc* d, const Layou
     say("inner or outer dimensions do not match");
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  if (m == 0 || n == 0 || k == 0) return CUBLAS_STATUS_INVALID_VALUE;
-  // Type combinations with a kernel (CUBLAS_COMPUTE_32F rows of cublasLtMatmul's table).
+  if (m == 0 || n == 0 || k == 0) {
+    say("empty problem (m %llu, n %llu, k %llu)", (unsigned long long)m, (unsigned long long)n,
+        (unsigned long long)k);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  // Type combinations with a kernel (the CUBLAS_COMPUTE_32F rows of cublasLtMatmul's table
+  // that llmrun uses): f32 x f32 -> f32, bf16 x bf16 -> bf16 or f32, FP8 x FP8 (not
+  // E5M2 x E5M2) -> bf16 or f32; C's type is D's.
   const bool fp8 = is_fp8(a->type) && is_fp8(b->type);
-  if (c->type != dd->type || (dd->type != CUDA_R_32F && dd->type != CUDA_R_16BF))
-    return CUBLAS_STATUS_NOT_SUPPORTED;
-  if (a->type == CUDA_R_32F && b->type == CUDA_R_32F) {
-    if (dd->type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-  } else if (a->type == CUDA_R_16BF && b->type == CUDA_R_16BF) {
-  } else if (fp8) {
-    if (a->type == CUDA_R_8F_E5M2 && b->type == CUDA_R_8F_E5M2) return CUBLAS_STATUS_NOT_SUPPORTED;
-  } else {
+  const bool types_ok =
+      c->type == dd->type && (dd->type == CUDA_R_32F || dd->type == CUDA_R_16BF) &&
+      ((a->type == CUDA_R_32F && b->type == CUDA_R_32F && dd->type == CUDA_R_32F) ||
+       (a->type == CUDA_R_16BF && b->type == CUDA_R_16BF) ||
+       (fp8 && !(a->type == CUDA_R_8F_E5M2 && b->type == CUDA_R_8F_E5M2)));
+  if (!types_ok) {
+    say("no kernel for types A %d, B %d, C %d, D %d", a->type, b->type, c->type, dd->type);
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   // Scale pointers with non-FP8 operands: documented as INVALID_VALUE.
@@ -447,7 +452,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
   for (int i = 0; i < 4; ++i) {
     const uint32_t need = is_fp8(a->type) ? 16 : uint32_t(elem_bytes(ls[i]->type));
     if (p->align[i] < need) {
-      say("preferred alignment %lld below what any kernel takes", static_cast<long long>(p->align[i]));
+      say("preferred alignment %lld below what any kernel takes",
+          static_cast<long long>(p->align[i]));
       return CUBLAS_STATUS_NOT_SUPPORTED;
     }
   }

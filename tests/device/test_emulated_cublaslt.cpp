@@ -95,7 +95,7 @@ const Lt& lt() {
       ADD_FAILURE() << "dlopen " << LLMRUN_EMULATED_CUBLASLT << ": " << dlerror();
       std::abort();
     }
-#define LT_SYM(name)                                                   \
+#define LT_SYM(name)                                                 \
   r.name = reinterpret_cast<decltype(&::name)>(dlsym(r.lib, #name)); \
   if (!r.name) std::abort();
     LT_SYM(cublasLtCreate)
@@ -177,20 +177,20 @@ struct Call {
     cublasLtMatmulPreference_t pref;
     ASSERT_EQ(L.cublasLtMatmulPreferenceCreate(&pref), 0);
     const uint64_t ws = 1 << 20;
-    ASSERT_EQ(L.cublasLtMatmulPreferenceSetAttribute(
-                  pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+    ASSERT_EQ(L.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &ws, sizeof ws),
               0);
     for (int i = 0; i < 4; ++i)
-      ASSERT_EQ(L.cublasLtMatmulPreferenceSetAttribute(
-                    pref,
-                    cublasLtMatmulPreferenceAttributes_t(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES +
-                                                         i),
-                    &align[i], sizeof align[i]),
-                0);
+      ASSERT_EQ(
+          L.cublasLtMatmulPreferenceSetAttribute(
+              pref,
+              cublasLtMatmulPreferenceAttributes_t(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
+              &align[i], sizeof align[i]),
+          0);
     cublasLtMatmulHeuristicResult_t result{};
     int found = -1;
-    heuristic = L.cublasLtMatmulAlgoGetHeuristic(L.handle, desc, la, lb, lc, ld, pref, 1,
-                                                 &result, &found);
+    heuristic =
+        L.cublasLtMatmulAlgoGetHeuristic(L.handle, desc, la, lb, lc, ld, pref, 1, &result, &found);
     if (heuristic == CUBLAS_STATUS_SUCCESS && found == 0) heuristic = CUBLAS_STATUS_NOT_SUPPORTED;
     if (heuristic == CUBLAS_STATUS_SUCCESS) {
       EXPECT_EQ(found, 1);
@@ -218,8 +218,8 @@ std::vector<double> op_rows(const std::vector<double>& x, int64_t ld, bool trans
 }
 
 // Row-major m x n product of row-major a (m x k) and b (k x n).
-std::vector<double> product(const std::vector<double>& a, const std::vector<double>& b,
-                            uint64_t m, uint64_t n, uint64_t k) {
+std::vector<double> product(const std::vector<double>& a, const std::vector<double>& b, uint64_t m,
+                            uint64_t n, uint64_t k) {
   std::vector<double> c(m * n, 0.0);
   for (uint64_t i = 0; i < m; ++i)
     for (uint64_t j = 0; j < n; ++j)
@@ -391,8 +391,8 @@ TEST(EmulatedCublasLt, GeluAuxWritesAuxAndD) {
     c.aux = aux.p, c.aux_ld = 8;
     c.run(A.p, B.p, D.p);
     ASSERT_EQ(c.matmul, CUBLAS_STATUS_SUCCESS);
-    const auto ref = product(op_rows(widen(a), 5, false, 5, 4), op_rows(widen(b), 3, true, 4, 3),
-                             5, 3, 4);
+    const auto ref =
+        product(op_rows(widen(a), 5, false, 5, 4), op_rows(widen(b), 3, true, 4, 3), 5, 3, 4);
     const std::vector<float> d = D.get(), x = aux.get(), bv = bias.get();
     for (uint64_t i = 0; i < 5; ++i)
       for (uint64_t j = 0; j < 3; ++j) {
@@ -411,14 +411,14 @@ TEST(EmulatedCublasLt, DgeluScalesByGeluDerivative) {
   Call c;
   c.m = 6, c.n = 2, c.k = 3, c.epi = CUBLASLT_EPILOGUE_DGELU;
   std::vector<float> a = random_floats(c.m * c.k, 6), b = random_floats(c.k * c.n, 7);
-  std::vector<float> pre = {-3.0f, -1.0f, -0.25f, 0.0f, 0.5f, 2.5f, 0, 0,
+  std::vector<float> pre = {-3.0f, -1.0f, -0.25f, 0.0f, 0.5f,  2.5f, 0, 0,
                             1.0f,  -2.0f, 0.1f,   3.0f, -0.7f, 0.3f, 0, 0};
   Dev<float> A(a), B(b), D(c.m * c.n), aux(pre);
   c.aux = aux.p, c.aux_ld = 8;
   c.run(A.p, B.p, D.p);
   ASSERT_EQ(c.matmul, CUBLAS_STATUS_SUCCESS);
-  const auto ref = product(op_rows(widen(a), 6, false, 6, 3), op_rows(widen(b), 3, false, 3, 2),
-                           6, 2, 3);
+  const auto ref =
+      product(op_rows(widen(a), 6, false, 6, 3), op_rows(widen(b), 3, false, 3, 2), 6, 2, 3);
   const std::vector<float> d = D.get();
   for (uint64_t i = 0; i < 6; ++i)
     for (uint64_t j = 0; j < 2; ++j) {
@@ -435,10 +435,10 @@ TEST(EmulatedCublasLt, Bf16InputsF32Output) {
   c.a_type = c.b_type = CUDA_R_16BF;
   c.m = 2, c.n = 2, c.k = 2, c.ta = true;
   // A stored k x m (transposed): op(A) = [1.5 -2; 0.375 4], B = [3 0.5; -1 0.125].
-  Dev<uint16_t> A(std::vector<uint16_t>{bf16_bits(1.5f), bf16_bits(-2.0f), bf16_bits(0.375f),
-                                        bf16_bits(4.0f)});
-  Dev<uint16_t> B(std::vector<uint16_t>{bf16_bits(3.0f), bf16_bits(-1.0f), bf16_bits(0.5f),
-                                        bf16_bits(0.125f)});
+  Dev<uint16_t> A(
+      std::vector<uint16_t>{bf16_bits(1.5f), bf16_bits(-2.0f), bf16_bits(0.375f), bf16_bits(4.0f)});
+  Dev<uint16_t> B(
+      std::vector<uint16_t>{bf16_bits(3.0f), bf16_bits(-1.0f), bf16_bits(0.5f), bf16_bits(0.125f)});
   Dev<float> D(4);
   c.run(A.p, B.p, D.p);
   ASSERT_EQ(c.matmul, CUBLAS_STATUS_SUCCESS);
@@ -461,10 +461,10 @@ TEST(EmulatedCublasLt, Bf16OutputRoundsToNearestEven) {
   c.run(A.p, B.p, D.p);
   ASSERT_EQ(c.matmul, CUBLAS_STATUS_SUCCESS);
   const std::vector<uint16_t> d = D.get();
-  EXPECT_EQ(from_bf16(d[0]), 1.0f);                            // tie -> even (1.0)
-  EXPECT_EQ(from_bf16(d[1]), 1.0f + std::ldexp(1.0f, -6));     // tie -> even (up)
-  EXPECT_EQ(from_bf16(d[2]), 1.0f + std::ldexp(1.0f, -7));     // above the tie -> up
-  EXPECT_EQ(from_bf16(d[3]), 1.0f);                            // 1 - 2^-9 -> 1
+  EXPECT_EQ(from_bf16(d[0]), 1.0f);                         // tie -> even (1.0)
+  EXPECT_EQ(from_bf16(d[1]), 1.0f + std::ldexp(1.0f, -6));  // tie -> even (up)
+  EXPECT_EQ(from_bf16(d[2]), 1.0f + std::ldexp(1.0f, -7));  // above the tie -> up
+  EXPECT_EQ(from_bf16(d[3]), 1.0f);                         // 1 - 2^-9 -> 1
 }
 
 // FP8 data: D(i, j) = alpha sa sb sum_p A(p, i) B(p, j) with op(A) = A^T; A's column i holds
@@ -500,7 +500,7 @@ void run_fp8_decode(cudaDataType_t a_type, const std::vector<Fp8Case>& cases) {
 
 TEST(EmulatedCublasLt, Fp8E4M3Decoding) {
   run_fp8_decode(CUDA_R_8F_E4M3, {{CUDA_R_8F_E4M3, 0x38, 1.0},
-                                  {CUDA_R_8F_E4M3, 0x7E, 448.0},            // max
+                                  {CUDA_R_8F_E4M3, 0x7E, 448.0},  // max
                                   {CUDA_R_8F_E4M3, 0xFE, -448.0},
                                   {CUDA_R_8F_E4M3, 0x01, std::ldexp(1.0, -9)},  // min subnormal
                                   {CUDA_R_8F_E4M3, 0x08, std::ldexp(1.0, -6)},  // min normal
@@ -550,10 +550,11 @@ TEST(EmulatedCublasLt, Fp8RandomProductsWithScales) {
       for (auto& x : a) x = byte(e5);
       for (auto& x : b) x = byte(false);
       std::vector<double> av(a.size()), bv(b.size());
-      for (size_t i = 0; i < a.size(); ++i) av[i] = e5 ? fp8_value(a[i], 5, 15) : fp8_value(a[i], 4, 7);
+      for (size_t i = 0; i < a.size(); ++i)
+        av[i] = e5 ? fp8_value(a[i], 5, 15) : fp8_value(a[i], 4, 7);
       for (size_t i = 0; i < b.size(); ++i) bv[i] = fp8_value(b[i], 4, 7);
-      const auto ref = product(op_rows(av, 48, true, 16, 48), op_rows(bv, 48, false, 48, 32), 16,
-                               32, 48);
+      const auto ref =
+          product(op_rows(av, 48, true, 16, 48), op_rows(bv, 48, false, 48, 32), 16, 32, 48);
       Dev<uint8_t> A(a), B(b);
       Dev<float> sa(std::vector<float>{0.25f}), sb(std::vector<float>{3.0f});
       c.a_scale = sa.p, c.b_scale = sb.p, c.alpha = 0.5f, c.beta = 2.0f;
@@ -727,7 +728,10 @@ TEST(EmulatedCublasLt, NonDeviceMemoryRefused) {
     c.epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     c.bias = h == "bias" ? host : bias.p;
     c.aux = h == "aux" ? host : aux.p, c.aux_ld = 8;
-    c.run(h == "A" ? host : A.p, h == "B" ? host : h == "short B" ? short_b.p : B.p,
+    c.run(h == "A" ? host : A.p,
+          h == "B"         ? host
+          : h == "short B" ? short_b.p
+                           : B.p,
           h == "C" ? host : C.p, h == "D" ? host : D.p);
     EXPECT_EQ(c.matmul, h == "none" ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE);
   }
