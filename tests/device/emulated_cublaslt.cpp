@@ -1,5 +1,6 @@
 // An emulated libcublasLt.so.<major> for tests without a GPU: the twelve cuBLASLt entry points
-// llmrun's CUDA backend calls (src/backend/cuda/cuda_cublaslt_loader.cpp), computed on the CPU
+// llmrun's CUDA backend calls (src/backend/cuda/cuda_cublaslt_loader.cpp) and cublasLtDestroy,
+// computed on the CPU
 // with the documented semantics, and refusing what real cuBLASLt refuses, so the backend's glue
 // (descriptor attributes, layouts, heuristic preferences, pointer alignment bookkeeping) is
 // exercised for real. Emulated device memory is host memory, so operands are read directly.
