@@ -2,7 +2,8 @@
 // llmrun's CUDA backend calls (src/backend/cuda/cuda_cublaslt_loader.cpp) and cublasLtDestroy,
 // computed on the CPU with the documented semantics, and refusing what real cuBLASLt refuses,
 // so the backend's glue (descriptor attributes, layouts, heuristic preferences, pointer
-// alignment bookkeeping) is exercised for real. Emulated device memory is host memory, so operands are read directly.
+// alignment bookkeeping) is exercised for real. Emulated device memory is host memory, so
+// operands are read directly.
 //
 // D = epilogue(alpha * scaleA * scaleB * op(A) op(B) + beta * C [+ bias]), column-major. Each dot
 // product accumulates in double; the result is rounded once to float (and then to bf16 for a
