@@ -6,7 +6,9 @@
 
 namespace llmrun::kernels {
 
-#ifndef LLMRUN_KERNEL_EMULATION
+// The GPU's geometry, which the host glue shares (workspace sizes depend on it): also under
+// llmrun-cuda-emulator (LLMRUN_EMULATED_DEVICE), which runs the glue with these kernels.
+#if !defined(LLMRUN_KERNEL_EMULATION) || defined(LLMRUN_EMULATED_DEVICE)
 // Threads per block of the elementwise (grid-stride) kernels.
 constexpr int kBlockThreads = 256;
 // Threads per block of the block-per-row kernels (norms, softmax, argmax).

@@ -1,6 +1,7 @@
 // Device sampling (see sampling.cuh).
 #include <cub/device/device_segmented_radix_sort.cuh>
 
+#include "common.cuh"
 #include "sampling.cuh"
 
 namespace llmrun::kernels {
@@ -73,13 +74,14 @@ void sample_rows(int32_t* ids, const float* logits, int rows, int vocab, const R
   auto* offsets = reinterpret_cast<int*>(ws + p.offsets);
   auto* weights = reinterpret_cast<double*>(ws + p.weights);
   const int64_t n = int64_t(rows) * vocab;
-  iota_rows<<<int((n + 255) / 256 > 1024 ? 1024 : (n + 255) / 256), 256, 0, stream>>>(
-      ids_in, offsets, rows, vocab);
+  LLMRUN_LAUNCH(iota_rows, int((n + 255) / 256 > 1024 ? 1024 : (n + 255) / 256), 256, 0, stream)
+  (ids_in, offsets, rows, vocab);
   size_t cub_bytes_avail = p.total - p.cub;
   cub::DeviceSegmentedRadixSort::SortPairsDescending(
       ws + p.cub, cub_bytes_avail, logits, keys, ids_in, ids_out, int(n), rows, offsets,
       offsets + 1, 0, int(sizeof(float) * 8), stream);
-  pick<<<(rows + 63) / 64, 64, 0, stream>>>(ids, keys, ids_out, weights, params, rows, vocab);
+  LLMRUN_LAUNCH(pick, (rows + 63) / 64, 64, 0, stream)
+  (ids, keys, ids_out, weights, params, rows, vocab);
 }
 
 }  // namespace llmrun::kernels

@@ -3,7 +3,9 @@
 // ties keep the lower id first) and one thread per row walks the sorted row with
 // sampling_math.cuh's steps.
 #pragma once
+#ifndef LLMRUN_KERNEL_EMULATION  // llmrun-cuda-emulator runs the kernels on the CPU
 #include <cuda_runtime.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>

@@ -3,7 +3,9 @@
 // descending, stable: ties keep the lower id first) and drawn from or argmaxed with
 // sampling_rows_math.cuh, in one pass over the batch; one small result per row comes back.
 #pragma once
+#ifndef LLMRUN_KERNEL_EMULATION  // llmrun-cuda-emulator runs the kernels on the CPU
 #include <cuda_runtime.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>

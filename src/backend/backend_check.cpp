@@ -237,7 +237,7 @@ void check_gemms(Checker& c) {
       const std::string shape = std::string(ta ? "129x37^T" : "37x129") + " @ " +
                                 (tb ? "45x129^T" : "129x45") + (with_bias ? " +bias" : "") +
                                 " alpha 0.7 beta 0.3";
-      c.run("matmul", shape, kCheckTolF32, [&, ta, tb, with_bias] {
+      c.run("matmul", shape, kCheckTolF32Sums, [&, ta, tb, with_bias] {
         Twin& a = ta ? c.random({K, M}) : c.random({M, K});
         Twin& b = tb ? c.random({N, K}) : c.random({K, N});
         Twin& bias = c.random({N});
@@ -454,14 +454,14 @@ void check_positions_and_attention(Checker& c) {
   s.head_dim = 16;
   const int64_t rows = int64_t(s.batch) * s.seq, hd = int64_t(s.heads) * s.head_dim;
   const std::string shape = "batch 2, seq 19, 4 heads, 2 kv heads, head_dim 16";
-  c.run("attention_fwd", shape, kCheckTolF32, [&] {
+  c.run("attention_fwd", shape, kCheckTolF32Sums, [&] {
     Twin& qkv = c.random({rows, s.qkv_cols()}, -2.0f, 2.0f);
     Twin& out = c.poison({rows, hd});
     Twin& lse = c.poison({s.batch, s.heads, s.seq});
     c.both([&](Backend& be, bool t) { be.attention_fwd(S(out, t), S(lse, t), S(qkv, t), s); });
     return std::vector<const Twin*>{&out, &lse};
   });
-  c.run("attention_bwd", shape, kCheckTolF32, [&] {
+  c.run("attention_bwd", shape, kCheckTolF32Sums, [&] {
     Twin& qkv = c.random({rows, s.qkv_cols()}, -2.0f, 2.0f);
     Twin& out = c.poison({rows, hd});
     Twin& lse = c.poison({s.batch, s.heads, s.seq});
@@ -474,8 +474,8 @@ void check_positions_and_attention(Checker& c) {
     return std::vector<const Twin*>{&dqkv};
   });
   c.run("attention_cached",
-        "3 queries at position 14, cache 21 rows, 4 heads, 2 kv heads, head_dim 16", kCheckTolF32,
-        [&] {
+        "3 queries at position 14, cache 21 rows, 4 heads, 2 kv heads, head_dim 16",
+        kCheckTolF32Sums, [&] {
           Twin& q = c.random({3, hd});
           Twin& k = c.random({21, 2 * 16});
           Twin& v = c.random({21, 2 * 16});
@@ -487,7 +487,7 @@ void check_positions_and_attention(Checker& c) {
         });
   // Paged: 3 sequences (a prefill chunk of 5, two decodes), block_size 4, blocks scattered.
   c.run("scatter_rows + paged_attention",
-        "3 sequences, block size 4, 4 heads, 2 kv heads, head_dim 16", kCheckTolF32, [&] {
+        "3 sequences, block size 4, 4 heads, 2 kv heads, head_dim 16", kCheckTolF32Sums, [&] {
           const int bs = 4, pool_blocks = 12, kvd = 32, max_blocks = 4;
           const std::vector<int32_t> ctx = {13, 6, 9};
           const std::vector<int32_t> qs = {0, 5, 6, 7};
@@ -541,7 +541,7 @@ void check_block_attention(Checker& c) {
       const std::string shape = "batch 2, 19 queries, " + std::to_string(nk) + " keys" +
                                 (causal ? " (causal)" : "") + ", " + heads +
                                 (bwd ? ", accumulate" : "");
-      c.run(bwd ? "attention_block_bwd" : "attention_block_fwd", shape, kCheckTolF32,
+      c.run(bwd ? "attention_block_bwd" : "attention_block_fwd", shape, kCheckTolF32Sums,
             [&, nk, bwd, causal] {
               Twin& q = c.random({rows, hd}, -2.0f, 2.0f);
               Twin& k = c.random({int64_t(s.batch) * nk, kvd}, -2.0f, 2.0f);

@@ -3,7 +3,8 @@
 // computed on the CPU with the documented semantics, and refusing what real cuBLASLt refuses,
 // so the backend's glue (descriptor attributes, layouts, heuristic preferences, pointer
 // alignment bookkeeping) is exercised for real. Emulated device memory is host memory, so
-// operands are read directly.
+// operands are read directly; the product is queued on the call's stream through the emulated
+// runtime (llmrun_emu_submit), so it reads what the kernels queued before it wrote.
 //
 // D = epilogue(alpha * scaleA * scaleB * op(A) op(B) + beta * C [+ bias]), column-major. Each dot
 // product accumulates in double; the result is rounded once to float (and then to bf16 for a
@@ -18,6 +19,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <vector>
 
 namespace {
 
@@ -295,6 +298,24 @@ size_t span(uint64_t rows, uint64_t cols, int64_t ld, size_t elem) {
   return ((cols - 1) * uint64_t(ld) + rows) * elem;
 }
 
+// Queues `work` on `stream` through the emulated CUDA runtime (llmrun_emu_submit, exported by
+// the binary that links it), so that it runs after the kernels queued before it; without that
+// runtime (this library's own tests) it runs at once.
+using SubmitFn = void (*)(void* stream, void (*run)(void*), void* context);
+void run_on_stream(cudaStream_t stream, std::function<void()> work) {
+  static const SubmitFn submit =
+      reinterpret_cast<SubmitFn>(dlsym(RTLD_DEFAULT, "llmrun_emu_submit"));
+  if (!submit) return work();
+  submit(
+      stream,
+      [](void* c) {
+        auto* w = static_cast<std::function<void()>*>(c);
+        (*w)();
+        delete w;
+      },
+      new std::function<void()>(std::move(work)));
+}
+
 bool on_device(const char* what, const void* p, size_t bytes) {
   const MemoryKindFn f = memory_kind();
   if (!f || f(p, bytes) == 1) return true;
@@ -488,7 +509,6 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatm
                                            size_t workspace_bytes, cudaStream_t stream) {
   (void)workspace;  // no algorithm here needs one
   (void)workspace_bytes;
-  (void)stream;  // computed synchronously
   const Desc* d = get<Desc>(desc);
   const Layout *la = get<Layout>(Adesc), *lb = get<Layout>(Bdesc), *lc = get<Layout>(Cdesc),
                *ld = get<Layout>(Ddesc);
@@ -548,33 +568,44 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatm
       (d->b_scale && !on_device("B scale", d->b_scale, 4)))
     return CUBLAS_STATUS_INVALID_VALUE;
 
-  // Unset scale pointers mean 1 (cublasLt.h).
-  const double scale = double(al) *
-                       (fp8 && d->a_scale ? *static_cast<const float*>(d->a_scale) : 1.0) *
-                       (fp8 && d->b_scale ? *static_cast<const float*>(d->b_scale) : 1.0);
-  const float* bias = static_cast<const float*>(d->bias);
-  float* aux = static_cast<float*>(d->aux);
-  for (uint64_t j = 0; j < n; ++j)
-    for (uint64_t i = 0; i < m; ++i) {
-      double sum = 0;
-      for (uint64_t p = 0; p < k; ++p) {
-        const double x = load(A, la->type, ta ? p + i * la->ld : i + p * la->ld);
-        const double y = load(B, lb->type, tb ? j + p * lb->ld : p + j * lb->ld);
-        sum += x * y;
+  // The product runs in stream order, when the emulated runtime reaches it: the operands (and
+  // the FP8 scales) are what the kernels queued before it write.
+  run_on_stream(stream, [=, la = *la, lb = *lb, lc = *lc, ld = *ld, d = *d] {
+    // Unset scale pointers mean 1 (cublasLt.h).
+    const double scale = double(al) *
+                         (fp8 && d.a_scale ? *static_cast<const float*>(d.a_scale) : 1.0) *
+                         (fp8 && d.b_scale ? *static_cast<const float*>(d.b_scale) : 1.0);
+    const float* bias = static_cast<const float*>(d.bias);
+    float* aux = static_cast<float*>(d.aux);
+    // op(A) by rows and op(B) by columns, decoded once: each dot product then runs over two
+    // contiguous rows of k doubles.
+    std::vector<double> a_rows(m * k), b_cols(n * k);
+    for (uint64_t i = 0; i < m; ++i)
+      for (uint64_t p = 0; p < k; ++p)
+        a_rows[i * k + p] = load(A, la.type, ta ? p + i * la.ld : i + p * la.ld);
+    for (uint64_t j = 0; j < n; ++j)
+      for (uint64_t p = 0; p < k; ++p)
+        b_cols[j * k + p] = load(B, lb.type, tb ? j + p * lb.ld : p + j * lb.ld);
+    for (uint64_t j = 0; j < n; ++j)
+      for (uint64_t i = 0; i < m; ++i) {
+        const double* x = &a_rows[i * k];
+        const double* y = &b_cols[j * k];
+        double sum = 0;
+        for (uint64_t p = 0; p < k; ++p) sum += x[p] * y[p];
+        double v = scale * double(float(sum));
+        // beta == 0: C is not read (NaNs in it do not propagate), as documented for cuBLAS.
+        if (be != 0.0f) v += double(be) * load(C, lc.type, i + j * lc.ld);
+        if (has_bias(e)) v += bias[i];
+        float out = float(v);
+        if (e == CUBLASLT_EPILOGUE_DGELU) {
+          out = float(double(out) * gelu_grad(aux[i + j * d.aux_ld]));
+        } else if (has_gelu(e)) {
+          if (has_aux(e)) aux[i + j * d.aux_ld] = out;  // the pre-activation
+          out = float(gelu(out));
+        }
+        store(D, ld.type, i + j * ld.ld, out);
       }
-      double v = scale * double(float(sum));
-      // beta == 0: C is not read (NaNs in it do not propagate), as documented for cuBLAS.
-      if (be != 0.0f) v += double(be) * load(C, lc->type, i + j * lc->ld);
-      if (has_bias(e)) v += bias[i];
-      float out = float(v);
-      if (e == CUBLASLT_EPILOGUE_DGELU) {
-        out = float(double(out) * gelu_grad(aux[i + j * d->aux_ld]));
-      } else if (has_gelu(e)) {
-        if (has_aux(e)) aux[i + j * d->aux_ld] = out;  // the pre-activation
-        out = float(gelu(out));
-      }
-      store(D, ld->type, i + j * ld->ld, out);
-    }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

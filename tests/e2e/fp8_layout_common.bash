@@ -41,7 +41,11 @@ worst = max(abs(a[s]["loss"] - b[s]["loss"]) / abs(a[s]["loss"]) for s in steps)
 assert worst <= tol, f"losses differ by {worst:.2e} (steps {first}..10)"
 for k in ["fp8_overflows", "fp8_underflows"]:
     ca, cb = sum(a[s][k] for s in steps), sum(b[s][k] for s in steps)
-    assert ca > 0 and abs(ca - cb) <= 0.01 * ca, f"{k}: {ca} vs {cb}"
+    # Within 10%: a layout that counted a rank's share twice or not at all would be off by far
+    # more; values at the underflow edge flip with the last bits of a scale, which depend on the
+    # sgemm kernel OpenBLAS picks for the CPU (5.5% apart for cp2-to-1 under
+    # OPENBLAS_CORETYPE=Haswell).
+    assert ca > 0 and abs(ca - cb) <= 0.1 * ca, f"{k}: {ca} vs {cb}"
 sa = json.load(open(base + "/step-0000010/index.json"))["fp8"]["tensors"]
 sb = json.load(open(run + "/step-0000010/index.json"))["fp8"]["tensors"]
 assert sa.keys() == sb.keys() and len(sa) == 2 * 4 * 3 + 3, (len(sa), set(sa) ^ set(sb))

@@ -15,18 +15,6 @@
 #undef __shared__
 #define __shared__ static
 
-// Blocks run one after another: the atomics are plain read-modify-writes.
-inline unsigned int atomicMax(unsigned int* a, unsigned int v) {
-  const unsigned int old = *a;
-  if (v > old) *a = v;
-  return old;
-}
-inline int32_t atomicAdd(int32_t* a, int32_t v) {
-  const int32_t old = *a;
-  *a = old + v;
-  return old;
-}
-
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -17,24 +17,6 @@
 #undef __shared__
 #define __shared__ static
 
-// The emulator exchanges floats; doubles travel as their two 32-bit halves.
-inline double __shfl_xor_sync(unsigned mask, double v, int lane_mask) {
-  uint64_t bits;
-  std::memcpy(&bits, &v, 8);
-  const uint32_t lo32 = uint32_t(bits), hi32 = uint32_t(bits >> 32);
-  float lo, hi;
-  std::memcpy(&lo, &lo32, 4);
-  std::memcpy(&hi, &hi32, 4);
-  lo = __shfl_xor_sync(mask, lo, lane_mask);
-  hi = __shfl_xor_sync(mask, hi, lane_mask);
-  uint32_t l2, h2;
-  std::memcpy(&l2, &lo, 4);
-  std::memcpy(&h2, &hi, 4);
-  bits = (uint64_t(h2) << 32) | l2;
-  std::memcpy(&v, &bits, 8);
-  return v;
-}
-
 #include <gtest/gtest.h>
 
 #include <cmath>
