@@ -104,7 +104,7 @@ struct Runtime {
     for (Stream* s : streams) drain(s);
     drain(&legacy);
   }
-  // Enqueues on `s`; work on the default stream first waits for every stream's earlier work
+  // Enqueues on `s`. Work on the default stream runs at once, after every stream's earlier work
   // (the legacy stream's implicit synchronisation, stricter than needed for non-blocking ones).
   uint64_t enqueue(Stream* s, Op op) {
     s->queue.push_back(std::move(op));
@@ -113,13 +113,13 @@ struct Runtime {
     return seq;
   }
 
-  const Allocation* find(const void* p, size_t bytes, uintptr_t* base = nullptr) {
+  // The allocation holding [p, p + bytes), if one does.
+  const Allocation* find(const void* p, size_t bytes) {
     const uintptr_t a = uintptr_t(p);
     auto it = allocations.upper_bound(a);
     if (it == allocations.begin()) return nullptr;
     --it;
     if (a + bytes > it->first + it->second.bytes) return nullptr;
-    if (base) *base = it->first;
     return &it->second;
   }
   int kind(const void* p, size_t bytes) {
@@ -157,24 +157,17 @@ void* map_bytes(size_t bytes, Allocation* al) {
 }
 void unmap_bytes(const Allocation& al) { munmap(al.map_base, al.map_bytes); }
 
-// The direction a copy really has, from the pointers (cudaMemcpyDefault's rule).
-struct CopyEnds {
-  bool dst_device, src_device, host_pinned;
-};
-CopyEnds ends(Runtime& r, void* dst, const void* src, size_t bytes) {
-  const int d = r.kind(dst, bytes), s = r.kind(src, bytes);
-  return {d == 1, s == 1, (d == 1 ? s : d) == 2};
-}
-bool kind_matches(cudaMemcpyKind kind, const CopyEnds& e) {
+// Whether `kind` agrees with where the pointers are (`cudaMemcpyDefault` takes it from them).
+bool kind_matches(cudaMemcpyKind kind, bool dst_device, bool src_device) {
   switch (kind) {
     case cudaMemcpyHostToHost:
-      return !e.dst_device && !e.src_device;
+      return !dst_device && !src_device;
     case cudaMemcpyHostToDevice:
-      return e.dst_device && !e.src_device;
+      return dst_device && !src_device;
     case cudaMemcpyDeviceToHost:
-      return !e.dst_device && e.src_device;
+      return !dst_device && src_device;
     case cudaMemcpyDeviceToDevice:
-      return e.dst_device && e.src_device;
+      return dst_device && src_device;
     case cudaMemcpyDefault:
       return true;
   }
@@ -191,22 +184,20 @@ cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, si
   if (height == 0 || width == 0) return cudaSuccess;
   if (dpitch < width || spitch < width) return r.fail(cudaErrorInvalidPitchValue);
   const size_t dspan = dpitch * (height - 1) + width, sspan = spitch * (height - 1) + width;
-  const CopyEnds e = ends(r, dst, src, std::max(dspan, sspan));
-  // A device end must lie wholly inside one allocation.
-  if ((e.dst_device && r.kind(dst, dspan) != 1) || (e.src_device && r.kind(src, sspan) != 1) ||
-      (r.kind(dst, 1) == 1 && r.kind(dst, dspan) != 1) ||
-      (r.kind(src, 1) == 1 && r.kind(src, sspan) != 1)) {
-    std::fprintf(stderr, "emulated CUDA: a copy runs past the end of a device allocation\n");
+  // Each end: 1 device, 2 pinned host, 0 pageable host memory; an end inside an allocation
+  // must lie wholly inside it.
+  const int dk = r.kind(dst, 1), sk = r.kind(src, 1);
+  if ((dk && r.kind(dst, dspan) != dk) || (sk && r.kind(src, sspan) != sk)) {
+    std::fprintf(stderr, "emulated CUDA: a copy runs past the end of an allocation\n");
     return r.fail(cudaErrorInvalidValue);
   }
-  if (!kind_matches(kind, e)) {
+  if (!kind_matches(kind, dk == 1, sk == 1)) {
     std::fprintf(stderr, "emulated CUDA: copy kind %d does not match the pointers %p <- %p\n",
                  int(kind), dst, src);
     return r.fail(cudaErrorInvalidValue);
   }
   Stream* s = r.stream(stream);
-  const bool host_dst = !e.dst_device && r.kind(dst, 1) == 0;
-  const bool host_src = !e.src_device && r.kind(src, 1) == 0;
+  const bool host_dst = dk == 0, host_src = sk == 0;
   std::shared_ptr<std::vector<char>> staged;
   if (host_src) {  // pageable source: staged now, so the caller may reuse it at once
     staged = std::make_shared<std::vector<char>>(width * height);
