@@ -1,12 +1,13 @@
-// Runs the attention kernels of kernels/attention_*.cu on the CPU, for tests on machines
-// without a GPU: the CUDA names they use (qualifiers, threadIdx/blockIdx, __syncthreads,
-// warp shuffles, dynamic shared memory, launches) mapped onto host code. Blocks run one
-// after another; inside a block every CUDA thread is a fiber with its own stack,
-// scheduled cooperatively: __syncthreads waits until every live thread of the block arrives
-// and each shuffle until every live lane of the warp has posted its value. A kernel that
-// reads shared memory before it is written or a lane value that was never exchanged
-// computes garbage here just as on a GPU. Include this first, then the .cu files, in one
-// translation unit that defines LLMRUN_ATTENTION_EMULATION.
+// Runs the CUDA kernels of kernels/ on the CPU, for tests on machines without a GPU: the CUDA
+// names they use (qualifiers, threadIdx/blockIdx, __syncthreads, warp shuffles, atomics, dynamic
+// shared memory, launches) mapped onto host code. Blocks run one after another; inside a block
+// every CUDA thread is a fiber with its own stack, scheduled cooperatively: __syncthreads waits
+// until every live thread of the block arrives and each shuffle until every live lane of the
+// warp has posted its value. A kernel that reads shared memory before it is written or a lane
+// value that was never exchanged computes garbage here just as on a GPU. The kernel tests
+// (tests/kernels/, test_attention_emulation.cpp) include this first, then the .cu files, and
+// launches run at once on host memory; in llmrun-cuda-emulator (emulated_kernel_prelude.h) the
+// emulated runtime's hooks (cuda_emulation_hooks.h) check each launch and queue it on its stream.
 #pragma once
 
 #include <ucontext.h>
