@@ -1,8 +1,8 @@
-# The emulated cuBLASLt (emulated_cublaslt.cpp) and its tests. Included from tests/CMakeLists.txt
+# The emulated cuBLASLt (emulated_cublaslt.cpp) and its tests. Included from emulated_cuda.cmake
 # inside if(LLMRUN_HAVE_CUDA): it needs cublasLt.h from CUDAToolkit_INCLUDE_DIRS, and nothing
 # else from CUDA. The library lands as ${CMAKE_BINARY_DIR}/cuda-emulator/libcublasLt.so.<major>,
 # the name llmrun dlopens (cuda_cublaslt_loader.cpp; cuBLAS's major version is the toolkit's).
-set(LLMRUN_EMULATOR_DIR ${CMAKE_BINARY_DIR}/cuda-emulator)
+# LLMRUN_EMULATOR_DIR (build/cuda-emulator/) comes from emulated_cuda.cmake, which includes this.
 
 add_library(llmrun_emulated_cublaslt SHARED ${CMAKE_CURRENT_LIST_DIR}/emulated_cublaslt.cpp)
 target_include_directories(llmrun_emulated_cublaslt PRIVATE ${CUDAToolkit_INCLUDE_DIRS})

@@ -33,14 +33,20 @@ add_library(llmrun_emulated_cudart STATIC ${CMAKE_CURRENT_LIST_DIR}/emulated_cud
 target_include_directories(llmrun_emulated_cudart PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_options(llmrun_emulated_cudart PRIVATE ${LLMRUN_WARNINGS})
 
+# llmrun_on_emulated_gpu(TARGET): links TARGET's host code to the emulated kernels and runtime
+# instead of the GPU's. ENABLE_EXPORTS: the dlopened cuBLASLt stand-in finds the runtime's
+# llmrun_emu_* functions in the binary; the build RPATH puts cuda-emulator/ (its
+# libcublasLt.so.N) ahead of the toolkit's.
+function(llmrun_on_emulated_gpu target)
+  target_link_libraries(${target} PRIVATE llmrun_host llmrun_emulated_kernels llmrun_emulated_cudart)
+  set_target_properties(${target} PROPERTIES ENABLE_EXPORTS ON BUILD_RPATH ${LLMRUN_EMULATOR_DIR})
+  add_dependencies(${target} llmrun_emulated_cublaslt)
+endfunction()
+
 add_executable(llmrun-cuda-emulator $<TARGET_OBJECTS:llmrun_cli>)
-target_link_libraries(llmrun-cuda-emulator PRIVATE llmrun_host llmrun_emulated_kernels
-  llmrun_emulated_cudart CLI11::CLI11)
-# ENABLE_EXPORTS: the dlopened cuBLASLt stand-in finds llmrun_emu_memory_kind in the binary.
-# The build RPATH puts cuda-emulator/ (its libcublasLt.so.N) ahead of the toolkit's.
-set_target_properties(llmrun-cuda-emulator PROPERTIES ENABLE_EXPORTS ON
-  RUNTIME_OUTPUT_DIRECTORY ${LLMRUN_EMULATOR_DIR} BUILD_RPATH ${LLMRUN_EMULATOR_DIR})
-add_dependencies(llmrun-cuda-emulator llmrun_emulated_cublaslt)
+llmrun_on_emulated_gpu(llmrun-cuda-emulator)
+target_link_libraries(llmrun-cuda-emulator PRIVATE CLI11::CLI11)
+set_target_properties(llmrun-cuda-emulator PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${LLMRUN_EMULATOR_DIR})
 
 # tests/emulator/NAME.sh EMULATOR LLMRUN SOURCE_DIR: the emulated GPU against the CPU backend.
 file(GLOB LLMRUN_EMU_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/emulator/*.sh)
@@ -67,10 +73,7 @@ add_executable(llmrun_emulated_gpu_tests ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_b
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cuda_fp8.cpp ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sampling_math.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sampling_rows_math.cpp)
 target_compile_options(llmrun_emulated_gpu_tests PRIVATE ${LLMRUN_WARNINGS})
-target_link_libraries(llmrun_emulated_gpu_tests PRIVATE llmrun_host llmrun_emulated_kernels
-  llmrun_emulated_cudart GTest::gtest_main)
-set_target_properties(llmrun_emulated_gpu_tests PROPERTIES ENABLE_EXPORTS ON
-  BUILD_RPATH ${LLMRUN_EMULATOR_DIR})
-add_dependencies(llmrun_emulated_gpu_tests llmrun_emulated_cublaslt)
+llmrun_on_emulated_gpu(llmrun_emulated_gpu_tests)
+target_link_libraries(llmrun_emulated_gpu_tests PRIVATE GTest::gtest_main)
 gtest_discover_tests(llmrun_emulated_gpu_tests TEST_PREFIX "emulated_gpu."
   PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2" DISCOVERY_TIMEOUT 60)
