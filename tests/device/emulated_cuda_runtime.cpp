@@ -15,10 +15,15 @@
 // - Copy kinds must match the pointers; a launch with a bad configuration or more than 48 KiB of
 //   dynamic shared memory without the opt-in attribute fails in cudaGetLastError().
 // Environment: LLMRUN_EMULATED_GPUS (devices, default 1), LLMRUN_EMULATED_SM (compute capability
-// as 80, 89, 90; default 90), LLMRUN_EMULATED_GPU_MEM (bytes per device, default 16 GiB).
+// as 80, 89, 90; default 90), LLMRUN_EMULATED_GPU_MEM (bytes per device, default 16 GiB),
+// LLMRUN_EMULATED_STATS (a file: at exit each process appends one JSON line of what a GPU
+// would pay for whatever the emulation cannot time: kernel launches, library calls, the host
+// waits for the device, allocations; tests/emulator/step_costs.sh holds training and decoding
+// to per-step budgets with them).
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -76,8 +81,20 @@ struct Allocation {
   size_t map_bytes = 0;
 };
 
+// What each costs on a GPU: a launch some microseconds of CPU, a host wait the pipeline's
+// drain (the CPU idles while the GPU empties, then the GPU while the CPU refills it), an
+// allocation or free a device-wide synchronisation.
+struct Counters {
+  std::atomic<long> launches{0};    // kernels (cuda_emulation.h's launches)
+  std::atomic<long> library{0};     // work queued by the emulated libraries (cuBLASLt GEMMs)
+  std::atomic<long> copies{0};      // copies and memsets
+  std::atomic<long> host_waits{0};  // a synchronize, blocking copy or free with work queued
+  std::atomic<long> device_allocs{0}, device_frees{0}, host_allocs{0}, host_frees{0};
+};
+
 struct Runtime {
   std::recursive_mutex mu;
+  Counters count;
   std::set<Stream*> streams;
   Stream legacy;  // the default stream (0 / cudaStreamLegacy)
   std::map<uintptr_t, Allocation> allocations;
@@ -103,6 +120,17 @@ struct Runtime {
   void drain_all() {
     for (Stream* s : streams) drain(s);
     drain(&legacy);
+  }
+  static bool idle(const Stream* s) { return s->done == s->enqueued; }
+  bool all_idle() const {
+    for (Stream* s : streams)
+      if (!idle(s)) return false;
+    return idle(&legacy);
+  }
+  // The host waits for `busy` device work: counted only when there is some (a synchronize
+  // right after a blocking copy costs nothing on a GPU).
+  void wait_counted(bool busy) {
+    if (busy) ++count.host_waits;
   }
   // Enqueues on `s`. Work on the default stream runs at once, after every stream's earlier work
   // (the legacy stream's implicit synchronisation, stricter than needed for non-blocking ones).
@@ -198,6 +226,8 @@ cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, si
   }
   Stream* s = r.stream(stream);
   const bool host_dst = dk == 0, host_src = sk == 0;
+  ++r.count.copies;
+  if (host_dst) ++r.count.host_waits;
   std::shared_ptr<std::vector<char>> staged;
   if (host_src) {  // pageable source: staged now, so the caller may reuse it at once
     staged = std::make_shared<std::vector<char>>(width * height);
@@ -235,17 +265,36 @@ extern "C" __attribute__((visibility("default"))) void llmrun_emu_submit(void* s
                                                                          void* context) {
   Runtime& r = rt();
   std::lock_guard<std::recursive_mutex> lock(r.mu);
+  ++r.count.library;
   r.enqueue(r.stream(static_cast<cudaStream_t>(stream)),
             {[run, context] { run(context); }, nullptr, 0});
 }
 
 namespace {
 
+// LLMRUN_EMULATED_STATS: one JSON line per process, appended in one write (ranks share the file).
+void write_stats() {
+  const Counters& c = rt().count;
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  char line[512];
+  const int n = std::snprintf(
+      line, sizeof line,
+      "{\"rank\": %s, \"launches\": %ld, \"library\": %ld, \"copies\": %ld, \"host_waits\": %ld, "
+      "\"device_allocs\": %ld, \"device_frees\": %ld, \"host_allocs\": %ld, \"host_frees\": %ld}\n",
+      rank ? rank : "0", c.launches.load(), c.library.load(), c.copies.load(), c.host_waits.load(),
+      c.device_allocs.load(), c.device_frees.load(), c.host_allocs.load(), c.host_frees.load());
+  if (FILE* f = std::fopen(std::getenv("LLMRUN_EMULATED_STATS"), "a")) {
+    std::fwrite(line, 1, size_t(n), f);
+    std::fclose(f);
+  }
+}
+
 // Connects cuda_emulation.h's launches to the streams.
 const bool hooks_installed = [] {
   llmrun_emu::runtime_hooks().submit = [](void* stream, std::function<void()> work) {
     Runtime& r = rt();
     std::lock_guard<std::recursive_mutex> lock(r.mu);
+    ++r.count.launches;
     r.enqueue(r.stream(static_cast<cudaStream_t>(stream)), {std::move(work), nullptr, 0});
   };
   llmrun_emu::runtime_hooks().memory_kind = [](const void* p, size_t bytes) {
@@ -257,6 +306,7 @@ const bool hooks_installed = [] {
     std::lock_guard<std::recursive_mutex> lock(r.mu);
     r.fail(cudaErrorInvalidConfiguration);
   };
+  if (std::getenv("LLMRUN_EMULATED_STATS")) std::atexit(write_stats);
   return true;
 }();
 
@@ -388,6 +438,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   size_t& used = r.used[size_t(current_device)];
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
+  ++r.count.device_allocs;
   if (used + bytes > device_memory()) return r.fail(cudaErrorMemoryAllocation);
   Allocation al;
   void* m = map_bytes(bytes, &al);
@@ -405,6 +456,8 @@ cudaError_t cudaFree(void* p) {
   Runtime& r = rt();
   std::lock_guard<std::recursive_mutex> lock(r.mu);
   if (!p) return cudaSuccess;
+  ++r.count.device_frees;
+  r.wait_counted(!r.all_idle());
   r.drain_all();  // cudaFree synchronises the device
   auto it = r.allocations.find(uintptr_t(p));
   if (it == r.allocations.end() || it->second.kind != 1) return r.fail(cudaErrorInvalidValue);
@@ -418,6 +471,7 @@ cudaError_t cudaFree(void* p) {
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
   Runtime& r = rt();
   std::lock_guard<std::recursive_mutex> lock(r.mu);
+  ++r.count.host_allocs;
   Allocation al;
   *p = map_bytes(bytes ? bytes : 1, &al);
   if (!*p) return r.fail(cudaErrorMemoryAllocation);
@@ -432,6 +486,8 @@ cudaError_t cudaFreeHost(void* p) {
   Runtime& r = rt();
   std::lock_guard<std::recursive_mutex> lock(r.mu);
   if (!p) return cudaSuccess;
+  ++r.count.host_frees;
+  r.wait_counted(!r.all_idle());
   r.drain_all();
   auto it = r.allocations.find(uintptr_t(p));
   if (it == r.allocations.end() || it->second.kind != 2) return r.fail(cudaErrorInvalidValue);
@@ -445,8 +501,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   return copy_2d(dst, bytes, src, bytes, bytes, 1, kind, stream);
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  Runtime& r = rt();
+  std::lock_guard<std::recursive_mutex> lock(r.mu);
   const cudaError_t e = copy_2d(dst, bytes, src, bytes, bytes, 1, kind, nullptr);
-  rt().drain_all();
+  r.wait_counted(!r.all_idle());
+  r.drain_all();
   return e;
 }
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
@@ -460,6 +519,7 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t strea
   std::lock_guard<std::recursive_mutex> lock(r.mu);
   if (bytes == 0) return cudaSuccess;
   if (r.kind(p, bytes) != 1) return r.fail(cudaErrorInvalidValue);
+  ++r.count.copies;
   r.enqueue(r.stream(stream), {[=] { std::memset(p, value, bytes); }, nullptr, 0});
   return cudaSuccess;
 }
@@ -497,6 +557,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   Runtime& r = rt();
   std::lock_guard<std::recursive_mutex> lock(r.mu);
   Stream* st = r.stream(s);
+  r.wait_counted(st == &r.legacy ? !r.all_idle() : !r.idle(st));
   if (st == &r.legacy)
     r.drain_all();
   else
@@ -507,6 +568,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 cudaError_t cudaDeviceSynchronize(void) {
   Runtime& r = rt();
   std::lock_guard<std::recursive_mutex> lock(r.mu);
+  r.wait_counted(!r.all_idle());
   r.drain_all();
   return cudaSuccess;
 }
@@ -568,6 +630,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   Runtime& r = rt();
   std::lock_guard<std::recursive_mutex> lock(r.mu);
   auto* ev = reinterpret_cast<Event*>(e);
+  r.wait_counted(ev->stream && ev->stream->done < ev->seq);
   if (ev->stream) r.run_until(ev->stream, ev->seq);
   return cudaSuccess;
 }

@@ -92,6 +92,10 @@ void CudaBackend::copy(Tensor dst, const Tensor& src) {
     std::memmove(dst.data, src.data, dst.bytes());
     return;
   }
+  // Uploads of a micro-batch's ids and the like: staged, so the stream keeps running.
+  if (dst.device == Device::cuda && src.device == Device::cpu &&
+      uploads_.upload(dst.data, src.data, dst.bytes()))
+    return;
   check(cudaMemcpyAsync(dst.data, src.data, dst.bytes(), cudaMemcpyDefault, stream_), "copy");
   // A host side may be pageable memory that the caller reuses right after: finish the copy.
   if (dst.device == Device::cpu || src.device == Device::cpu)

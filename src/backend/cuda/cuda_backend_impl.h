@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_upload_ring.h"
 #include "backend/device_streams.h"
 #include "backend/fp8_gemm.h"
 
@@ -132,6 +133,7 @@ class CudaBackend final : public Backend, public Fp8GemmOps, public DeviceStream
   cuda::DeviceContext& ctx_;
   cudaStream_t stream_;
   int sm_count_ = 0;
+  cuda::UploadRing uploads_{stream_};  // copy()'s small host-to-device copies
   // inv_freq tables uploaded once per (theta, head_dim, scaling).
   std::map<std::tuple<float, int, int, float, float, float, int>, Buffer> rope_tables_;
 };
