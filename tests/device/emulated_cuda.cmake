@@ -70,7 +70,8 @@ gtest_discover_tests(llmrun_emulated_runtime_tests DISCOVERY_TIMEOUT 60)
 # emulation, and both device samplers against the host's. The same tests run-checks.sh runs on
 # a real GPU; their CTest names start with "emulated_gpu.".
 add_executable(llmrun_emulated_gpu_tests ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_backend_conformance.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cuda_fp8.cpp ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sampling_math.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cuda_fp8.cpp ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cuda_uploads.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sampling_math.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sampling_rows_math.cpp)
 target_compile_options(llmrun_emulated_gpu_tests PRIVATE ${LLMRUN_WARNINGS})
 llmrun_on_emulated_gpu(llmrun_emulated_gpu_tests)

@@ -30,13 +30,18 @@ bool UploadRing::upload(void* dst, const void* src, size_t bytes) {
   if (!ring_) check(cudaHostAlloc(reinterpret_cast<void**>(&ring_), kRingBytes, 0), "upload ring");
   const size_t span = (bytes + 255) / 256 * 256;  // each upload starts 256-byte aligned
   if (head_ + span > kRingBytes) head_ = 0;
-  // The spans still in flight follow head_ in ring order, oldest first: wait for those that
-  // the new one overlaps (only when the ring has come round to copies not yet run).
-  while (!in_flight_.empty() && in_flight_.front().begin < head_ + span &&
-         head_ < in_flight_.front().end) {
-    check(cudaEventSynchronize(in_flight_.front().read), "upload ring (reuse)");
-    events_.push_back(in_flight_.front().read);
-    in_flight_.pop_front();
+  // Wait for the newest span in flight that the new one overlaps; the copies run in stream
+  // order, so every span before it is free too. (Not just the oldest: a lap that wrapped
+  // early leaves spans at the ring's end that the next lap passes over.)
+  size_t last = in_flight_.size();
+  for (size_t i = 0; i < in_flight_.size(); ++i)
+    if (in_flight_[i].begin < head_ + span && head_ < in_flight_[i].end) last = i;
+  if (last < in_flight_.size()) {
+    check(cudaEventSynchronize(in_flight_[last].read), "upload ring (reuse)");
+    for (size_t i = 0; i <= last; ++i) {
+      events_.push_back(in_flight_.front().read);
+      in_flight_.pop_front();
+    }
   }
   std::memcpy(ring_ + head_, src, bytes);
   check(cudaMemcpyAsync(dst, ring_ + head_, bytes, cudaMemcpyHostToDevice, stream_), "upload");

@@ -41,7 +41,7 @@ class UploadRing {
   std::mutex mu_;
   char* ring_ = nullptr;  // pinned, allocated on first use
   size_t head_ = 0;
-  std::deque<Span> in_flight_;       // oldest first, laid out in ring order from head_
+  std::deque<Span> in_flight_;       // oldest first
   std::vector<cudaEvent_t> events_;  // completed, for reuse
 };
 
