@@ -29,7 +29,7 @@ CHECK_TABLE='
 version                      part1   5
 cuda_libs                    part1   5
 doctor                       part1  30
-conformance_cuda             part1  60  *Conformance.*/cuda
+conformance_cuda             part1  60  *Conformance.*/cuda:CudaUploads.*
 gelu_epilogue_and_sampler    part1  30  *Conformance.MatmulGeluEpiloguesMatchNaive/cuda:CudaSampling*:SamplingMath*
 serve_device_sampling        part1  60  CudaProcessedSampling*:SamplingRowsMath*:ServeEngine.*
 fp8_conformance              part1  30  CudaFp8*:Fp8NativePath*:Fp8Support*
