@@ -92,6 +92,14 @@ class Backend {
                            const std::vector<RowSample>& /*rows*/) {
     return false;
   }
+  // A linear's backward, both GEMMs: dW[N,K] += dy[M,N]^T x[M,K] and dx[M,K] = dy[M,N] W[N,K]
+  // (a device backend rounds dy to the GEMM dtype once for both). The default is exactly these
+  // two matmuls.
+  virtual void linear_grads(Tensor dx, Tensor dW, const Tensor& dy, const Tensor& x,
+                            const Tensor& W) {
+    matmul(dW, dy, x, /*trans_a=*/true, /*trans_b=*/false, 1.0f, 1.0f);
+    matmul(dx, dy, W, false, false);
+  }
   // The down-projection's input gradient through the GELU: dx[M,F] = (dy[M,N] W[N,F]) *
   // gelu'(pre[M,F]) (a device backend fuses the derivative into the GEMM's epilogue). The
   // default is exactly matmul into dx then gelu_bwd in place.

@@ -278,6 +278,30 @@ void check_gemms(Checker& c) {
             return std::vector<const Twin*>{&out};
           });
   }
+  // A linear's backward (dy rounded once for both GEMMs on a device): f32, and bf16 operands
+  // rounded by each backend itself (round to nearest even on both sides).
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    c.run(dt == DType::f32 ? "linear_grads" : "linear_grads bf16", "dy 37x45, x 37x129, W 45x129",
+          dt == DType::f32 ? kCheckTolF32Sums : kCheckTolBf16, [&, dt] {
+            Twin& dy = c.random({M, N});
+            Twin& x = c.random({M, K});
+            Twin& w = c.random({N, K});
+            Twin& dw = c.random({N, K});  // accumulated into
+            Twin& dx = c.poison({M, K});
+            c.both([&](Backend& be, bool t) {
+              const DType before = be.gemm_dtype();
+              be.set_gemm_dtype(dt);
+              try {
+                be.linear_grads(S(dx, t), S(dw, t), S(dy, t), S(x, t), S(w, t));
+              } catch (...) {
+                be.set_gemm_dtype(before);
+                throw;
+              }
+              be.set_gemm_dtype(before);
+            });
+            return std::vector<const Twin*>{&dx, &dw};
+          });
+  }
   c.run("linear_rows", "37x129 W 45x129 +bias accumulate", kCheckTolF32, [&] {
     Twin& x = c.random({M, K});
     Twin& w = c.random({N, K});

@@ -25,9 +25,8 @@ void LinearRunner::forward(Backend& be, LinearSite, Tensor y, const Tensor& x, c
 
 void LinearRunner::backward(Backend& be, LinearSite, Tensor dx, const Tensor& dW, const Tensor& db,
                             const Tensor& dy, const Tensor& x, const Tensor& W) {
-  be.matmul(dW, dy, x, /*trans_a=*/true, /*trans_b=*/false, 1.0f, 1.0f);
+  be.linear_grads(dx, dW, dy, x, W);
   if (!db.empty()) be.sum_rows(db, dy, /*accumulate=*/true);
-  be.matmul(dx, dy, W, false, false);
 }
 
 namespace {

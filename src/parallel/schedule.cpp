@@ -56,7 +56,7 @@ void check_pipeline_shape(PipelineSchedule s, const PipelineShape& shape) {
   if (s != PipelineSchedule::interleaved) {
     if (shape.virtual_stages != 1)
       throw UserError(where + "parallel.virtual_stages=" + std::to_string(shape.virtual_stages) +
-                      " needs the interleaved schedule (set parallel.schedule=interleaved or "
+                      " needs the interleaved schedule (set parallel.pp_schedule=interleaved or "
                       "virtual_stages=1)");
     return;
   }

@@ -47,6 +47,8 @@ class CudaBackend final : public Backend, public Fp8GemmOps, public DeviceStream
   void matmul_bias_gelu(Tensor pre, Tensor act, const Tensor& x, const Tensor& W,
                         const Tensor* bias) override;
   void matmul_dgelu(Tensor dx, const Tensor& dy, const Tensor& W, const Tensor& pre) override;
+  void linear_grads(Tensor dx, Tensor dW, const Tensor& dy, const Tensor& x,
+                    const Tensor& W) override;
   // kernels/sampling.cuh: sort each row on the device and sample it there (cuda_sampling.cpp).
   bool sample_rows(Tensor ids, const Tensor& logits, const std::vector<RowSample>& rows) override;
 
@@ -126,6 +128,11 @@ class CudaBackend final : public Backend, public Fp8GemmOps, public DeviceStream
   Buffer allocate_raw(size_t bytes, const std::string& what);
   // f32 view of a device tensor with its data in bf16 (round to nearest even): GEMM operands.
   Buffer to_bf16(const Tensor& t, const char* what);
+  // t's data as a GEMM operand of gemm_dtype(): t itself in f32, else rounded into `rounded`.
+  const void* gemm_operand(const Tensor& t, Buffer& rounded, const char* what);
+  // matmul with a and b already turned into operands (a_op, b_op) by gemm_operand.
+  void gemm(Tensor out, const Tensor& a, const Tensor& b, const void* a_op, const void* b_op,
+            bool trans_a, bool trans_b, float alpha, float beta, const Tensor* bias);
   // Runs a whole-tensor reduction into a fresh device double and returns it to the host.
   double reduce_to_host(int op, const Tensor& x, const char* what);
   const float* rope_frequencies(float theta, int head_dim, const RopeScaling& s);

@@ -28,9 +28,33 @@ constexpr uint32_t kBiasAlignment = 16;
 
 void CudaBackend::matmul(Tensor out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                          float alpha, float beta, const Tensor* bias) {
+  Buffer a16, b16;
+  const void* a_op = gemm_operand(a, a16, "matmul a");
+  const void* b_op = gemm_operand(b, b16, "matmul b");
+  gemm(out, a, b, a_op, b_op, trans_a, trans_b, alpha, beta, bias);
+}
+
+// dy rounded once for both GEMMs: in bf16 each rounding is a pass over the tensor (the LM
+// head's dy is the whole vocabulary's logits gradient), and a backward has four per linear.
+void CudaBackend::linear_grads(Tensor dx, Tensor dW, const Tensor& dy, const Tensor& x,
+                               const Tensor& W) {
+  Buffer dy16, x16, w16;
+  const void* dy_op = gemm_operand(dy, dy16, "linear_grads dy");
+  gemm(dW, dy, x, dy_op, gemm_operand(x, x16, "linear_grads x"), true, false, 1.0f, 1.0f, nullptr);
+  gemm(dx, dy, W, dy_op, gemm_operand(W, w16, "linear_grads W"), false, false, 1.0f, 0.0f, nullptr);
+}
+
+const void* CudaBackend::gemm_operand(const Tensor& t, Buffer& rounded, const char* what) {
+  const float* p = dev_f32(t, what);
+  if (gemm_dtype() != DType::bf16 || t.numel() == 0) return p;
+  rounded = to_bf16(t, what);
+  return rounded.data();
+}
+
+void CudaBackend::gemm(Tensor out, const Tensor& a, const Tensor& b, const void* a_op,
+                       const void* b_op, bool trans_a, bool trans_b, float alpha, float beta,
+                       const Tensor* bias) {
   float* o = dev_f32(out, "matmul out");
-  const float* ap = dev_f32(a, "matmul a");
-  const float* bp = dev_f32(b, "matmul b");
   const int64_t m = out.rows(), n = out.cols();
   const int64_t k = check_matmul_shapes(out, a, b, trans_a, trans_b, bias);
   const float* bias_p = nullptr;
@@ -49,15 +73,6 @@ void CudaBackend::matmul(Tensor out, const Tensor& a, const Tensor& b, bool tran
   }
 
   const bool bf16 = gemm_dtype() == DType::bf16;
-  Buffer a16, b16;
-  const void* a_op = ap;
-  const void* b_op = bp;
-  if (bf16) {
-    a16 = to_bf16(a, "matmul a");
-    b16 = to_bf16(b, "matmul b");
-    a_op = a16.data();
-    b_op = b16.data();
-  }
   cuda::GemmKey key;
   key.p = cuda::map_row_major(m, n, k, trans_a, trans_b);
   key.operands = bf16 ? cuda::GemmOperands::bf16 : cuda::GemmOperands::f32;
