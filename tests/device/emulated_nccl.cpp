@@ -9,12 +9,17 @@
 //
 // Scheme. A collective, send or receive is stream-ordered: at the call the library flushes its
 // stream (the emulated runtime's cudaStreamSynchronize, which also runs the streams it waits on
-// through events), then does the operation synchronously with the peers and returns, so the
-// data is in place before any later work on that stream. Work is not deferred to the stream's
-// flush: a flush can come from anywhere (an event query, a free, a copy to the host) while the
-// peers are in host-side MPI calls, and a rank blocked in one stream flush could then never let
-// its peers' collectives through. Doing it at the call only needs every rank to issue a
-// communicator's operations in one order, which NCCL requires anyway.
+// through events), then reads its inputs and meets the peers synchronously. Its result is not
+// written then: it is queued on the stream (llmrun_emu_submit) and lands when the stream
+// reaches it, as a kernel's would, so a consumer that does not wait for the operation reads
+// stale memory here too. At that point the input is also compared with what the call read: a
+// difference means work not ordered with the operation wrote it (a race on a GPU), reported on
+// stderr and as ncclInternalError by every later call and ncclCommGetAsyncError.
+// The rendezvous is not deferred to the stream's flush: a flush can come from anywhere (an
+// event query, a free, a copy to the host) while the peers are in host-side MPI calls, and a
+// rank blocked in one stream flush could then never let its peers' collectives through. Meeting
+// at the call only needs every rank to issue a communicator's operations in one order, which
+// NCCL requires anyway.
 // - A collective is a rendezvous: each rank writes its input into a segment of its own, posts
 //   what it is doing (kind, count, type, op, root) and the collective's sequence number, waits
 //   for every rank, checks that they all agree, reads every input and computes its output, then
@@ -39,6 +44,8 @@
 // (ncclRemoteError), exited, or did not arrive within LLMRUN_EMULATED_NCCL_TIMEOUT_S seconds
 // (default 60; ncclSystemError naming the operation and the missing ranks). Such failures
 // leave the communicator in that error (ncclCommGetAsyncError).
+// LLMRUN_EMULATED_NCCL_TRACE=1: each communicator says on stderr, when it is destroyed, how many
+// operations of each kind it ran.
 // Not emulated: FP8 reductions, ncclRedOpCreatePreMulSum, ncclReduce/ncclBcast/ncclAlltoAll,
 // registration; calls from several threads are serialised.
 #include <dlfcn.h>
@@ -84,6 +91,7 @@ struct ncclComm {
   uint64_t seq = 0;           // collectives (and splits) begun
   uint64_t splits = 0;
   std::map<int, uint64_t> sent, received;  // messages per peer
+  std::map<int32_t, uint64_t> calls;       // operations run, by kind (LLMRUN_EMULATED_NCCL_TRACE)
   RankSlot& slot(int r) { return ctl->slots[r]; }
 };
 
@@ -211,6 +219,61 @@ bool have_runtime() {
   return c.stream_synchronize && c.get_device && c.pci_bus_id && c.memory_kind;
 }
 
+// ---- results land in stream order ----
+
+// A race found by a stream callback. Kept apart from State: the callback may run inside an
+// entry point that holds st().mu (its stream flush).
+struct Race {
+  std::mutex mu;
+  std::atomic<bool> found{false};
+  std::string what;
+};
+Race& race() {
+  static Race* r = new Race;
+  return *r;
+}
+
+// An operation's effect on the device, applied when its stream reaches it: the check that its
+// input still holds what the call read (anything else means that work unordered with the
+// operation wrote it: a race on a GPU), then the result.
+struct Delivery {
+  std::string what;
+  const void* input = nullptr;
+  std::vector<char> snapshot;  // the input as read at the call
+  void* dst = nullptr;
+  std::vector<char> result;
+};
+
+void apply(Delivery& d) {
+  if (!d.snapshot.empty() && std::memcmp(d.input, d.snapshot.data(), d.snapshot.size()) != 0) {
+    Race& r = race();
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (!r.found.exchange(true))
+      r.what = d.what +
+               ": its input changed between the call and its stream reaching it (work not "
+               "ordered with the operation wrote it: a race on a GPU)";
+    std::fprintf(stderr, "emulated NCCL WARN %s\n", r.what.c_str());
+  }
+  if (d.dst && !d.result.empty()) std::memcpy(d.dst, d.result.data(), d.result.size());
+}
+
+// Queues `d` on `stream` through the emulated runtime (llmrun_emu_submit); without it, applies it
+// now.
+void deliver(cudaStream_t stream, Delivery d) {
+  using SubmitFn = void (*)(void*, void (*)(void*), void*);
+  static const SubmitFn submit =
+      reinterpret_cast<SubmitFn>(dlsym(RTLD_DEFAULT, "llmrun_emu_submit"));
+  if (!submit) return apply(d);
+  submit(
+      stream,
+      [](void* context) {
+        auto* x = static_cast<Delivery*>(context);
+        apply(*x);
+        delete x;
+      },
+      new Delivery(std::move(d)));
+}
+
 // ---- waiting for peers ----
 
 // Sleeps a little longer each time: ranks share few cores.
@@ -292,6 +355,14 @@ std::string device_identity(int* device) {
 
 void detach(ncclComm* c) {
   st().live.erase(c);
+  if (const char* t = std::getenv("LLMRUN_EMULATED_NCCL_TRACE"); t && *t && *t != '0') {
+    std::string counts;
+    for (const auto& [kind, n] : c->calls)
+      counts += format("%s%llu %s", counts.empty() ? "" : ", ", static_cast<unsigned long long>(n),
+                       kind_name(kind));
+    std::fprintf(stderr, "emulated NCCL: rank %d of %d of %s: %s\n", c->rank, c->nranks,
+                 c->name.c_str() + 1, counts.empty() ? "no operations" : counts.c_str());
+  }
   if (c->ctl && c->ctl->attached.fetch_sub(1) == 1) emu_nccl::remove_segments(c->name);
   c->ctl = nullptr;
 }
@@ -384,6 +455,10 @@ ncclResult_t usable(ncclComm* c, const char* what) {
                 std::string(what) +
                     ": the communicator is still initialising (poll ncclCommGetAsyncError "
                     "until ncclSuccess first)");
+  if (race().found.load()) {
+    std::lock_guard<std::mutex> lock(race().mu);
+    return fail(c, ncclInternalError, race().what, true);
+  }
   if (c->state != ncclSuccess && c->state != ncclInProgress) return c->state;
   if (const int a = c->ctl->aborted_by.load())
     return fail(c, ncclRemoteError,
@@ -555,7 +630,15 @@ ncclResult_t run_collective(const Pending& p, const OpDesc& mine, std::vector<in
     auto input = [&](int q) {
       return static_cast<const char*>(q == c->rank ? own.data() : inputs[size_t(q)].data());
     };
-    char* dst = static_cast<char*>(p.recv);
+    Delivery d;
+    d.what = what;
+    if (in) {
+      d.input = p.send;
+      d.snapshot.assign(input(c->rank), input(c->rank) + in);
+    }
+    d.dst = p.recv;
+    d.result.resize(out);
+    char* dst = d.result.data();
     const size_t n = p.count, r0 = size_t(c->rank);
     if (bytes) switch (p.kind) {
         case kAllReduce:
@@ -574,6 +657,7 @@ ncclResult_t run_collective(const Pending& p, const OpDesc& mine, std::vector<in
           std::memcpy(dst, input(p.peer), bytes);
           break;
       }
+    deliver(p.stream, std::move(d));
   }
   me.finished.store(seq, std::memory_order_release);
   r = wait_for(c, what, [&] {
@@ -600,6 +684,12 @@ ncclResult_t run_send(const Pending& p) {
   mail->count = p.count;
   std::memcpy(static_cast<char*>(s.data()) + kMailHeader, p.send, bytes);
   mail->ready.store(1, std::memory_order_release);
+  Delivery d;
+  d.what = format("ncclSend (message %llu from rank %d to rank %d of %d)",
+                  static_cast<unsigned long long>(n), c->rank, p.peer, c->nranks);
+  d.input = p.send;
+  d.snapshot.assign(static_cast<const char*>(p.send), static_cast<const char*>(p.send) + bytes);
+  deliver(p.stream, std::move(d));
   return ncclSuccess;
 }
 
@@ -628,13 +718,18 @@ ncclResult_t run_recv(const Pending& p) {
                        emu_nccl::type_name(ncclDataType_t(mail->dtype)), c->rank, p.count,
                        emu_nccl::type_name(p.dtype)),
                 true);
-  std::memcpy(p.recv, static_cast<const char*>(s.data()) + kMailHeader,
-              p.count * emu_nccl::type_size(p.dtype));
+  Delivery d;
+  d.what = what;
+  d.dst = p.recv;
+  const char* data = static_cast<const char*>(s.data()) + kMailHeader;
+  d.result.assign(data, data + p.count * emu_nccl::type_size(p.dtype));
+  deliver(p.stream, std::move(d));
   emu_nccl::remove_segment(name);
   return ncclSuccess;
 }
 
 ncclResult_t run(const Pending& p) {
+  ++p.comm->calls[p.kind];
   switch (p.kind) {
     case kSend:
       return p.count ? run_send(p) : ncclSuccess;
@@ -750,8 +845,8 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
     else
       comm->state = ncclSuccess;
   }
-  if (comm->state == ncclSuccess && comm->ctl->aborted_by.load())
-    usable(comm, "ncclCommGetAsyncError");  // a peer's abort becomes this rank's error
+  if (comm->state == ncclSuccess && (comm->ctl->aborted_by.load() || race().found.load()))
+    usable(comm, "ncclCommGetAsyncError");  // a peer's abort or a race becomes its error
   *error = comm->state;
   return ncclSuccess;
 }
@@ -847,6 +942,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   d.color = color;
   d.key = key;
   std::vector<int> members;
+  ++comm->calls[kSplit];
   if (const ncclResult_t r = run_collective(p, d, &members); r != ncclSuccess) return r;
   const uint64_t split = ++comm->splits;
   const ncclResult_t parent = answer(comm);

@@ -278,6 +278,53 @@ TEST_F(EmulatedNccl, StreamOrdered) {
   }));
 }
 
+// The result lands when the stream reaches the operation, as a kernel's would: a read on
+// another stream that does not wait for it still sees the old value.
+TEST_F(EmulatedNccl, ResultLandsInStreamOrder) {
+  const ncclUniqueId id = make_id();
+  expect_all_ok(run_ranks(2, [&](int rank) {
+    ncclComm_t comm = join(id, 2, rank, rank);
+    REQUIRE(comm);
+    int32_t* x = device_array(std::vector<int32_t>{5});
+    cudaStream_t s, other;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking);
+    REQUIRE(nccl().ncclAllReduce(x, x, 1, ncclInt32, ncclSum, comm, s) == ncclSuccess);
+    int32_t seen = 0;
+    REQUIRE(cudaMemcpyAsync(&seen, x, 4, cudaMemcpyDeviceToHost, other) == cudaSuccess);
+    REQUIRE(seen == 5);
+    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+    REQUIRE(cudaMemcpyAsync(&seen, x, 4, cudaMemcpyDeviceToHost, other) == cudaSuccess);
+    REQUIRE(seen == 10);
+    REQUIRE(nccl().ncclCommDestroy(comm) == ncclSuccess);
+    return 0;
+  }));
+}
+
+// Work not ordered with a collective that writes its input before the collective's stream
+// gets there is a race on a GPU: reported, and every later call fails with ncclInternalError.
+TEST_F(EmulatedNccl, DetectsAWriteRacingTheInput) {
+  const ncclUniqueId id = make_id();
+  expect_all_ok(run_ranks(1, [&](int rank) {
+    ncclComm_t comm = join(id, 1, 0, 0);
+    REQUIRE(comm);
+    float* x = device_array(std::vector<float>{1.f, 2.f});
+    cudaStream_t s, other;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking);
+    REQUIRE(nccl().ncclAllReduce(x, x, 2, ncclFloat32, ncclSum, comm, s) == ncclSuccess);
+    REQUIRE(state(comm) == ncclSuccess);
+    cudaMemsetAsync(x, 0, 8, other);
+    REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+    REQUIRE(state(comm) == ncclInternalError);
+    REQUIRE(nccl().ncclAllReduce(x, x, 2, ncclFloat32, ncclSum, comm, s) == ncclInternalError);
+    REQUIRE(last_error_says("its input changed between the call and its stream reaching it"));
+    REQUIRE(nccl().ncclCommAbort(comm) == ncclSuccess);
+    return 0;
+  }));
+}
+
 // Receives posted before sends inside a group (as llmrun's all-to-all posts them), a send to
 // self, and a plain send/receive pair outside a group.
 TEST_F(EmulatedNccl, GroupedSendRecv) {
