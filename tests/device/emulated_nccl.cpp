@@ -34,8 +34,9 @@
 // - Non-blocking communicators (config.blocking = 0) answer as the real ones may: init and
 //   split return ncclInProgress until every rank has joined (ncclCommGetAsyncError drives it);
 //   the first operation and a finalize return ncclInProgress and report it once.
-// Refusals, with the real return codes and a ncclGetLastError text (and a line on stderr):
-// nranks or rank out of range, an uninitialised config or foreign unique id
+// A communicator used after ncclCommDestroy or ncclCommAbort is refused (ncclInvalidUsage)
+// rather than freed memory read. Refusals, with the real return codes and a ncclGetLastError text
+// (and a line on stderr): nranks or rank out of range, an uninitialised config or foreign unique id
 // (ncclInvalidArgument); two ranks on one device, host name and PCI bus id alike (ncclInvalidUsage
 // "Duplicate GPU detected"); a buffer that is not device (or pinned host) memory for all its
 // bytes (ncclInvalidArgument); ranks disagreeing on a collective or a receive whose count or
@@ -85,6 +86,7 @@ struct ncclComm {
   bool blocking = true;
   ncclResult_t state = ncclInProgress;
   bool joining = true;  // until every rank has joined
+  bool gone = false;    // destroyed or aborted: kept (leaked) so that a later use is caught
   Clock::time_point join_deadline{};
   int in_progress_polls = 0;  // ncclInProgress answers still owed to ncclCommGetAsyncError
   bool operated = false;      // an operation has run
@@ -365,6 +367,7 @@ void detach(ncclComm* c) {
   }
   if (c->ctl && c->ctl->attached.fetch_sub(1) == 1) emu_nccl::remove_segments(c->name);
   c->ctl = nullptr;
+  c->control = Segment();
 }
 
 // Completes a join once every rank has joined: the duplicate-device check, then ncclSuccess.
@@ -404,6 +407,8 @@ ncclResult_t join(ncclComm_t* out, const std::string& name, int rank, int nranks
                     ": the emulated NCCL needs the emulated CUDA runtime's "
                     "cudaStreamSynchronize, cudaGetDevice, cudaDeviceGetPCIBusId "
                     "and llmrun_emu_memory_kind in the executable");
+  static const bool swept = (emu_nccl::remove_abandoned(), true);
+  (void)swept;
   int device = -1;
   const std::string identity = device_identity(&device);
   if (identity.empty())
@@ -447,9 +452,18 @@ ncclResult_t join(ncclComm_t* out, const std::string& name, int rank, int nranks
   return c->state;
 }
 
+// A communicator already destroyed or aborted: the real library would read freed memory.
+ncclResult_t refuse_gone(ncclComm* c, const char* what) {
+  return fail(nullptr, ncclInvalidUsage,
+              format("%s : communicator %p was already destroyed or aborted (a use after free "
+                     "with the real NCCL)",
+                     what, static_cast<void*>(c)));
+}
+
 // The communicator's state for an operation: its error, or ncclInvalidUsage while it is joining.
 ncclResult_t usable(ncclComm* c, const char* what) {
   if (!c) return fail(nullptr, ncclInvalidArgument, std::string(what) + " : comm argument is NULL");
+  if (c->gone) return refuse_gone(c, what);
   if (c->joining)
     return fail(c, ncclInvalidUsage,
                 std::string(what) +
@@ -837,6 +851,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
   std::lock_guard<std::mutex> lock(st().mu);
   if (!comm || !error)
     return fail(nullptr, ncclInvalidArgument, "ncclCommGetAsyncError : NULL argument");
+  if (comm->gone) return refuse_gone(comm, "ncclCommGetAsyncError");
   if (comm->state == ncclInProgress) {
     if (comm->joining)
       progress_join(comm, "ncclCommInitRank");
@@ -894,20 +909,22 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   std::lock_guard<std::mutex> lock(st().mu);
   if (!comm) return ncclSuccess;
+  if (comm->gone) return refuse_gone(comm, "ncclCommDestroy");
   detach(comm);
-  delete comm;
+  comm->gone = true;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   std::lock_guard<std::mutex> lock(st().mu);
   if (!comm) return ncclSuccess;
+  if (comm->gone) return refuse_gone(comm, "ncclCommAbort");
   if (comm->ctl) {
     int32_t none = 0;
     comm->ctl->aborted_by.compare_exchange_strong(none, comm->rank + 1);
   }
   detach(comm);
-  delete comm;
+  comm->gone = true;
   return ncclSuccess;
 }
 

@@ -115,4 +115,31 @@ bool process_alive(pid_t pid) {
   return !(close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z');
 }
 
+void remove_abandoned() {
+  constexpr char kPrefix[] = "llmrun-nccl-";
+  std::vector<std::string> controls;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (const dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.rfind(kPrefix, 0) == 0 && n.size() == sizeof kPrefix - 1 + 32)
+        controls.push_back("/" + n);
+    }
+    closedir(d);
+  }
+  for (const std::string& name : controls) {
+    Segment s;
+    std::string error;
+    if (!s.open(name, error) || s.bytes() < sizeof(Control)) continue;
+    const Control* c = static_cast<const Control*>(s.data());
+    const int n = c->nranks.load();
+    bool anyone = false, alive = false;
+    for (int r = 0; r < n && r < kMaxRanks && !alive; ++r) {
+      if (!c->slots[r].joined.load()) continue;
+      anyone = true;
+      alive = process_alive(c->slots[r].pid);
+    }
+    if (anyone && !alive) remove_segments(name);  // one being joined right now has a live rank
+  }
+}
+
 }  // namespace emu_nccl

@@ -5,7 +5,8 @@
 // collective is); data travels in short-lived segments named after the control one
 // (NAME-c<seq>-r<rank>: a rank's input to collective <seq>; NAME-m<from>-<to>-<n>: the n-th
 // message from rank <from> to rank <to>). The last rank to detach removes every segment whose
-// name starts with NAME.
+// name starts with NAME; what killed processes leave behind goes when the next process joins a
+// communicator (remove_abandoned).
 #pragma once
 #include <sys/types.h>
 
@@ -73,5 +74,9 @@ void remove_segment(const std::string& name);
 void remove_segments(const std::string& name);
 
 bool process_alive(pid_t pid);
+
+// Removes the communicators (and their segments) left in /dev/shm by processes that were killed
+// (MPI_Abort, a signal) before they could leave: those whose joined ranks are all dead.
+void remove_abandoned();
 
 }  // namespace emu_nccl

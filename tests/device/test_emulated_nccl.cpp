@@ -544,4 +544,40 @@ TEST_F(EmulatedNccl, PeerAbortOrExitEndsTheWait) {
   }
 }
 
+// Destroyed or aborted, a communicator is refused rather than read after its free.
+TEST_F(EmulatedNccl, RefusesUseAfterDestroy) {
+  const ncclUniqueId id = make_id();
+  expect_all_ok(run_ranks(1, [&](int rank) {
+    ncclComm_t comm = join(id, 1, 0, 0);
+    REQUIRE(comm);
+    REQUIRE(nccl().ncclCommDestroy(comm) == ncclSuccess);
+    float* x = device_array(std::vector<float>{1.f});
+    REQUIRE(nccl().ncclAllReduce(x, x, 1, ncclFloat32, ncclSum, comm, nullptr) == ncclInvalidUsage);
+    REQUIRE(last_error_says("was already destroyed or aborted"));
+    ncclResult_t s = ncclSuccess;
+    REQUIRE(nccl().ncclCommGetAsyncError(comm, &s) == ncclInvalidUsage);
+    REQUIRE(nccl().ncclCommAbort(comm) == ncclInvalidUsage);
+    return 0;
+  }));
+}
+
+// Ranks killed before they could leave (MPI_Abort) leave their communicator in /dev/shm; the
+// next process to join a communicator removes it.
+TEST_F(EmulatedNccl, KilledRanksLeaveNothingBehind) {
+  const ncclUniqueId killed = make_id();
+  expect_all_ok(run_ranks(2, [&](int rank) {
+    REQUIRE(join(killed, 2, rank, rank));
+    return 0;  // _exit: no exit handlers, as after SIGKILL
+  }));
+  EXPECT_GT(segments_left(killed), 0);
+  const ncclUniqueId next = make_id();
+  expect_all_ok(run_ranks(1, [&](int rank) {
+    ncclComm_t comm = join(next, 1, 0, 0);
+    REQUIRE(comm);
+    REQUIRE(nccl().ncclCommDestroy(comm) == ncclSuccess);
+    return 0;
+  }));
+  EXPECT_EQ(segments_left(killed), 0);
+}
+
 }  // namespace
