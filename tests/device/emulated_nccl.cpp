@@ -33,7 +33,9 @@
 //   sends and receives between ranks never deadlock.
 // - Non-blocking communicators (config.blocking = 0) answer as the real ones may: init and
 //   split return ncclInProgress until every rank has joined (ncclCommGetAsyncError drives it);
-//   the first operation and a finalize return ncclInProgress and report it once.
+//   every operation (a collective, a split, a group, a finalize) returns ncclInProgress and
+//   reports it once more; until ncclCommGetAsyncError has said ncclSuccess, any other call on
+//   the communicator is refused (ncclInvalidUsage), as NCCL requires the state polled first.
 // A communicator used after ncclCommDestroy or ncclCommAbort is refused (ncclInvalidUsage)
 // rather than freed memory read. Refusals, with the real return codes and a ncclGetLastError text
 // (and a line on stderr): nranks or rank out of range, an uninitialised config or foreign unique id
@@ -89,7 +91,6 @@ struct ncclComm {
   bool gone = false;    // destroyed or aborted: kept (leaked) so that a later use is caught
   Clock::time_point join_deadline{};
   int in_progress_polls = 0;  // ncclInProgress answers still owed to ncclCommGetAsyncError
-  bool operated = false;      // an operation has run
   uint64_t seq = 0;           // collectives (and splits) begun
   uint64_t splits = 0;
   std::map<int, uint64_t> sent, received;  // messages per peer
@@ -473,7 +474,12 @@ ncclResult_t usable(ncclComm* c, const char* what) {
     std::lock_guard<std::mutex> lock(race().mu);
     return fail(c, ncclInternalError, race().what, true);
   }
-  if (c->state != ncclSuccess && c->state != ncclInProgress) return c->state;
+  if (c->state == ncclInProgress)
+    return fail(c, ncclInvalidUsage,
+                std::string(what) +
+                    ": the communicator's last call answered ncclInProgress and its state has not "
+                    "been polled to ncclSuccess since (ncclCommGetAsyncError)");
+  if (c->state != ncclSuccess) return c->state;
   if (const int a = c->ctl->aborted_by.load())
     return fail(c, ncclRemoteError,
                 std::string(what) + ": rank " + std::to_string(a - 1) + " aborted the communicator",
@@ -481,11 +487,10 @@ ncclResult_t usable(ncclComm* c, const char* what) {
   return ncclSuccess;
 }
 
-// A non-blocking communicator's first operation answers ncclInProgress once, as a real one may
-// while it connects; llmrun must then poll ncclCommGetAsyncError before going on.
+// A non-blocking communicator answers ncclInProgress for every operation, as a real one may
+// (it does while it connects): llmrun must poll ncclCommGetAsyncError before going on.
 ncclResult_t answer(ncclComm* c) {
-  if (c->blocking || c->operated) return ncclSuccess;
-  c->operated = true;
+  if (c->blocking) return ncclSuccess;
   c->state = ncclInProgress;
   c->in_progress_polls = 1;
   return ncclInProgress;

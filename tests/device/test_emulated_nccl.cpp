@@ -379,8 +379,8 @@ TEST_F(EmulatedNccl, Split) {
   }));
 }
 
-// config.blocking = 0: init answers ncclInProgress until polled to ncclSuccess; the first
-// operation answers ncclInProgress once; finalize too; then destroy.
+// config.blocking = 0: init answers ncclInProgress until polled to ncclSuccess; every
+// operation answers ncclInProgress, and must be polled before the next call; finalize too.
 TEST_F(EmulatedNccl, NonBlocking) {
   const ncclUniqueId id = make_id();
   expect_all_ok(run_ranks(2, [&](int rank) {
@@ -395,7 +395,14 @@ TEST_F(EmulatedNccl, NonBlocking) {
     REQUIRE(state(comm) == ncclInProgress);
     REQUIRE(state(comm) == ncclSuccess);
     REQUIRE(host_array(x, 1)[0] == 2.f);
-    REQUIRE(nccl().ncclAllReduce(x, x, 1, ncclFloat32, ncclSum, comm, nullptr) == ncclSuccess);
+    REQUIRE(nccl().ncclAllReduce(x, x, 1, ncclFloat32, ncclSum, comm, nullptr) == ncclInProgress);
+    // Another call before the state is polled back to ncclSuccess is refused.
+    REQUIRE(nccl().ncclAllReduce(x, x, 1, ncclFloat32, ncclSum, comm, nullptr) == ncclInvalidUsage);
+    REQUIRE(last_error_says("has not been polled to ncclSuccess"));
+    while (state(comm) == ncclInProgress) {
+    }
+    REQUIRE(state(comm) == ncclSuccess);
+    REQUIRE(host_array(x, 1)[0] == 4.f);
     REQUIRE(nccl().ncclCommFinalize(comm) == ncclInProgress);
     while (state(comm) == ncclInProgress) {
     }
