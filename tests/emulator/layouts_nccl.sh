@@ -3,7 +3,7 @@
 # (comm/nccl_communicator.cpp) on the emulated NCCL (tests/device/emulated_nccl.cpp, found as
 # libnccl.so.2 by the emulator's RPATH): dp2 with ZeRO-1 and ZeRO-3 (reduce-scatter and
 # all-gather), tp2 with sequence parallelism, pp2 (sends and receives on the split ring edges)
-# and MoE with ep2 (grouped all-to-all). Not cp2: its attention ring's sends stay on MPI by
+# and MoE with ep2 (grouped all-to-all), and dp2 x tp2 on four ranks. Not cp2: its attention ring's sends stay on MPI by
 # design (only the pipeline group's go to NCCL) and its gradient reduction is dp2's. Each
 # reproduces the one-rank GPU loss curve within 1e-5 relative; each log says NCCL carried the
 # group, shows the operations the emulated NCCL ran (LLMRUN_EMULATED_NCCL_TRACE) and no
@@ -50,6 +50,12 @@ parity tp2-sp one 1e-5
 train pp2 "$EMU" cuda quick.yaml 2 parallel.pp=2
 nccl_carried pp2 pp ncclCommSplit ncclSend ncclRecv
 parity pp2 one 1e-5
+# Four ranks, each on a GPU of its own: two two-rank communicators per process (tp and dp),
+# their operations interleaved.
+LLMRUN_EMULATED_GPUS=4 train dp2-tp2 "$EMU" cuda quick.yaml 4 parallel.tp=2 parallel.zero=1
+nccl_carried dp2-tp2 tp ncclAllReduce
+nccl_carried dp2-tp2 dp ncclReduceScatter ncclAllGather
+parity dp2-tp2 one 1e-5
 MOE='model.moe={experts: 4, top_k: 2, expert_ffn: 32, aux_loss: 0.01, z_loss: 0.001}'
 train moe-one "$EMU" cuda quick.yaml 1 "$MOE"
 train moe-ep2 "$EMU" cuda quick.yaml 2 "$MOE" parallel.ep=2
