@@ -2,6 +2,7 @@
 #include "comm/collective_transport.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <map>
@@ -37,9 +38,10 @@ TransportChoice choose_transport(const std::string& nccl_missing, bool device_ba
 
 namespace {
 
-// Every rank's `mine` (at most kWidth bytes) on every rank, over the group's host path.
+// Every rank's `mine` (at most kWidth bytes: a PCI bus id and a host name) on every rank, over
+// the group's host path.
 std::vector<std::string> all_gather_ids(Communicator& group, const std::string& mine) {
-  constexpr size_t kWidth = 64;
+  constexpr size_t kWidth = 128;
   std::string in(kWidth, '\0'), out(kWidth * size_t(group.size()), '\0');
   in.replace(0, std::min(mine.size(), kWidth), mine.substr(0, kWidth));
   group.all_gather(Tensor(in.data(), DType::fp8_e4m3, {int64_t(kWidth)}),
@@ -76,7 +78,9 @@ void use_device_collectives(Topology& topo, Backend& backend, int local_rank, in
     const DeviceBinding b =
         bind_rank_device(local_rank, local_size, nccl_visible_devices(), visible ? visible : "");
     ordinal = b.ordinal;
-    identity = nccl_device_identity(ordinal);
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    identity = nccl_member_identity(nccl_device_identity(ordinal), host);
     spdlog::info("rank {}: {} ({})", topo.rank(), b.description, identity);
   }
 #endif

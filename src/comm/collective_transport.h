@@ -20,7 +20,8 @@ struct TransportChoice {
 };
 
 // nccl_missing: "" when NCCL can be used, else why not (not built, libnccl not loadable).
-// member_devices: each group rank's device identity (PCI bus id), in group rank order.
+// member_devices: each group rank's device identity (nccl_member_identity: PCI bus id and host),
+// in group rank order.
 // nccl_env: the LLMRUN_NCCL environment variable ("0" forces host staging), null when unset.
 TransportChoice choose_transport(const std::string& nccl_missing, bool device_backend,
                                  const char* nccl_env,

@@ -38,6 +38,10 @@ DeviceBinding bind_rank_device(int local_rank, int local_size, int visible_devic
   return b;
 }
 
+std::string nccl_member_identity(const std::string& pci_bus_id, const std::string& host) {
+  return pci_bus_id + " on " + host;
+}
+
 NcclIdBytes bootstrap_unique_id(Communicator& group, const std::function<NcclIdBytes()>& make_id) {
   NcclIdBytes id{};
   if (group.rank() == 0) id = make_id();

@@ -25,6 +25,12 @@ struct DeviceBinding {
 DeviceBinding bind_rank_device(int local_rank, int local_size, int visible_devices,
                                const std::string& cuda_visible_devices);
 
+// A rank's device as NCCL's duplicate-GPU check tells devices apart (host and PCI bus id):
+// "0000:17:00.0 on node-a". The bus id alone repeats across nodes (each node's first GPU may sit
+// at the same address), so ranks on two nodes looked like two ranks sharing one GPU and every
+// cross-node group fell back to MPI with host staging (found emulating NCCL's own check).
+std::string nccl_member_identity(const std::string& pci_bus_id, const std::string& host);
+
 inline constexpr size_t kNcclIdBytes = 128;  // sizeof(ncclUniqueId)
 using NcclIdBytes = std::array<char, kNcclIdBytes>;
 

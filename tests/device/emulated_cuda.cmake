@@ -1,7 +1,8 @@
 # llmrun-cuda-emulator: the llmrun binary with its real CUDA backend (the glue of
 # src/backend/cuda/, every kernels/*.cu, cuBLASLt through the same dlopen) running on the CPU:
 # the kernels through cuda_emulation.h, the CUDA runtime through emulated_cuda_runtime.cpp,
-# cuBLASLt through emulated_cublaslt.cpp. It lets the tests/emulator/ tests check, without a
+# cuBLASLt through emulated_cublaslt.cpp, NCCL (when the toolkit has it) through emulated_nccl.cpp,
+# its ranks processes sharing /dev/shm. It lets the tests/emulator/ tests check, without a
 # GPU, what only a GPU run checked before: the glue's arguments, GEMM layouts and epilogues,
 # stream and event ordering, and whole training, generate and serve runs against the CPU
 # backend. Included from tests/CMakeLists.txt when the CUDA toolkit (its headers) is found.
@@ -32,15 +33,21 @@ target_compile_options(llmrun_emulated_kernels PRIVATE ${LLMRUN_WARNINGS})
 add_library(llmrun_emulated_cudart STATIC ${CMAKE_CURRENT_LIST_DIR}/emulated_cuda_runtime.cpp)
 target_include_directories(llmrun_emulated_cudart PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_options(llmrun_emulated_cudart PRIVATE ${LLMRUN_WARNINGS})
+if(LLMRUN_HAVE_NCCL)
+  include(${CMAKE_CURRENT_LIST_DIR}/emulated_nccl.cmake)
+endif()
 
 # llmrun_on_emulated_gpu(TARGET): links TARGET's host code to the emulated kernels and runtime
 # instead of the GPU's. ENABLE_EXPORTS: the dlopened cuBLASLt stand-in finds the runtime's
-# llmrun_emu_* functions in the binary; the build RPATH puts cuda-emulator/ (its
-# libcublasLt.so.N) ahead of the toolkit's.
+# llmrun_emu_* functions in the binary (and the emulated NCCL its cuda* ones); the build RPATH
+# puts cuda-emulator/ (its libcublasLt.so.N and libnccl.so.2) ahead of the toolkit's.
 function(llmrun_on_emulated_gpu target)
   target_link_libraries(${target} PRIVATE llmrun_host llmrun_emulated_kernels llmrun_emulated_cudart)
   set_target_properties(${target} PROPERTIES ENABLE_EXPORTS ON BUILD_RPATH ${LLMRUN_EMULATOR_DIR})
   add_dependencies(${target} llmrun_emulated_cublaslt)
+  if(LLMRUN_HAVE_NCCL)
+    add_dependencies(${target} llmrun_emulated_nccl)
+  endif()
 endfunction()
 
 add_executable(llmrun-cuda-emulator $<TARGET_OBJECTS:llmrun_cli>)

@@ -5,8 +5,8 @@
 # loss curve within 1e-5 relative (issue 17's criterion). A checkpoint written under dp2 resumes
 # under tp2.
 source "$(dirname "$0")/common.bash"
-# The real NCCL cannot drive an emulated GPU (its one-rank groups would still use it): every
-# group stages through MPI, which is what ranks sharing a GPU do.
+# Every group stages through MPI, which is what ranks sharing a GPU do (without LLMRUN_NCCL=0
+# the one-rank groups would open the emulated NCCL); layouts_nccl.sh runs the layouts on NCCL.
 export LLMRUN_NCCL=0
 tiny_recipe llama 6
 train one "$EMU" cuda llama.yaml 1

@@ -150,6 +150,19 @@ TEST(NcclHostLogic, TransportChoice) {
       "ranks 0 and 2 of the group share GPU 0000:17:00.0 (NCCL refuses two ranks on one GPU)");
 }
 
+// NCCL tells devices apart by host and bus id: the first GPU of two nodes is two GPUs.
+TEST(NcclHostLogic, DevicesOnTwoNodesAreTwoGpus) {
+  const std::string a = nccl_member_identity("0000:17:00.0", "node-a");
+  EXPECT_EQ(a, "0000:17:00.0 on node-a");
+  const std::vector<std::string> two_nodes = {a, nccl_member_identity("0000:17:00.0", "node-b")};
+  EXPECT_EQ(choose_transport("", true, nullptr, two_nodes).transport, CollectiveTransport::nccl);
+  const auto shared = choose_transport("", true, nullptr, {a, a});
+  EXPECT_EQ(shared.transport, CollectiveTransport::host_staging);
+  EXPECT_EQ(shared.reason,
+            "ranks 0 and 1 of the group share GPU 0000:17:00.0 on node-a (NCCL refuses two ranks "
+            "on one GPU)");
+}
+
 TEST(NcclHostLogic, TopologyWrapsEveryGroupButTheWorldInOrder) {
   Topology topo = Topology::single();
   std::vector<std::string> seen;
