@@ -66,11 +66,11 @@ float bf16_round(float x) {
 struct MmaCase {
   float A[16][16], B[16][8], C[16][8], D[16][8];
 };
-MmaCase* g_case = nullptr;
+MmaCase* g_cases = nullptr;  // one per warp of the launch
 
 void mma_case_kernel() {
   const int lane = int(threadIdx.x) % 32, group = lane >> 2, tig = lane % 4;
-  MmaCase& c = *g_case;
+  MmaCase& c = g_cases[threadIdx.x / 32];
   uint32_t a[4], b[2];
   float d[4];
   for (int r = 0; r < 4; ++r) {  // a_i for i = 2r, 2r + 1
@@ -100,31 +100,35 @@ void mma_case_kernel() {
 TEST(EmulatedMma, M16n8k16MatchesANaiveProductWithThePtxFragmentLayout) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
-  MmaCase c{};
-  for (auto& row : c.A)
-    for (float& x : row) x = bf16_round(nd(rng));
-  for (auto& row : c.B)
-    for (float& x : row) x = bf16_round(nd(rng));
-  for (auto& row : c.C)
-    for (float& x : row) x = nd(rng);
-  for (auto& row : c.D)
-    for (float& x : row) x = std::numeric_limits<float>::quiet_NaN();
-  g_case = &c;
-  llmrun_emu::launch(mma_case_kernel, dim3(1), 32, 0, nullptr)();
-  // Two warps in one block: each computes its own product from its own lanes.
-  for (int i = 0; i < 16; ++i)
-    for (int j = 0; j < 8; ++j) {
-      double want = c.C[i][j];
-      for (int k = 0; k < 16; ++k) want += double(c.A[i][k]) * c.B[k][j];
-      // fp32 accumulation of exact products: a few ulps of the largest partial sum.
-      EXPECT_NEAR(c.D[i][j], want, 1e-5 * 16) << "D[" << i << "][" << j << "]";
-    }
+  // Two warps in one block, each with its own operands: each computes its own product from
+  // its own lanes' registers.
+  MmaCase cases[2]{};
+  for (MmaCase& c : cases) {
+    for (auto& row : c.A)
+      for (float& x : row) x = bf16_round(nd(rng));
+    for (auto& row : c.B)
+      for (float& x : row) x = bf16_round(nd(rng));
+    for (auto& row : c.C)
+      for (float& x : row) x = nd(rng);
+    for (auto& row : c.D)
+      for (float& x : row) x = std::numeric_limits<float>::quiet_NaN();
+  }
+  g_cases = cases;
+  llmrun_emu::launch(mma_case_kernel, dim3(1), 64, 0, nullptr)();
+  for (const MmaCase& c : cases)
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 8; ++j) {
+        double want = c.C[i][j];
+        for (int k = 0; k < 16; ++k) want += double(c.A[i][k]) * c.B[k][j];
+        // fp32 accumulation of exact products: a few ulps of the largest partial sum.
+        EXPECT_NEAR(c.D[i][j], want, 1e-5 * 16) << "D[" << i << "][" << j << "]";
+      }
 }
 
 TEST(EmulatedMmaDeathTest, FewerThan32LanesFailLoudly) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   MmaCase c{};
-  g_case = &c;
+  g_cases = &c;
   EXPECT_DEATH(llmrun_emu::launch(mma_case_kernel, dim3(1), 16, 0, nullptr)(),
                "fewer than 32 live lanes");
 }
