@@ -201,13 +201,16 @@ __global__ void __launch_bounds__(kMmaThreads) mma_fwd_kernel(MmaArgs a) {
     load_transposed(svt, vb, a.ld, k0, a.seq, d);
     __syncthreads();
 
+    // On the diagonal tile, keys past the warp's last row are hidden from all of its rows:
+    // their scores stay 0 (masked below) and their products are skipped, warp-uniformly.
+    const int64_t warp_last = q0 + r0 + 15;
     float s[8][4];
     LLMRUN_UNROLL
     for (int j = 0; j < 8; ++j) {
       s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
       LLMRUN_UNROLL
       for (int kk = 0; kk < KS; ++kk) {
-        if (kk >= ks) continue;
+        if (kk >= ks || k0 + j * 8 > warp_last) continue;
         uint32_t kf[2];
         load_b(kf, sk, words, j * 8, kk, g, t);
         mma_bf16(s[j], qf[kk], kf);
@@ -244,6 +247,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_fwd_kernel(MmaArgs a) {
     }
     LLMRUN_UNROLL
     for (int kk = 0; kk < kMmaCols / 16; ++kk) {
+      if (k0 + kk * 16 > warp_last) continue;  // probabilities all 0
       uint32_t pf[4];
       to_a(pf, s[2 * kk], s[2 * kk + 1]);
       LLMRUN_UNROLL
@@ -346,7 +350,9 @@ __global__ void __launch_bounds__(kMmaThreads) mma_dkdv_kernel(MmaArgs a) {
 
       LLMRUN_UNROLL
       for (int c = 0; c < kMmaCols / 16; ++c) {  // 16 queries at a time
-        float st[2][4], dpt[2][4];               // S^T and dP^T: 16 keys x 16 queries
+        // Queries all before the warp's first key see none of its keys (the diagonal tile).
+        if (q0 + c * 16 + 15 < k0 + r0) continue;  // the same for the whole warp
+        float st[2][4], dpt[2][4];                 // S^T and dP^T: 16 keys x 16 queries
         LLMRUN_UNROLL
         for (int j = 0; j < 2; ++j) LLMRUN_UNROLL
         for (int i = 0; i < 4; ++i) st[j][i] = dpt[j][i] = 0.0f;
@@ -460,7 +466,9 @@ __global__ void __launch_bounds__(kMmaThreads) mma_dq_kernel(MmaArgs a) {
 
     LLMRUN_UNROLL
     for (int c = 0; c < kMmaCols / 16; ++c) {  // 16 keys at a time
-      float s[2][4], dp[2][4];                 // 16 queries x 16 keys
+      // Keys all past the warp's last query are hidden from it (the diagonal tile).
+      if (k0 + c * 16 > q0 + r0 + 15) continue;  // the same for the whole warp
+      float s[2][4], dp[2][4];                   // 16 queries x 16 keys
       LLMRUN_UNROLL
       for (int j = 0; j < 2; ++j) LLMRUN_UNROLL
       for (int i = 0; i < 4; ++i) s[j][i] = dp[j][i] = 0.0f;
