@@ -29,6 +29,13 @@ struct AttentionShape {
   int qkv_cols() const { return (heads + 2 * kv_heads) * head_dim; }
 };
 
+// Whether attention_fwd/attention_bwd round their matmul operands to bf16 (see
+// Backend::attention_fwd): under `precision.compute: bf16` (gemm dtype bf16) for the head dims
+// the CUDA backend's tensor-core kernels take, multiples of 16 up to 128.
+inline bool attention_bf16_operands(DType gemm_dtype, int head_dim) {
+  return gemm_dtype == DType::bf16 && head_dim % 16 == 0 && head_dim > 0 && head_dim <= 128;
+}
+
 struct AdamWParams {
   float lr = 0;
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
@@ -139,6 +146,13 @@ class Backend {
                     const RopeScaling& scaling, bool inverse) = 0;
   // Causal attention over qkv [batch*seq, qkv_cols]; out [batch*seq, heads*head_dim];
   // lse [batch, heads, seq] keeps the log-sum-exp so the backward never stores probabilities.
+  // Precision: fp32 throughout, except when attention_bf16_operands(gemm_dtype(), head_dim)
+  // (bf16 compute, head_dim a multiple of 16 up to 128): then, as a tensor-core kernel does,
+  // every matmul operand is rounded to bf16 and products accumulate in fp32 — Q, K for the
+  // scores, P (exp(s - running max), per 64-key tile) and V for the output, and in the backward
+  // Q, K, V, dout, P (for dV) and dS = P * (dP - delta) (for dQ, dK). Softmax, its max and sum,
+  // lse and delta = rowsum(dout * out) stay fp32 from the unrounded values. attention_cached,
+  // paged and block (context-parallel) attention are always fp32.
   virtual void attention_fwd(Tensor out, Tensor lse, const Tensor& qkv,
                              const AttentionShape& s) = 0;
   virtual void attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,

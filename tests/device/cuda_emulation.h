@@ -352,3 +352,6 @@ inline int32_t atomicAdd(int32_t* a, int32_t v) {
   *a = old + v;
   return old;
 }
+
+// mma.sync.m16n8k16 with bf16 operands, for the tensor-core kernels (attention_mma.cu).
+#include "emulated_mma.h"

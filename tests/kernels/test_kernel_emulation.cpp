@@ -131,11 +131,14 @@ class EmulatedKernels final : public Backend {
     const std::vector<float> inv_freq = rope_inv_freq(th, hd, s);
     k::rope(F(x), I(p), inv_freq.data(), x.rows(), x.cols(), rh, hd, inv, nullptr);
   }
+  // (bf16 compute rounds attention's operands: the CPU op under the same GEMM dtype.)
   void attention_fwd(Tensor o, Tensor l, const Tensor& q, const AttentionShape& s) override {
+    cpu_->set_gemm_dtype(gemm_dtype());
     cpu_->attention_fwd(o, l, q, s);
   }
   void attention_bwd(Tensor d, const Tensor& dout, const Tensor& q, const Tensor& o,
                      const Tensor& l, const AttentionShape& s) override {
+    cpu_->set_gemm_dtype(gemm_dtype());
     cpu_->attention_bwd(d, dout, q, o, l, s);
   }
   void attention_cached(Tensor o, const Tensor& q, const Tensor& kc, const Tensor& vc, int sp,

@@ -74,10 +74,12 @@ class ForwardingBackend : public Backend {
     inner_->rope(x, positions, rotated_heads, head_dim, theta, scaling, inverse);
   }
   void attention_fwd(Tensor out, Tensor lse, const Tensor& qkv, const AttentionShape& s) override {
+    inner_->set_gemm_dtype(gemm_dtype());
     inner_->attention_fwd(out, lse, qkv, s);
   }
   void attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                      const Tensor& lse, const AttentionShape& s) override {
+    inner_->set_gemm_dtype(gemm_dtype());
     inner_->attention_bwd(dqkv, dout, qkv, out, lse, s);
   }
   void attention_cached(Tensor out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,

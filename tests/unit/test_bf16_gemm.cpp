@@ -5,6 +5,7 @@
 // runs on any backend (LLMRUN_TEST_BACKEND).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -126,4 +127,85 @@ TEST(Bf16Gemm, LinearRowsEqualsProductOfRoundedOperandsAndStaysBatchInvariant) {
     for (int64_t j = 0; j < n; ++j)
       EXPECT_EQ(alone[size_t(j)], batch[size_t(r * n + j)]) << r << "," << j;
   }
+}
+
+// Attention under bf16 compute (backend.h, attention_bf16_operands): the matmul operands (Q,
+// K, V, P, dout, dS) rounded to bf16, softmax, lse and delta in fp32, against a double-precision
+// evaluation of that rule. One 64-key tile (seq 40), so the running maximum P is rounded
+// against is the row's maximum. A P or dS element within an fp32 ulp of a bf16 rounding
+// boundary may round the other way in double: one term moves by 2^-8, so the check allows a
+// few elements (0.5%) a bf16-level error and holds the rest to fp32's.
+TEST(Bf16Gemm, AttentionRoundsItsMatmulOperands) {
+  auto be = test::make_test_backend(2);
+  be->set_gemm_dtype(DType::bf16);
+  const int seq = 40, heads = 4, kv = 2, d = 32, group = heads / kv;
+  const AttentionShape s{1, seq, heads, kv, d};
+  const int64_t cols = s.qkv_cols(), hd = int64_t(heads) * d;
+  std::vector<float> qkv = random_values(size_t(seq * cols), 7),
+                     dout = random_values(size_t(seq * hd), 8);
+  for (float& x : qkv) x *= 1.5f;  // scores of order 1-3
+  const Dev dqkv_in(*be, qkv, {seq, cols}), ddout(*be, dout, {seq, hd});
+  const Dev dout_t(*be, std::vector<float>(size_t(seq * hd)), {seq, hd}),
+      dlse(*be, std::vector<float>(size_t(heads * seq)), {1, heads, seq}),
+      dgrad(*be, std::vector<float>(qkv.size()), {seq, cols});
+  be->attention_fwd(dout_t.t, dlse.t, dqkv_in.t, s);
+  be->attention_bwd(dgrad.t, ddout.t, dqkv_in.t, dout_t.t, dlse.t, s);
+  const std::vector<float> out = dout_t.host(*be), lse = dlse.host(*be), grad = dgrad.host(*be);
+
+  auto r = [&](int64_t i, int64_t c) { return double(bf16_round(qkv[size_t(i * cols + c)])); };
+  const double scale = 1.0 / std::sqrt(double(d));
+  std::vector<double> want_out(out.size()), want_lse(lse.size()), want_grad(grad.size(), 0.0);
+  for (int h = 0; h < heads; ++h) {
+    const int64_t qc = int64_t(h) * d, kc = int64_t(heads + h / group) * d,
+                  vc = int64_t(heads + kv + h / group) * d;
+    for (int i = 0; i < seq; ++i) {
+      std::vector<double> sc(size_t(i + 1));
+      double m = -INFINITY, l = 0;
+      for (int j = 0; j <= i; ++j) {
+        double dot = 0;
+        for (int e = 0; e < d; ++e) dot += r(i, qc + e) * r(j, kc + e);
+        sc[size_t(j)] = float(dot * scale);  // the scores are fp32 values
+        m = std::max(m, sc[size_t(j)]);
+      }
+      for (int j = 0; j <= i; ++j) l += std::exp(sc[size_t(j)] - m);
+      for (int e = 0; e < d; ++e) {
+        double acc = 0;
+        for (int j = 0; j <= i; ++j)
+          acc += bf16_round(float(std::exp(sc[size_t(j)] - m))) * r(j, vc + e);
+        want_out[size_t(i * hd + qc + e)] = acc / l;
+      }
+      want_lse[size_t(h * seq + i)] = m + std::log(l);
+      // Backward, from the backend's own lse and out.
+      double delta = 0;
+      for (int e = 0; e < d; ++e)
+        delta += double(dout[size_t(i * hd + qc + e)]) * out[size_t(i * hd + qc + e)];
+      for (int j = 0; j <= i; ++j) {
+        const double p = std::exp(sc[size_t(j)] - lse[size_t(h * seq + i)]);
+        double dp = 0;
+        for (int e = 0; e < d; ++e)
+          dp += double(bf16_round(dout[size_t(i * hd + qc + e)])) * r(j, vc + e);
+        const double ds = bf16_round(float(p * (dp - delta))), pr = bf16_round(float(p));
+        for (int e = 0; e < d; ++e) {
+          want_grad[size_t(j * cols + vc + e)] += pr * bf16_round(dout[size_t(i * hd + qc + e)]);
+          want_grad[size_t(j * cols + kc + e)] += scale * ds * r(i, qc + e);
+          want_grad[size_t(i * cols + qc + e)] += scale * ds * r(j, kc + e);
+        }
+      }
+    }
+  }
+  auto check = [](const std::vector<float>& got, const std::vector<double>& want,
+                  const char* what) {
+    double peak = 0;
+    for (double w : want) peak = std::max(peak, std::abs(w));
+    int loose = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double e = std::abs(got[i] - want[i]) / peak;
+      EXPECT_LT(e, 5e-3) << what << " [" << i << "]";
+      loose += e > 1e-5;
+    }
+    EXPECT_LE(loose, int(got.size() / 200)) << what << ": elements beyond fp32 error";
+  };
+  check(out, want_out, "out");
+  check(lse, want_lse, "lse");
+  check(grad, want_grad, "dqkv");
 }

@@ -45,9 +45,16 @@ inline int visible(int64_t pos, int64_t k0, int nk) {
   return static_cast<int>(std::clamp<int64_t>(pos - k0 + 1, 0, nk));
 }
 
+// x rounded to bf16 (nearest even) and widened back: a tensor-core operand.
+inline float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
 struct FwdScratch {
   std::vector<float> s, acc, m, l;
-  explicit FwdScratch(int d) : s(kBq * kBk), acc(static_cast<size_t>(kBq) * d), m(kBq), l(kBq) {}
+  // attention_bf16_operands: P is rounded to bf16 for P.V (its row sums stay fp32); the
+  // caller passes q, k, v already rounded.
+  bool round_p = false;
+  explicit FwdScratch(int d, bool round_p_ = false)
+      : s(kBq * kBk), acc(static_cast<size_t>(kBq) * d), m(kBq), l(kBq), round_p(round_p_) {}
 };
 
 // One block of nq query rows whose first row sits at position `pos0`; it attends keys
@@ -80,6 +87,8 @@ void fwd_block(Rows q, Rows k, Rows v, float* o, int64_t ldo, float* lse, int nq
         srow[c] = e;
         sum += e;
       }
+      if (w.round_p)
+        for (int c = 0; c < nv; ++c) srow[c] = round_bf16(srow[c]);
       const float alpha = cpu::fast_exp(m[r] - mx);  // 0 on the first visible tile
       l[r] = l[r] * alpha + sum;
       m[r] = mx;
@@ -103,11 +112,17 @@ void fwd_block(Rows q, Rows k, Rows v, float* o, int64_t ldo, float* lse, int nq
 
 struct BwdScratch {
   std::vector<float> p, dp, dk, dv;
-  explicit BwdScratch(int d)
+  // attention_bf16_operands: P (for dV) and dS (for dQ, dK) are rounded to bf16, into `pr`
+  // and in place; the caller passes q, k, v and dout already rounded.
+  bool bf16 = false;
+  std::vector<float> pr;
+  explicit BwdScratch(int d, bool bf16_ = false)
       : p(kBq * kBk),
         dp(kBq * kBk),
         dk(static_cast<size_t>(kBk) * d),
-        dv(static_cast<size_t>(kBk) * d) {}
+        dv(static_cast<size_t>(kBk) * d),
+        bf16(bf16_),
+        pr(bf16_ ? kBq * kBk : 0) {}
 };
 
 // Everything one head's backward reads, for one sequence.
@@ -134,8 +149,14 @@ void bwd_tile(const BwdHead& h, int64_t q0, int nq, int64_t k0, int nk, int d, f
     for (int c = 0; c < nv; ++c) prow[c] = cpu::fast_exp(prow[c] - lse);
     std::fill(prow + nv, prow + nk, 0.0f);
   }
-  if (kv)
+  if (kv && w.bf16) {
+    float* pr = w.pr.data();
+    for (int r = 0; r < nq; ++r)
+      for (int c = 0; c < nk; ++c) pr[r * kBk + c] = round_bf16(p[r * kBk + c]);
+    gemm(true, false, nk, d, nq, 1.0f, pr, kBk, h.dout.row(q0), h.dout.ld, 1.0f, w.dv.data(), d);
+  } else if (kv) {
     gemm(true, false, nk, d, nq, 1.0f, p, kBk, h.dout.row(q0), h.dout.ld, 1.0f, w.dv.data(), d);
+  }
   gemm(false, true, nq, nk, d, 1.0f, h.dout.row(q0), h.dout.ld, h.v.row(k0), h.v.ld, 0.0f, dp, kBk);
   for (int r = 0; r < nq; ++r) {
     float* dprow = dp + r * kBk;
@@ -143,6 +164,8 @@ void bwd_tile(const BwdHead& h, int64_t q0, int nq, int64_t k0, int nk, int d, f
     const float delta = h.delta[q0 + r];
 #pragma omp simd
     for (int c = 0; c < nk; ++c) dprow[c] = prow[c] * (dprow[c] - delta);
+    if (w.bf16)
+      for (int c = 0; c < nk; ++c) dprow[c] = round_bf16(dprow[c]);
   }
   if (kv) gemm(true, false, nk, d, nq, scale, dp, kBk, h.q.row(q0), h.q.ld, 1.0f, w.dk.data(), d);
   if (q)
@@ -170,12 +193,15 @@ void CpuBackend::attention_fwd(Tensor out, Tensor lse, const Tensor& qkv, const 
                "attention_fwd: lse " + lse.shape_str());
   const int d = s.head_dim, group = s.heads / s.kv_heads, qb = blocks(s.seq, kBq);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const float* base = qkv.f32();
+  // bf16 operands (backend.h): the matmuls read q, k, v rounded.
+  const bool bf16 = attention_bf16_operands(gemm_dtype(), d);
+  std::vector<float> rounded;
+  const float* base = cpu::gemm_operand(qkv, bf16 ? DType::bf16 : DType::f32, rounded, threads_);
   float *o = out.f32(), *lp = lse.f32();
   const int64_t tasks = static_cast<int64_t>(s.batch) * s.heads * qb;
 #pragma omp parallel num_threads(threads_)
   {
-    FwdScratch w(d);
+    FwdScratch w(d, bf16);
     // Later query blocks see more keys: hand them out first so the tail is short.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
@@ -213,7 +239,13 @@ void CpuBackend::attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qk
   const int d = s.head_dim, group = s.heads / s.kv_heads;
   const int qb = blocks(s.seq, kBq), kb = blocks(s.seq, kBk);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const float *base = qkv.f32(), *o = out.f32(), *g = dout.f32(), *lp = lse.f32();
+  // bf16 operands (backend.h): the matmuls read q, k, v and dout rounded; delta does not.
+  const bool bf16 = attention_bf16_operands(gemm_dtype(), d);
+  const DType operands = bf16 ? DType::bf16 : DType::f32;
+  std::vector<float> qkv_rounded, dout_rounded;
+  const float *base = cpu::gemm_operand(qkv, operands, qkv_rounded, threads_), *o = out.f32(),
+              *g = dout.f32(), *lp = lse.f32();
+  const float* g_mm = cpu::gemm_operand(dout, operands, dout_rounded, threads_);
   float* dbase = dqkv.f32();
 
   // delta[b, h, t] = dout . out: the softmax backward's row correction, computed once.
@@ -236,14 +268,15 @@ void CpuBackend::attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qk
   auto head = [&](int b, int h) {
     const int kvh = h / group;
     const int64_t off = static_cast<int64_t>(b) * s.seq * c;
-    return BwdHead{Rows{base + off + static_cast<int64_t>(h) * d, c},
-                   Rows{base + off + static_cast<int64_t>(s.heads + kvh) * d, c},
-                   Rows{base + off + static_cast<int64_t>(s.heads + s.kv_heads + kvh) * d, c},
-                   Rows{g + static_cast<int64_t>(b) * s.seq * hd + static_cast<int64_t>(h) * d, hd},
-                   lp + (static_cast<int64_t>(b) * s.heads + h) * s.seq,
-                   delta.data() + (static_cast<int64_t>(b) * s.heads + h) * s.seq,
-                   dbase + off + static_cast<int64_t>(h) * d,
-                   c};
+    return BwdHead{
+        Rows{base + off + static_cast<int64_t>(h) * d, c},
+        Rows{base + off + static_cast<int64_t>(s.heads + kvh) * d, c},
+        Rows{base + off + static_cast<int64_t>(s.heads + s.kv_heads + kvh) * d, c},
+        Rows{g_mm + static_cast<int64_t>(b) * s.seq * hd + static_cast<int64_t>(h) * d, hd},
+        lp + (static_cast<int64_t>(b) * s.heads + h) * s.seq,
+        delta.data() + (static_cast<int64_t>(b) * s.heads + h) * s.seq,
+        dbase + off + static_cast<int64_t>(h) * d,
+        c};
   };
   // Key block j of kv head kvh: sums dk/dv over the query heads sharing it and every query
   // block at or after it, then stores them. With `with_dq` the same tiles also add into dq.
@@ -276,7 +309,7 @@ void CpuBackend::attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qk
     // dk/dv and the dq of its query heads, so every tile is computed once and nothing races.
 #pragma omp parallel num_threads(threads_)
     {
-      BwdScratch w(d);
+      BwdScratch w(d, bf16);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < kv_tasks; ++t)
         for (int j = 0; j < kb; ++j)
@@ -289,7 +322,7 @@ void CpuBackend::attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qk
   const int64_t dkv_tasks = kv_tasks * kb, dq_tasks = static_cast<int64_t>(s.batch) * s.heads * qb;
 #pragma omp parallel num_threads(threads_)
   {
-    BwdScratch w(d);
+    BwdScratch w(d, bf16);
 #pragma omp for schedule(dynamic, 1) nowait
     for (int64_t t = 0; t < dkv_tasks; ++t) {
       const int j = static_cast<int>(t % kb);  // early key blocks are the big ones: first

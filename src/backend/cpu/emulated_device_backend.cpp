@@ -101,10 +101,12 @@ class EmulatedDeviceBackend final : public Backend {
     cpu_->rope(dev(x), dev(positions), rotated_heads, head_dim, theta, scaling, inverse);
   }
   void attention_fwd(Tensor out, Tensor lse, const Tensor& qkv, const AttentionShape& s) override {
+    cpu_->set_gemm_dtype(gemm_dtype());  // bf16 compute rounds attention's operands too
     cpu_->attention_fwd(dev(out), dev(lse), dev(qkv), s);
   }
   void attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                      const Tensor& lse, const AttentionShape& s) override {
+    cpu_->set_gemm_dtype(gemm_dtype());
     cpu_->attention_bwd(dev(dqkv), dev(dout), dev(qkv), dev(out), dev(lse), s);
   }
   void attention_cached(Tensor out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,

@@ -1,9 +1,16 @@
 // Attention ops of the CUDA backend: shape checks here, the kernels (flash-style training
 // attention with GQA, cached decode attention, paged attention) in kernels/attention*.cu.
+// Training attention under bf16 compute (attention_bf16_operands) runs the tensor-core
+// kernels of attention_mma.cu; LLMRUN_ATTENTION_KERNEL=fp32 forces the fp32 ones (to compare
+// on a GPU; they keep every operand fp32, so they no longer match the CPU's bf16 rounding).
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/op_shapes.h"
 #include "kernels/attention.cuh"
+#include "kernels/attention_mma.cuh"
 
 namespace llmrun {
 
@@ -20,6 +27,16 @@ void check_shape(const AttentionShape& s, const char* op) {
                    std::to_string(s.head_dim) + ")");
 }
 
+// Whether training attention runs the bf16 tensor-core kernels.
+bool use_mma(DType gemm_dtype, int head_dim) {
+  static const bool forced_fp32 = [] {
+    const char* v = std::getenv("LLMRUN_ATTENTION_KERNEL");
+    return v != nullptr && std::strcmp(v, "fp32") == 0;
+  }();
+  return !forced_fp32 && attention_bf16_operands(gemm_dtype, head_dim) &&
+         kernels::attention_mma_supported(head_dim);
+}
+
 }  // namespace
 
 void CudaBackend::attention_fwd(Tensor out, Tensor lse, const Tensor& qkv,
@@ -32,6 +49,13 @@ void CudaBackend::attention_fwd(Tensor out, Tensor lse, const Tensor& qkv,
                "attention_fwd: qkv " + qkv.shape_str() + " out " + out.shape_str() + " lse " +
                    lse.shape_str());
   if (rows == 0) return;
+  if (use_mma(gemm_dtype(), s.head_dim)) {
+    kernels::attention_fwd_bf16(dev_f32(out, "attention out"), dev_f32(lse, "attention lse"),
+                                dev_f32(qkv, "attention qkv"), s.batch, s.seq, s.heads, s.kv_heads,
+                                s.head_dim, stream_);
+    check_launch("attention_fwd (bf16)");
+    return;
+  }
   kernels::attention_fwd(dev_f32(out, "attention out"), dev_f32(lse, "attention lse"),
                          dev_f32(qkv, "attention qkv"), s.batch, s.seq, s.heads, s.kv_heads,
                          s.head_dim, stream_);
@@ -48,6 +72,17 @@ void CudaBackend::attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& q
                "attention_bwd: qkv " + qkv.shape_str() + " dqkv " + dqkv.shape_str() + " out " +
                    out.shape_str() + " lse " + lse.shape_str());
   if (rows == 0) return;
+  if (use_mma(gemm_dtype(), s.head_dim)) {
+    const size_t ws_bytes = kernels::attention_bwd_bf16_workspace_bytes(s.batch, s.seq, s.heads,
+                                                                        s.kv_heads, s.head_dim);
+    Buffer ws = scratch(ws_bytes, "attention_bwd");
+    kernels::attention_bwd_bf16(dev_f32(dqkv, "attention dqkv"), dev_f32(dout, "attention dout"),
+                                dev_f32(qkv, "attention qkv"), dev_f32(out, "attention out"),
+                                dev_f32(lse, "attention lse"), s.batch, s.seq, s.heads, s.kv_heads,
+                                s.head_dim, ws.data(), stream_);
+    check_launch("attention_bwd (bf16)");
+    return;
+  }
   const size_t ws_bytes =
       kernels::attention_bwd_workspace_bytes(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
   Buffer ws = scratch(ws_bytes, "attention_bwd");
