@@ -278,14 +278,21 @@ void check_gemms(Checker& c) {
             return std::vector<const Twin*>{&out};
           });
   }
-  // A linear's backward (dy rounded once for both GEMMs on a device): f32, and bf16 operands
-  // rounded by each backend itself (round to nearest even on both sides).
+  // A linear's backward (dy rounded once for both GEMMs on a device), in f32 and with bf16
+  // operands; as above, bf16 inputs are bf16 values already, so every backend multiplies the
+  // same numbers and the check measures the GEMMs and which operand goes where.
   for (const DType dt : {DType::f32, DType::bf16}) {
     c.run(dt == DType::f32 ? "linear_grads" : "linear_grads bf16", "dy 37x45, x 37x129, W 45x129",
           dt == DType::f32 ? kCheckTolF32Sums : kCheckTolBf16, [&, dt] {
-            Twin& dy = c.random({M, N});
-            Twin& x = c.random({M, K});
-            Twin& w = c.random({N, K});
+            auto input = [&](std::vector<int64_t> shape) -> Twin& {
+              if (dt == DType::f32) return c.random(shape);
+              std::vector<float> v = c.uniform(shape[0] * shape[1]);
+              for (float& x : v) x = round_to_bf16(x);
+              return c.f32(shape, v);
+            };
+            Twin& dy = input({M, N});
+            Twin& x = input({M, K});
+            Twin& w = input({N, K});
             Twin& dw = c.random({N, K});  // accumulated into
             Twin& dx = c.poison({M, K});
             c.both([&](Backend& be, bool t) {

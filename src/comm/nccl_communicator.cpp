@@ -38,28 +38,30 @@ namespace {
 // communicator (one rank, the CPU, --version) does not map it (it reserves more address space
 // than a rank under `ulimit -v` may have), and a machine without NCCL still runs llmrun with
 // the MPI fallback. The symbols used, resolved once.
+#define LLMRUN_NCCL_FNS(X)  \
+  X(ncclGetVersion)         \
+  X(ncclGetUniqueId)        \
+  X(ncclCommInitRankConfig) \
+  X(ncclCommGetAsyncError)  \
+  X(ncclGetErrorString)     \
+  X(ncclGetLastError)       \
+  X(ncclCommAbort)          \
+  X(ncclCommFinalize)       \
+  X(ncclCommDestroy)        \
+  X(ncclAllReduce)          \
+  X(ncclReduceScatter)      \
+  X(ncclAllGather)          \
+  X(ncclBroadcast)          \
+  X(ncclCommSplit)          \
+  X(ncclSend)               \
+  X(ncclRecv)               \
+  X(ncclGroupStart)         \
+  X(ncclGroupEnd)
 struct NcclApi {
   void* lib = nullptr;
   std::string error;
 #define LLMRUN_NCCL_FN(name) decltype(&::name) name = nullptr;
-  LLMRUN_NCCL_FN(ncclGetVersion)
-  LLMRUN_NCCL_FN(ncclGetUniqueId)
-  LLMRUN_NCCL_FN(ncclCommInitRankConfig)
-  LLMRUN_NCCL_FN(ncclCommGetAsyncError)
-  LLMRUN_NCCL_FN(ncclGetErrorString)
-  LLMRUN_NCCL_FN(ncclGetLastError)
-  LLMRUN_NCCL_FN(ncclCommAbort)
-  LLMRUN_NCCL_FN(ncclCommFinalize)
-  LLMRUN_NCCL_FN(ncclCommDestroy)
-  LLMRUN_NCCL_FN(ncclAllReduce)
-  LLMRUN_NCCL_FN(ncclReduceScatter)
-  LLMRUN_NCCL_FN(ncclAllGather)
-  LLMRUN_NCCL_FN(ncclBroadcast)
-  LLMRUN_NCCL_FN(ncclCommSplit)
-  LLMRUN_NCCL_FN(ncclSend)
-  LLMRUN_NCCL_FN(ncclRecv)
-  LLMRUN_NCCL_FN(ncclGroupStart)
-  LLMRUN_NCCL_FN(ncclGroupEnd)
+  LLMRUN_NCCL_FNS(LLMRUN_NCCL_FN)
 #undef LLMRUN_NCCL_FN
 };
 
@@ -77,24 +79,7 @@ const NcclApi& nccl_api() {
       if (!fn && a.error.empty()) a.error = std::string("libnccl.so.2 lacks ") + name;
     };
 #define LLMRUN_NCCL_FN(name) resolve(a.name, #name);
-    LLMRUN_NCCL_FN(ncclGetVersion)
-    LLMRUN_NCCL_FN(ncclGetUniqueId)
-    LLMRUN_NCCL_FN(ncclCommInitRankConfig)
-    LLMRUN_NCCL_FN(ncclCommGetAsyncError)
-    LLMRUN_NCCL_FN(ncclGetErrorString)
-    LLMRUN_NCCL_FN(ncclGetLastError)
-    LLMRUN_NCCL_FN(ncclCommAbort)
-    LLMRUN_NCCL_FN(ncclCommFinalize)
-    LLMRUN_NCCL_FN(ncclCommDestroy)
-    LLMRUN_NCCL_FN(ncclAllReduce)
-    LLMRUN_NCCL_FN(ncclReduceScatter)
-    LLMRUN_NCCL_FN(ncclAllGather)
-    LLMRUN_NCCL_FN(ncclBroadcast)
-    LLMRUN_NCCL_FN(ncclCommSplit)
-    LLMRUN_NCCL_FN(ncclSend)
-    LLMRUN_NCCL_FN(ncclRecv)
-    LLMRUN_NCCL_FN(ncclGroupStart)
-    LLMRUN_NCCL_FN(ncclGroupEnd)
+    LLMRUN_NCCL_FNS(LLMRUN_NCCL_FN)
 #undef LLMRUN_NCCL_FN
     return a;
   }();

@@ -26,29 +26,33 @@
 
 namespace {
 
+// Every entry point the tests call, once: the struct's members and their lookup.
+#define NCCL_FNS(X)         \
+  X(ncclGetVersion)         \
+  X(ncclGetUniqueId)        \
+  X(ncclCommInitRankConfig) \
+  X(ncclCommGetAsyncError)  \
+  X(ncclGetErrorString)     \
+  X(ncclGetLastError)       \
+  X(ncclCommAbort)          \
+  X(ncclCommFinalize)       \
+  X(ncclCommDestroy)        \
+  X(ncclCommCount)          \
+  X(ncclCommUserRank)       \
+  X(ncclAllReduce)          \
+  X(ncclReduceScatter)      \
+  X(ncclAllGather)          \
+  X(ncclBroadcast)          \
+  X(ncclCommSplit)          \
+  X(ncclSend)               \
+  X(ncclRecv)               \
+  X(ncclGroupStart)         \
+  X(ncclGroupEnd)
+
 struct Nccl {
   void* lib = nullptr;
 #define NCCL_FN(name) decltype(&::name) name = nullptr;
-  NCCL_FN(ncclGetVersion)
-  NCCL_FN(ncclGetUniqueId)
-  NCCL_FN(ncclCommInitRankConfig)
-  NCCL_FN(ncclCommGetAsyncError)
-  NCCL_FN(ncclGetErrorString)
-  NCCL_FN(ncclGetLastError)
-  NCCL_FN(ncclCommAbort)
-  NCCL_FN(ncclCommFinalize)
-  NCCL_FN(ncclCommDestroy)
-  NCCL_FN(ncclCommCount)
-  NCCL_FN(ncclCommUserRank)
-  NCCL_FN(ncclAllReduce)
-  NCCL_FN(ncclReduceScatter)
-  NCCL_FN(ncclAllGather)
-  NCCL_FN(ncclBroadcast)
-  NCCL_FN(ncclCommSplit)
-  NCCL_FN(ncclSend)
-  NCCL_FN(ncclRecv)
-  NCCL_FN(ncclGroupStart)
-  NCCL_FN(ncclGroupEnd)
+  NCCL_FNS(NCCL_FN)
 #undef NCCL_FN
 };
 
@@ -66,26 +70,7 @@ const Nccl& nccl() {
     std::fprintf(stderr, "the emulated NCCL lacks %s\n", #name);    \
     std::abort();                                                   \
   }
-    NCCL_FN(ncclGetVersion)
-    NCCL_FN(ncclGetUniqueId)
-    NCCL_FN(ncclCommInitRankConfig)
-    NCCL_FN(ncclCommGetAsyncError)
-    NCCL_FN(ncclGetErrorString)
-    NCCL_FN(ncclGetLastError)
-    NCCL_FN(ncclCommAbort)
-    NCCL_FN(ncclCommFinalize)
-    NCCL_FN(ncclCommDestroy)
-    NCCL_FN(ncclCommCount)
-    NCCL_FN(ncclCommUserRank)
-    NCCL_FN(ncclAllReduce)
-    NCCL_FN(ncclReduceScatter)
-    NCCL_FN(ncclAllGather)
-    NCCL_FN(ncclBroadcast)
-    NCCL_FN(ncclCommSplit)
-    NCCL_FN(ncclSend)
-    NCCL_FN(ncclRecv)
-    NCCL_FN(ncclGroupStart)
-    NCCL_FN(ncclGroupEnd)
+    NCCL_FNS(NCCL_FN)
 #undef NCCL_FN
     return a;
   }();
