@@ -580,6 +580,13 @@ MmaArgs mma_args(const float* qkv, int batch, int seq, int heads, int kv_heads, 
 
 }  // namespace attention_detail
 
+size_t attention_mma_smem_bytes(int head_dim) {
+  size_t most = attention_detail::fwd_smem(head_dim);
+  if (attention_detail::dkdv_smem(head_dim) > most) most = attention_detail::dkdv_smem(head_dim);
+  if (attention_detail::dq_smem(head_dim) > most) most = attention_detail::dq_smem(head_dim);
+  return most;
+}
+
 void attention_fwd_bf16(float* out, float* lse, const float* qkv, int batch, int seq, int heads,
                         int kv_heads, int head_dim, cudaStream_t stream) {
   if (batch <= 0 || seq <= 0) return;

@@ -14,6 +14,10 @@ namespace llmrun::kernels {
 inline bool attention_mma_supported(int head_dim) {
   return head_dim > 0 && head_dim % 16 == 0 && head_dim <= 128;
 }
+// The most dynamic shared memory one of the kernels takes at this head_dim (the backward's
+// dK/dV kernel: about 107 KB at 128). GPUs that allow less per block (sm_86 and sm_89: 99 KB)
+// run the fp32 kernels there instead.
+size_t attention_mma_smem_bytes(int head_dim);
 void attention_fwd_bf16(float* out, float* lse, const float* qkv, int batch, int seq, int heads,
                         int kv_heads, int head_dim, cudaStream_t stream);
 // dqkv is OVERWRITTEN. `workspace` has attention_bwd_bf16_workspace_bytes(...) bytes.

@@ -263,7 +263,9 @@ struct Launch {
     }
     const auto it = max_dynamic_smem.find(reinterpret_cast<const void*>(kernel));
     const size_t allowed = it == max_dynamic_smem.end() ? kDefaultSmemBytes : size_t(it->second);
-    if (smem > allowed || smem > kOptInSmemBytes) {
+    const size_t device_max =
+        runtime_hooks().max_optin_smem ? runtime_hooks().max_optin_smem() : kOptInSmemBytes;
+    if (smem > allowed || smem > device_max) {
       std::snprintf(why, why_bytes,
                     "%zu bytes of dynamic shared memory, %zu allowed (above 48 KiB a kernel needs "
                     "cudaFuncAttributeMaxDynamicSharedMemorySize)",

@@ -16,6 +16,8 @@ struct RuntimeHooks {
   int (*memory_kind)(const void* p, size_t bytes) = nullptr;
   // A launch the device refuses: the runtime's next cudaGetLastError() returns an error.
   void (*refuse_launch)(const char* reason) = nullptr;
+  // The device's opt-in dynamic shared memory per block (by compute capability).
+  size_t (*max_optin_smem)() = nullptr;
 };
 
 inline RuntimeHooks& runtime_hooks() {

@@ -52,6 +52,11 @@ long env_long(const char* name, long fallback) {
 int device_count() { return int(env_long("LLMRUN_EMULATED_GPUS", 1)); }
 int compute_capability() { return int(env_long("LLMRUN_EMULATED_SM", 90)); }
 size_t device_memory() { return size_t(env_long("LLMRUN_EMULATED_GPU_MEM", 16L << 30)); }
+// Per block, with the opt-in attribute: sm_80 163 KB, sm_86/89 99 KB, sm_90 227 KB.
+size_t max_optin_smem() {
+  const int cc = compute_capability();
+  return size_t(cc >= 90 ? 227 : cc == 80 ? 163 : 99) * 1024;
+}
 
 struct Stream;
 
@@ -297,6 +302,7 @@ const bool hooks_installed = [] {
     ++r.count.launches;
     r.enqueue(r.stream(static_cast<cudaStream_t>(stream)), {std::move(work), nullptr, 0});
   };
+  llmrun_emu::runtime_hooks().max_optin_smem = max_optin_smem;
   llmrun_emu::runtime_hooks().memory_kind = [](const void* p, size_t bytes) {
     return llmrun_emu_memory_kind(p, bytes);
   };
@@ -342,7 +348,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->warpSize = 32;
   prop->maxThreadsPerBlock = 1024;
   prop->sharedMemPerBlock = 48 * 1024;
-  prop->sharedMemPerBlockOptin = 227 * 1024;
+  prop->sharedMemPerBlockOptin = max_optin_smem();
   prop->pciBusID = device + 1;
   return cudaSuccess;
 }

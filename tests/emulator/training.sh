@@ -39,4 +39,18 @@ YAML
 train llama-d64-bf16-cpu "$LLMRUN" cpu llama-d64.yaml 1 precision.compute=bf16
 train llama-d64-bf16-cuda "$EMU" cuda llama-d64.yaml 1 precision.compute=bf16
 parity llama-d64-bf16-cuda llama-d64-bf16-cpu 1e-3
+# 128-dim heads on an sm_89 GPU (L4, L40S, RTX 4090: 99 KB of shared memory per block): the
+# tensor-core backward would need about 107 KB, so the fp32 kernels must run instead of a
+# launch failing. On sm_90 the same model takes the tensor-core kernels (the CPU's rounding).
+cat > llama-d128.yaml <<YAML
+model: {arch: llama, layers: 1, d_model: 128, heads: 1, kv_heads: 1, seq_len: 16, ffn: 64}
+data: {train: [{path: text.txt}]}
+train: {steps: 2, micro_batch: 1, global_batch: 1, lr: 2.0e-3, warmup: 1, seed: 5}
+logging: {every: 1}
+YAML
+train llama-d128-bf16-cpu "$LLMRUN" cpu llama-d128.yaml 1 precision.compute=bf16
+train llama-d128-bf16-sm90 "$EMU" cuda llama-d128.yaml 1 precision.compute=bf16
+parity llama-d128-bf16-sm90 llama-d128-bf16-cpu 1e-3
+LLMRUN_EMULATED_SM=89 train llama-d128-bf16-sm89 "$EMU" cuda llama-d128.yaml 1 precision.compute=bf16
+parity llama-d128-bf16-sm89 llama-d128-bf16-cpu 1e-2
 echo OK

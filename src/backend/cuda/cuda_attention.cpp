@@ -27,14 +27,17 @@ void check_shape(const AttentionShape& s, const char* op) {
                    std::to_string(s.head_dim) + ")");
 }
 
-// Whether training attention runs the bf16 tensor-core kernels.
-bool use_mma(DType gemm_dtype, int head_dim) {
+// Whether training attention runs the bf16 tensor-core kernels: the shared memory they take
+// must fit the device's per-block limit (not at head_dim 128 on sm_86/89: the fp32 kernels run
+// there, without the operand rounding).
+bool use_mma(DType gemm_dtype, int head_dim, int max_optin_smem) {
   static const bool forced_fp32 = [] {
     const char* v = std::getenv("LLMRUN_ATTENTION_KERNEL");
     return v != nullptr && std::strcmp(v, "fp32") == 0;
   }();
   return !forced_fp32 && attention_bf16_operands(gemm_dtype, head_dim) &&
-         kernels::attention_mma_supported(head_dim);
+         kernels::attention_mma_supported(head_dim) &&
+         kernels::attention_mma_smem_bytes(head_dim) <= size_t(max_optin_smem);
 }
 
 }  // namespace
@@ -49,7 +52,7 @@ void CudaBackend::attention_fwd(Tensor out, Tensor lse, const Tensor& qkv,
                "attention_fwd: qkv " + qkv.shape_str() + " out " + out.shape_str() + " lse " +
                    lse.shape_str());
   if (rows == 0) return;
-  if (use_mma(gemm_dtype(), s.head_dim)) {
+  if (use_mma(gemm_dtype(), s.head_dim, max_optin_smem_)) {
     kernels::attention_fwd_bf16(dev_f32(out, "attention out"), dev_f32(lse, "attention lse"),
                                 dev_f32(qkv, "attention qkv"), s.batch, s.seq, s.heads, s.kv_heads,
                                 s.head_dim, stream_);
@@ -72,7 +75,7 @@ void CudaBackend::attention_bwd(Tensor dqkv, const Tensor& dout, const Tensor& q
                "attention_bwd: qkv " + qkv.shape_str() + " dqkv " + dqkv.shape_str() + " out " +
                    out.shape_str() + " lse " + lse.shape_str());
   if (rows == 0) return;
-  if (use_mma(gemm_dtype(), s.head_dim)) {
+  if (use_mma(gemm_dtype(), s.head_dim, max_optin_smem_)) {
     const size_t ws_bytes = kernels::attention_bwd_bf16_workspace_bytes(s.batch, s.seq, s.heads,
                                                                         s.kv_heads, s.head_dim);
     Buffer ws = scratch(ws_bytes, "attention_bwd");

@@ -51,6 +51,8 @@ CudaBackend::CudaBackend(int ordinal) : ctx_(cuda::device_context(ordinal)), str
   check(cudaSetDevice(ordinal), "cudaSetDevice");
   check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, ordinal),
         "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&max_optin_smem_, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal),
+        "cudaDeviceGetAttribute");
 }
 
 Buffer CudaBackend::allocate_raw(size_t bytes, const std::string& what) {

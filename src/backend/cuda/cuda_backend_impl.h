@@ -140,6 +140,7 @@ class CudaBackend final : public Backend, public Fp8GemmOps, public DeviceStream
   cuda::DeviceContext& ctx_;
   cudaStream_t stream_;
   int sm_count_ = 0;
+  int max_optin_smem_ = 0;             // dynamic shared memory per block with the opt-in attribute
   cuda::UploadRing uploads_{stream_};  // copy()'s small host-to-device copies
   // inv_freq tables uploaded once per (theta, head_dim, scaling).
   std::map<std::tuple<float, int, int, float, float, float, int>, Buffer> rope_tables_;
