@@ -145,6 +145,34 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(kFullMask, v, 2);
 }
 
+// The backward's two 16x16 products over head dims, sharing their loop: x = A1 B1 and
+// y = A2 B2, A from rows r0.. of a1/a2 and B from rows n0.. of b1/b2 (both row tiles of
+// `words`): S and dP (or their transposes) of one 16-row chunk.
+template <int KS>
+__device__ __forceinline__ void two_products(float (&x)[2][4], float (&y)[2][4], const uint32_t* a1,
+                                             const uint32_t* a2, const uint32_t* b1,
+                                             const uint32_t* b2, int words, int r0, int n0, int ks,
+                                             int g, int t) {
+  LLMRUN_UNROLL
+  for (int j = 0; j < 2; ++j) LLMRUN_UNROLL
+  for (int i = 0; i < 4; ++i) x[j][i] = y[j][i] = 0.0f;
+  LLMRUN_UNROLL
+  for (int kk = 0; kk < KS; ++kk) {
+    if (kk >= ks) continue;
+    uint32_t f1[4], f2[4];
+    load_a(f1, a1, words, r0, kk, g, t);
+    load_a(f2, a2, words, r0, kk, g, t);
+    LLMRUN_UNROLL
+    for (int j = 0; j < 2; ++j) {
+      uint32_t e1[2], e2[2];
+      load_b(e1, b1, words, n0 + j * 8, kk, g, t);
+      load_b(e2, b2, words, n0 + j * 8, kk, g, t);
+      mma_bf16(x[j], f1, e1);
+      mma_bf16(y[j], f2, e2);
+    }
+  }
+}
+
 struct MmaArgs {
   const float* qkv;
   const float* dout;  // backward
@@ -353,24 +381,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_dkdv_kernel(MmaArgs a) {
         // Queries all before the warp's first key see none of its keys (the diagonal tile).
         if (q0 + c * 16 + 15 < k0 + r0) continue;  // the same for the whole warp
         float st[2][4], dpt[2][4];                 // S^T and dP^T: 16 keys x 16 queries
-        LLMRUN_UNROLL
-        for (int j = 0; j < 2; ++j) LLMRUN_UNROLL
-        for (int i = 0; i < 4; ++i) st[j][i] = dpt[j][i] = 0.0f;
-        LLMRUN_UNROLL
-        for (int kk = 0; kk < KS; ++kk) {
-          if (kk >= ks) continue;
-          uint32_t kf[4], vf[4];
-          load_a(kf, sk, words, r0, kk, g, t);
-          load_a(vf, sv, words, r0, kk, g, t);
-          LLMRUN_UNROLL
-          for (int j = 0; j < 2; ++j) {
-            uint32_t qf[2], gf[2];
-            load_b(qf, sq, words, c * 16 + j * 8, kk, g, t);
-            load_b(gf, sdo, words, c * 16 + j * 8, kk, g, t);
-            mma_bf16(st[j], kf, qf);
-            mma_bf16(dpt[j], vf, gf);
-          }
-        }
+        two_products<KS>(st, dpt, sk, sv, sq, sdo, words, r0, c * 16, ks, g, t);
         // P^T = exp(S^T scale - lse) where the query sees the key; dS^T = P^T (dP^T - delta).
         LLMRUN_UNROLL
         for (int j = 0; j < 2; ++j) LLMRUN_UNROLL
@@ -469,24 +480,7 @@ __global__ void __launch_bounds__(kMmaThreads) mma_dq_kernel(MmaArgs a) {
       // Keys all past the warp's last query are hidden from it (the diagonal tile).
       if (k0 + c * 16 > q0 + r0 + 15) continue;  // the same for the whole warp
       float s[2][4], dp[2][4];                   // 16 queries x 16 keys
-      LLMRUN_UNROLL
-      for (int j = 0; j < 2; ++j) LLMRUN_UNROLL
-      for (int i = 0; i < 4; ++i) s[j][i] = dp[j][i] = 0.0f;
-      LLMRUN_UNROLL
-      for (int kk = 0; kk < KS; ++kk) {
-        if (kk >= ks) continue;
-        uint32_t qf[4], gf[4];
-        load_a(qf, sq, words, r0, kk, g, t);
-        load_a(gf, sdo, words, r0, kk, g, t);
-        LLMRUN_UNROLL
-        for (int j = 0; j < 2; ++j) {
-          uint32_t kf[2], vf[2];
-          load_b(kf, sk, words, c * 16 + j * 8, kk, g, t);
-          load_b(vf, sv, words, c * 16 + j * 8, kk, g, t);
-          mma_bf16(s[j], qf, kf);
-          mma_bf16(dp[j], gf, vf);
-        }
-      }
+      two_products<KS>(s, dp, sq, sdo, sk, sv, words, r0, c * 16, ks, g, t);
       LLMRUN_UNROLL
       for (int j = 0; j < 2; ++j) LLMRUN_UNROLL
       for (int i = 0; i < 4; ++i) {
