@@ -137,8 +137,16 @@ chmod +x "$WORK/llmrun-cuda-env"
 # The bundle's own OpenMPI launcher (payload mpi/): first on PATH, OpenMPI and PMIx pointed at
 # its components, so the multi-rank checks run on a machine without OpenMPI.
 [ -f "$SHARE/scripts/mpi-env.sh" ] && . "$SHARE/scripts/mpi-env.sh" "$PAYLOAD"
-RECIPES=$SHARE/recipes
 DATA=$SHARE/data
+# The recipes, reading the carried training text: a recipe whose data.train does not exist is
+# refused at load, and the GPU machine may lack /usr/share/common-licenses.
+RECIPES=$WORK/recipes
+mkdir -p "$RECIPES"
+for r in "$SHARE"/recipes/*.yaml; do
+  sed "s|^\(  train: \)/usr/share/common-licenses|\1$DATA|" "$r" >"$RECIPES/$(basename "$r")"
+  grep -q "^  train: $DATA" "$RECIPES/$(basename "$r")" ||
+    { echo "run-checks: $r has no data.train line to point at $DATA" >&2; exit 2; }
+done
 
 # The python that runs the helpers: $PYTHON, else the first of python3 and /usr/bin/python3
 # that imports torch, else python3. It runs with this machine's own LD_LIBRARY_PATH (py).

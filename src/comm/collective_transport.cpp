@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "comm/communicator.h"
 #include "comm/device_communicator.h"
 #include "comm/nccl_bootstrap.h"
 #include "util/error.h"
@@ -86,6 +87,12 @@ void use_device_collectives(Topology& topo, Backend& backend, int local_rank, in
 #endif
   const int world_rank = topo.rank();
   topo.wrap_groups([&](std::unique_ptr<Communicator> group) {
+    // A group of one exchanges nothing: its collectives are copies on this rank's own stream
+    // (comm/self_communicator.cpp), with neither NCCL's set-up nor MPI's host staging.
+    if (group->size() == 1) {
+      if (device) spdlog::info("{} group (1 rank): local, nothing to exchange", group->name());
+      return make_self_communicator(group->name());
+    }
     const std::vector<std::string> ids =
         device && usable ? all_gather_ids(*group, identity) : std::vector<std::string>{};
     const TransportChoice c = choose_transport(missing, device, std::getenv("LLMRUN_NCCL"), ids);

@@ -29,7 +29,8 @@ TransportChoice choose_transport(const std::string& nccl_missing, bool device_ba
 
 // Replaces the tp, pp and dp groups of a multi-rank `topo` with NCCL-backed communicators
 // where choose_transport says so (a collective over the world, in the same order on every
-// rank), and logs each group's transport. The world group stays on MPI (control traffic).
+// rank), and logs each group's transport. A group of one rank becomes a self communicator
+// (nothing to exchange). The world group stays on MPI (control traffic).
 // local_rank/local_size: this rank on its node (launcher.h), for the device binding.
 void use_device_collectives(Topology& topo, Backend& backend, int local_rank, int local_size,
                             double timeout_s);

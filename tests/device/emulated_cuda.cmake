@@ -74,12 +74,14 @@ gtest_discover_tests(llmrun_emulated_runtime_tests DISCOVERY_TIMEOUT 60)
 
 # The unit tests that need a GPU (elsewhere they print SKIPPED: no CUDA device), on the
 # emulated one: the conformance suite's CUDA instance, FP8 casts and GEMMs against the CPU
-# emulation, and both device samplers against the host's. The same tests run-checks.sh runs on
-# a real GPU; their CTest names start with "emulated_gpu.".
+# emulation, both device samplers against the host's, and a one-rank NCCL communicator (on the
+# emulated NCCL). The same tests run-checks.sh runs on a real GPU; their CTest names start with
+# "emulated_gpu.".
 add_executable(llmrun_emulated_gpu_tests ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_backend_conformance.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cuda_fp8.cpp ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cuda_uploads.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sampling_math.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sampling_rows_math.cpp)
+  ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sampling_rows_math.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_nccl_one_rank.cpp)
 target_compile_options(llmrun_emulated_gpu_tests PRIVATE ${LLMRUN_WARNINGS})
 llmrun_on_emulated_gpu(llmrun_emulated_gpu_tests)
 target_link_libraries(llmrun_emulated_gpu_tests PRIVATE GTest::gtest_main)

@@ -191,39 +191,3 @@ TEST(DeviceCommunicatorAllToAll, AStalledAllToAllAbortsNamingTheGroup) {
 }
 
 }  // namespace
-
-#if LLMRUN_HAVE_NCCL
-#include "backend/backend_factory.h"
-#include "backend/cuda/cuda_backend.h"
-#include "comm/device_staging.h"
-#include "comm/nccl_communicator.h"
-
-namespace {
-
-// NCCL's all-to-all on a real GPU with the one rank a single card allows: its own part goes to
-// itself through one grouped ncclSend/ncclRecv pair, at the offsets the counts give (a second
-// rank needs a second GPU: NCCL refuses two ranks on one card).
-TEST(NcclAllToAll, OneRankSendsItsOwnPartThroughNcclOnTheGpu) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "SKIPPED: no CUDA device";
-  if (const std::string why = nccl_unavailable(); !why.empty()) GTEST_SKIP() << "SKIPPED: " << why;
-  auto be = make_backend(BackendKind::cuda);
-  CommBackendScope staging(*be);
-  auto bootstrap = make_self_communicator("ep");
-  auto comm = make_device_communicator(make_self_communicator("ep"),
-                                       make_nccl_collectives(*bootstrap, 0, 0, 60), 0, 60);
-  const std::vector<float> x = {1, 2, 3, 4, 5, 6};
-  Buffer in_buf = be->allocate(x.size() * 4), out_buf = be->allocate(8 * 4);
-  const Tensor in(in_buf.data(), DType::f32, {6}, Device::cuda),
-      out(out_buf.data(), DType::f32, {8}, Device::cuda);
-  be->copy(in, Tensor(const_cast<float*>(x.data()), DType::f32, {6}));
-  be->fill(out, -1.0f);
-  be->synchronize();
-  comm->all_to_allv(in, {4}, out, {4});
-  std::vector<float> got(8);
-  be->copy(Tensor(got.data(), DType::f32, {8}), out);
-  be->synchronize();
-  EXPECT_EQ(got, (std::vector<float>{1, 2, 3, 4, -1, -1, -1, -1}));
-}
-
-}  // namespace
-#endif
