@@ -17,7 +17,9 @@ test-deps:
 	@bash scripts/install-test-deps.sh
 
 configure: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
+	@mkdir -p $(BUILD) && cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > $(BUILD)/configure.log || \
+	  { cat $(BUILD)/configure.log; exit 1; }
+	@sed -n 's/^-- \(CUDA backend: .*\)/\1/p' $(BUILD)/configure.log
 
 # The binary alone: what `make demo` and the Dockerfile need.
 llmrun: configure

@@ -309,6 +309,29 @@ void check_gemms(Checker& c) {
             return std::vector<const Twin*>{&dx, &dw};
           });
   }
+  // GPT-2's MLP GEMMs with the GELU fused into cuBLASLt's epilogue on a GPU (GELU_AUX_BIAS
+  // forward, DGELU backward); N = 48 keeps the auxiliary matrix's leading dimension a multiple
+  // of 8, which the epilogue needs (other shapes take the unfused path).
+  const int64_t F = 48;
+  c.run("matmul_bias_gelu", "37x129 @ 48x129^T +bias, gelu", kCheckTolF32Sums, [&] {
+    Twin& x = c.random({M, K});
+    Twin& w = c.random({F, K});
+    Twin& bias = c.random({F});
+    Twin& pre = c.poison({M, F});
+    Twin& act = c.poison({M, F});
+    c.both([&](Backend& be, bool t) {
+      be.matmul_bias_gelu(S(pre, t), S(act, t), S(x, t), S(w, t), &S(bias, t));
+    });
+    return std::vector<const Twin*>{&pre, &act};
+  });
+  c.run("matmul_dgelu", "(37x45 @ 45x48) * gelu'(pre 37x48)", kCheckTolGeluBwd, [&] {
+    Twin& dy = c.random({M, N});
+    Twin& w = c.random({N, F});
+    Twin& pre = c.random({M, F});
+    Twin& dx = c.poison({M, F});
+    c.both([&](Backend& be, bool t) { be.matmul_dgelu(S(dx, t), S(dy, t), S(w, t), S(pre, t)); });
+    return std::vector<const Twin*>{&dx};
+  });
   c.run("linear_rows", "37x129 W 45x129 +bias accumulate", kCheckTolF32, [&] {
     Twin& x = c.random({M, K});
     Twin& w = c.random({N, K});

@@ -70,8 +70,9 @@ Command add_train_command(CLI::App& root, const std::vector<std::string>& argv) 
                   "refuse to start when "
                   "llmrun plan predicts a rank will not fit");
   CLI::Option* check = app->add_option("--fp8-check", args->fp8_check,
-                                       "Train N steps with precision.fp8 enabled and N in fp32 "
-                                       "from the same start, compare the "
+                                       "Train N steps with precision.fp8 enabled and N without "
+                                       "(in precision.compute; bf16 on a GPU) from the same "
+                                       "start, compare the "
                                        "loss curves and exit 3 when they differ by more than "
                                        "--fp8-check-tol (writes nothing)")
                            ->check(CLI::Range(int64_t(1), int64_t(1) << 40));

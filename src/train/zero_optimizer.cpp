@@ -393,26 +393,40 @@ void ZeroOptimizer::scale_gradients(float factor) {
 void ZeroOptimizer::adamw_shard(int b, Tensor params, int64_t first, const Tensor& grads,
                                 float lr) {
   const int64_t lo = shard_begin(b);  // the shard's first bucket element
-  moments_->for_each_chunk(b, first, first + params.numel(),
-                           [&](int64_t off, const std::vector<Tensor>& mv) {
-                             const Tensor &m = mv[0], &v = mv[1];
-                             const int64_t c_lo = lo + off, c_hi = c_lo + m.numel();
-                             for (const ParamSpec& spec : model_.layout()[b].params) {
-                               const int64_t begin = std::max(c_lo, spec.offset),
-                                             end = std::min(c_hi, spec.offset + spec.numel());
-                               if (begin >= end) continue;
-                               AdamWParams hp;
-                               hp.lr = lr;
-                               hp.beta1 = cfg_.beta1;
-                               hp.beta2 = cfg_.beta2;
-                               hp.eps = cfg_.eps;
-                               hp.weight_decay = spec.decay ? cfg_.weight_decay : 0.0f;
-                               hp.step = steps_;
-                               const int64_t x = begin - lo, len = end - begin;
-                               be_.adamw(params.flat(x - first, len), grads.flat(x, len),
-                                         m.flat(begin - c_lo, len), v.flat(begin - c_lo, len), hp);
-                             }
-                           });
+  moments_->for_each_chunk(
+      b, first, first + params.numel(), [&](int64_t off, const std::vector<Tensor>& mv) {
+        const Tensor &m = mv[0], &v = mv[1];
+        const int64_t c_lo = lo + off, c_hi = c_lo + m.numel();
+        // One launch per run of adjacent tensors that share their weight decay (AdamW is
+        // elementwise, so a run updates exactly as its tensors one by one would).
+        int64_t run_begin = 0, run_end = 0;
+        bool run_decay = false;
+        auto flush = [&] {
+          if (run_begin >= run_end) return;
+          AdamWParams hp;
+          hp.lr = lr;
+          hp.beta1 = cfg_.beta1;
+          hp.beta2 = cfg_.beta2;
+          hp.eps = cfg_.eps;
+          hp.weight_decay = run_decay ? cfg_.weight_decay : 0.0f;
+          hp.step = steps_;
+          const int64_t x = run_begin - lo, len = run_end - run_begin;
+          be_.adamw(params.flat(x - first, len), grads.flat(x, len), m.flat(run_begin - c_lo, len),
+                    v.flat(run_begin - c_lo, len), hp);
+        };
+        for (const ParamSpec& spec : model_.layout()[b].params) {
+          const int64_t begin = std::max(c_lo, spec.offset),
+                        end = std::min(c_hi, spec.offset + spec.numel());
+          if (begin >= end) continue;
+          if (begin != run_end || spec.decay != run_decay) {
+            flush();
+            run_begin = begin;
+            run_decay = spec.decay;
+          }
+          run_end = end;
+        }
+        flush();
+      });
 }
 
 void ZeroOptimizer::step(float lr) {

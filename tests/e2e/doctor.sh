@@ -7,6 +7,9 @@ cd "$WORK"
 "$LLMRUN" --version > version.txt || fail "--version failed"
 grep -qE '^llmrun [0-9]+\.[0-9]+\.[0-9]+ \(backends: cpu(, cuda)?; collectives: mpi(, nccl [0-9]+\.[0-9]+\.[0-9]+)?\)$' version.txt || fail "--version: $(cat version.txt)"
 built=$(sed -E 's/.*\(backends: ([^;]*);.*/\1/' version.txt)
+if [ "${LLMRUN_CUDA_OPTION:-}" = ON ] && [ -x "${CUDACXX:-/usr/local/cuda/bin/nvcc}" ]; then
+  [ "$built" = "cpu, cuda" ] || fail "a CUDA toolkit is here and LLMRUN_CUDA is ON, yet the build has backends: $built"
+fi
 collectives=$(sed -E 's/.*; collectives: (.*)\)$/\1/' version.txt)
 
 rc=0

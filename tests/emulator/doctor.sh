@@ -15,7 +15,8 @@ ops = {row["op"] for row in rows}
 bad = [row for row in rows if not row["pass"]]
 assert not bad and len(rows) >= 50, (len(rows), bad[:5])
 # Every family of the backend is covered, GEMMs through cuBLASLt included.
-for op in ("matmul", "matmul bf16", "attention_fwd", "attention_bwd", "layernorm_fwd", "adamw", "softmax_xent"):
+for op in ("matmul", "matmul bf16", "matmul_bias_gelu", "matmul_dgelu", "linear_grads bf16", "attention_fwd",
+           "attention_fwd bf16", "attention_bwd", "layernorm_fwd", "adamw", "softmax_xent"):
     assert any(o.startswith(op) for o in ops), (op, sorted(ops))
 print(f"{len(rows)} checks over {len(ops)} ops passed")
 PY

@@ -13,9 +13,11 @@ parity fp8-cuda fp8-cpu 1e-4
 rm -rf resumed && mkdir resumed && cp -r fp8-cuda/step-0000003 resumed/
 train resumed "$EMU" cuda llama.yaml 1 "${FP8[@]}" checkpoint.resume=$PWD/resumed/step-0000003
 resumed resumed fp8-cuda 4 6
-# --fp8-check on the GPU: FP8 against its bf16 baseline.
+# --fp8-check on the GPU: FP8 against a bf16 baseline, even from an fp32 recipe (bf16 is what
+# FP8 replaces on a GPU).
 "$EMU" train llama.yaml --fp8-check 3 --set launch.backend=cuda --set checkpoint.dir=check \
-  --set precision.compute=bf16 --set precision.fp8.enabled=true >check.log 2>&1 || { cat check.log; fail "--fp8-check on the GPU"; }
+  --set precision.fp8.enabled=true >check.log 2>&1 || { cat check.log; fail "--fp8-check on the GPU"; }
+grep -qE "^ +step +loss_fp8 +loss_bf16 " check.log || { cat check.log; fail "--fp8-check on the GPU: the baseline is not bf16"; }
 LLMRUN_EMULATED_SM=80 expect_exit 2 "needs FP8 tensor cores .*has 8.0" \
   "$EMU" train llama.yaml --set launch.backend=cuda --set checkpoint.dir=sm80 --set precision.compute=bf16 --set precision.fp8.enabled=true
 echo OK
