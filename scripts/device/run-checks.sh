@@ -8,8 +8,8 @@
 # device"). Exit status: 1 when a check failed, else 0.
 #   DIR/run-checks.sh [RESULTS]      RESULTS defaults to $OUT, else DIR/results
 #   DIR/run-checks.sh --list         the checks, one per line: name, part, gtest filter (if any)
-# Environment: CHECKS=name,name (run only these; names in the table; part1, part2 and part3
-# name three sets that each fit one 10-minute device call: see the table's comment),
+# Environment: CHECKS=name,name (run only these; names in the table; part1 to part4 name
+# four sets that each fit one 10-minute device call: see the table's comment),
 # PYTHON=python with torch,
 # BUDGET_S=seconds for the whole run (default 540 under $OUT, else none): a check that would
 # not finish in what is left says "SKIPPED: time budget ..." instead, and every command is
@@ -20,11 +20,17 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # Every check: NAME PART SECONDS (a guess at its time on one H100 with 16 cores, CPU references
 # included; what the budget reserves) [GTEST_FILTER]. A session is lent 15 minutes of device
 # time, the machine's start included: one full call and a short second one. So each part is
-# one issue's proof, about 470 s or less: part1 issue 16's correctness (doctor, conformance,
-# parity, generate vs transformers), part2 the speed targets of issue 16 next to their
-# PyTorch peers and FP8 (issue 18), part3 the several-rank layouts and offload (issue 17) and
-# the whole unit-test binary (whose GPU tests part1 already runs). Within a part, a check that
-# no longer fits the budget is skipped, saying so, and the cheaper ones after it still run.
+# about 470 s or less: part1 issue 16's correctness (doctor, conformance, parity, generate vs
+# transformers), part2 the speed targets of issue 16 next to their PyTorch peers and FP8's
+# training proof (issue 18: parity, scales across a resume) and a checkpoint resumed under
+# another layout (17), part3 the several-rank layouts and offload (issue 17) and the whole
+# unit-test binary (whose GPU tests part1 already runs), part4 the performance items at the
+# GEMM level and on the ~1B Llama (16: GEMMs vs cuBLASLt's best algorithm, the measured bf16
+# and FP8 peaks, MFU, decode vs transformers; 17: dp1 vs dp2 and a bf16 layout; 18: FP8 GEMMs
+# next to bf16's and the FP8 peak). The estimates of the part4 rows and of fp8_scales_resume
+# and resume_dp2_to_tp2_share_gpu are guesses from the sizes (never yet timed on a GPU).
+# Within a part, a check that no longer fits the budget is skipped, saying so, and the cheaper
+# ones after it still run.
 CHECK_TABLE='
 version                      part1   5
 cuda_libs                    part1   5
@@ -44,8 +50,16 @@ generate_llama_vs_torch_oracle part1 20
 unit_tests                   part3 150
 fp8_vs_cpu_emulation         part2  90
 fp8_vs_bf16                  part2  20
-bench_fp8_gemm               part2  20
+fp8_scales_resume            part2  30
+resume_dp2_to_tp2_share_gpu  part2  45
 fp8_vs_bf16_1b               part2 120
+gemm_peak                    part4  25
+bench_fp8_gemm               part4  30
+gemm_vs_best_algo            part4  60
+llama1b_bf16_mfu             part4  60
+bench_train_1b_dp1_vs_dp2    part4 120
+decode_vs_transformers       part4 120
+tp2_pp2_dp2_bf16_share_gpu   part4  45
 ranks_share_gpu              part3  25
 ep2_nccl                     part3  30
 pp2_share_gpu                part3  15
@@ -70,12 +84,14 @@ if [ "${1:-}" = --list ]; then
   exit 0
 fi
 check_field() { awk -v n="$1" -v f="$2" '$1 == n { print $f }' <<<"$CHECK_TABLE"; }
-# CHECKS with part1/part2 spelled out.
+# The command line, for results.json (CHECKS as given, before the parts are spelled out).
+COMMAND_LINE="${CHECKS:+CHECKS=$CHECKS }${BUDGET_S:+BUDGET_S=$BUDGET_S }$0${*:+ $*}"
+# CHECKS with part1 to part4 spelled out.
 if [ -n "${CHECKS:-}" ]; then
   _wanted=""
   for c in ${CHECKS//,/ }; do
     case $c in
-      part1 | part2 | part3) _wanted="$_wanted,$(awk -v p="$c" '$2 == p { print $1 }' <<<"$CHECK_TABLE" | paste -sd, -)" ;;
+      part1 | part2 | part3 | part4) _wanted="$_wanted,$(awk -v p="$c" '$2 == p { print $1 }' <<<"$CHECK_TABLE" | paste -sd, -)" ;;
       *) [ -n "$(check_field "$c" 1)" ] || { echo "run-checks.sh: no check named $c (see --list)" >&2; exit 2; }
          _wanted="$_wanted,$c" ;;
     esac
@@ -203,6 +219,8 @@ gtest_check() {
 }
 # py_field FILE EXPR: a value of the JSON object on FILE's last line (EXPR uses j).
 py_field() { py -c "import json,sys; j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print($2)" "$1"; }
+# py_json FILE EXPR: the same for a whole (multi-line) JSON file, such as `--json` writes.
+py_json() { py -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 has_torch=0; py -c 'import torch' >/dev/null 2>&1 && has_torch=1
 torch_cuda=0; [ $has_torch = 1 ] && py -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && torch_cuda=1
@@ -212,6 +230,14 @@ gpus=0
 command -v nvidia-smi >/dev/null 2>&1 && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 DEVICE="no CUDA device"
 [ "$gpus" -gt 0 ] && DEVICE=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+# The card's dense datasheet peaks in TFLOP/s (bf16, FP8), for the measured ones to stand beside;
+# empty for a card not listed here.
+SPEC_BF16="" SPEC_FP8=""
+case "$DEVICE" in
+  *H100*PCIe*) SPEC_BF16=756 SPEC_FP8=1513 ;;
+  *H100*NVL*) SPEC_BF16=835 SPEC_FP8=1671 ;;
+  *H200* | *H100* | *H800*) SPEC_BF16=989 SPEC_FP8=1979 ;;  # SXM (H100 80GB HBM3), H200, GH200
+esac
 # Recipes pick the backend with launch.backend; a build that predates it is CPU-only.
 has_backend_key=0
 "$LLMRUN" train "$RECIPES/demo.yaml" --dry-run --set launch.backend=cpu >/dev/null 2>&1 && has_backend_key=1
@@ -222,6 +248,11 @@ if [ "$gpus" -eq 0 ]; then GPU_WHY="SKIPPED: no CUDA device"
 elif [ $built_cuda = 0 ]; then GPU_WHY="SKIPPED: this llmrun was built without CUDA ($VERSION)"
 elif [ $has_backend_key = 0 ]; then GPU_WHY="SKIPPED: this llmrun has no launch.backend recipe key"
 else gpu_ok=1; fi
+# Why the PyTorch peers cannot run here ("" when they can).
+torch_skip=""
+[ $has_torch = 0 ] && torch_skip="SKIPPED: torch not importable"
+[ -z "$torch_skip" ] && [ $torch_cuda = 0 ] && torch_skip="SKIPPED: torch sees no CUDA device"
+[ -z "$torch_skip" ] && [ $gpu_ok = 0 ] && torch_skip="$GPU_WHY"
 echo "llmrun bundle checks: $VERSION; device: $DEVICE; python: $PY (torch: $has_torch, cuda: $torch_cuda); budget: $([ "$BUDGET" -gt 0 ] && echo "$BUDGET s" || echo none)" >&2
 echo "results: $RES" >&2
 
@@ -327,15 +358,44 @@ for pair in fp8_vs_cpu_emulation fp8_vs_bf16; do
   fig=$(py_field "$WORK/p.json" "f\"FP8 cuda vs $peer: max rel loss diff {j['max_rel_diff']:.2e} at step {j['worst_step']} (tol {j['tol']:g} after step {j['after_step']})\"")
   if [ $rc -eq 0 ]; then record "$pair" PASS "$fig"; else record "$pair" FAIL "$fig"; fi
 done
+# FP8's delayed-scaling state across a checkpoint on the GPU (tests/emulator/fp8.sh on the real
+# card): 6 steps of llama-small in FP8 with checkpoints every 3, then the step-3 checkpoint
+# resumed for steps 4-6. The scales and amax histories come back exactly when the resumed
+# steps' losses equal the uninterrupted run's (1e-6 relative: the same kernels on the same
+# state; a scale off by one ulp moves FP8 roundings) and the step-6 checkpoints hold the same
+# FP8 state bit for bit (every tensor's scale and amax history).
+if wanted fp8_scales_resume; then
+  rs_sets=(--set precision.fp8.enabled=true --set train.micro_batch=8 --set train.global_batch=16 --set checkpoint.every=3)
+  if [ $gpu_ok = 0 ]; then record fp8_scales_resume "$GPU_WHY" ""
+  elif ! train fp8-rs "$RECIPES/llama-small.yaml" cuda bf16 6 "${rs_sets[@]}"; then
+    record fp8_scales_resume FAIL "fp8 cuda run failed: $(tail -n 1 "$LOG/train-fp8-rs.log")"
+  elif [ ! -f "$WORK/ck-fp8-rs/step-0000003/index.json" ] || [ ! -f "$WORK/ck-fp8-rs/step-0000006/index.json" ]; then
+    record fp8_scales_resume FAIL "no step-3 and step-6 checkpoints in $(ls "$WORK/ck-fp8-rs" 2>/dev/null | paste -sd' ' -)"
+  elif ! train fp8-rs-resumed "$RECIPES/llama-small.yaml" cuda bf16 6 "${rs_sets[@]}" --set checkpoint.resume="$WORK/ck-fp8-rs/step-0000003"; then
+    record fp8_scales_resume FAIL "resumed fp8 run failed: $(tail -n 1 "$LOG/train-fp8-rs-resumed.log")"
+  else
+    cp "$WORK/fp8-rs.jsonl" "$WORK/fp8-rs-resumed.jsonl" "$LOG/"
+    for st in 3 6; do cp "$WORK/ck-fp8-rs/step-000000$st/index.json" "$LOG/fp8-rs-step$st-index.json" 2>/dev/null; done
+    cp "$WORK/ck-fp8-rs-resumed/step-0000006/index.json" "$LOG/fp8-rs-resumed-step6-index.json" 2>/dev/null
+    $CHECKS_PY parity "$WORK/fp8-rs-resumed.jsonl" "$WORK/fp8-rs.jsonl" --tol 1e-6 --first 4 --steps 6 >"$WORK/p.json"
+    rc=$?
+    $CHECKS_PY fp8-state "$WORK/ck-fp8-rs-resumed/step-0000006/index.json" "$WORK/ck-fp8-rs/step-0000006/index.json" >"$WORK/s.json" 2>>"$LOG/train-fp8-rs-resumed.log"
+    rc_s=$?
+    native=yes; grep -q 'native FP8 GEMMs' "$LOG/train-fp8-rs-resumed.log" || native=no
+    fig="resumed at step 3: steps 4-6 $(py_field "$WORK/p.json" "f\"max rel loss diff {j['max_rel_diff']:.2e} (tol 1e-6)\""); step-6 FP8 state $(py_field "$WORK/s.json" "f\"{j['tensors']-j['n_differing']}/{j['tensors']} tensors equal bit for bit ({j['scales_not_one']} scales away from 1)\"" 2>/dev/null || echo unreadable); native FP8 GEMMs: $native"
+    if [ $rc -eq 0 ] && [ $rc_s -eq 0 ] && [ $native = yes ]; then record fp8_scales_resume PASS "$fig"; else record fp8_scales_resume FAIL "$fig"; fi
+  fi
+fi
 
-# Issue 18's proof on a ~1B Llama (22 layers, d 2048, ffn 5632, GQA 16/8 heads, seq 2048;
-# 1.07B parameters with the byte tokenizer's 8192-row vocabulary): 200 steps of FP8 track
-# bf16 within 2% (10-step means), and FP8's tokens/s against bf16's from the same runs
-# (median after step 10; the target is 1.3x).
+# The ~1B Llama of issues 16-18 (22 layers, d 2048, ffn 5632, GQA 16/8 heads, seq 2048; 1.07B
+# parameters with the byte tokenizer's 8192-row vocabulary), on llama-small.yaml.
+LLAMA1B=(--set model.layers=22 --set model.d_model=2048 --set model.heads=16 --set model.kv_heads=8
+  --set model.ffn=5632 --set model.seq_len=2048 --set train.micro_batch=2 --set train.global_batch=2)
+# Issue 18's proof on the ~1B Llama: 200 steps of FP8 track bf16 within 2% (10-step means): PASS
+# or FAIL; and FP8's tokens/s against bf16's from the same runs (median after step 10), with
+# whether the 1.3x target was met (a figure, not the result).
 if wanted fp8_vs_bf16_1b; then
-  llama1b=(--set model.layers=22 --set model.d_model=2048 --set model.heads=16 --set model.kv_heads=8
-    --set model.ffn=5632 --set model.seq_len=2048 --set train.micro_batch=2 --set train.global_batch=2
-    --set train.warmup=20 --set train.lr=3.0e-4 --set checkpoint.dir=)  # no 13 GB checkpoint at the end
+  llama1b=("${LLAMA1B[@]}" --set train.warmup=20 --set train.lr=3.0e-4 --set checkpoint.dir=)  # no 13 GB checkpoint at the end
   if [ $gpu_ok = 0 ]; then record fp8_vs_bf16_1b "$GPU_WHY" ""
   elif ! train fp8-1b-cuda "$RECIPES/llama-small.yaml" cuda bf16 200 "${llama1b[@]}" --set precision.fp8.enabled=true; then
     record fp8_vs_bf16_1b FAIL "fp8 run failed: $(tail -n 1 "$LOG/train-fp8-1b-cuda.log")"
@@ -351,24 +411,190 @@ if wanted fp8_vs_bf16_1b; then
     tb=$($CHECKS_PY metric "$WORK/bf16-1b-cuda.jsonl" tokens_per_s --skip 10)
     mf=$($CHECKS_PY metric "$WORK/fp8-1b-cuda.jsonl" mfu --skip 10)
     mb=$($CHECKS_PY metric "$WORK/bf16-1b-cuda.jsonl" mfu --skip 10)
-    fig="$(py_field "$WORK/p.json" "f\"10-step means: max rel loss diff {j['max_rel_diff']:.2e} at step {j['worst_step']} (tol 0.02)\""); $(py -c "import sys; f,b,mf,mb=map(float,sys.argv[1:]); print(f'tokens/s fp8 {f:,.0f} / bf16 {b:,.0f} = {f/b:.2f}x (target 1.3x); MFU fp8 {100*mf:.1f}% bf16 {100*mb:.1f}%')" "$tf" "$tb" "$mf" "$mb")"
+    fig="$(py_field "$WORK/p.json" "f\"10-step means: max rel loss diff {j['max_rel_diff']:.2e} at step {j['worst_step']} (tol 0.02)\""); $(py -c "import sys; f,b,mf,mb=map(float,sys.argv[1:]); r=f/b; print(f'tokens/s fp8 {f:,.0f} / bf16 {b:,.0f} = {r:.2f}x, target 1.3x: {\"met\" if r >= 1.3 else \"not met\"}; MFU (of the sgemm probe; llama1b_bf16_mfu has it against the bf16 GEMM peak) fp8 {100*mf:.1f}% bf16 {100*mb:.1f}%')" "$tf" "$tb" "$mf" "$mb")"
     if [ $rc -eq 0 ]; then record fp8_vs_bf16_1b PASS "$fig"; else record fp8_vs_bf16_1b FAIL "$fig"; fi
   fi
 fi
 
-# The GEMM-only FP8 speedup at the Llama-3 8B shapes (d 4096, ffn 14336; bench kernels' FP8
-# rows next to its bf16 rows, same run).
+# --- GEMMs, peaks and the ~1B Llama (part4: issues 16, 17 and 18's performance) ------------
+# The measured dense peaks that MFU and the FP8 GEMMs are read against (`bench gemm --peak`):
+# an 8192^3 GEMM on operands already in bf16 (no per-call rounding: the fastest of cuBLASLt's
+# heuristic top 8, f32 and bf16 output), and an 8192^3 E4M3 x E4M3 GEMM (bf16 output, fast
+# accumulation: the card's best; beside it llmrun's own fp8_matmul, f32 output, full fp32
+# accumulation), each next to the card's datasheet figure.
+PEAK_JSON=$LOG/gemm_peak.json
+# measure_peaks: writes PEAK_JSON (once per run).
+measure_peaks() {
+  [ -s "$PEAK_JSON" ] && return 0
+  tmo "$LLMRUN" bench gemm "$RECIPES/gpt2-124m.yaml" --backend cuda --dtype bf16 --peak 8192 --peak-only \
+    --top 8 --repeat 20 --json "$PEAK_JSON" >>"$LOG/gemm_peak.log" 2>&1 || { rm -f "$PEAK_JSON"; return 1; }
+}
+# peak_tflops bf16|fp8: the measured peak (empty when it was not measured).
+peak_tflops() { [ -s "$PEAK_JSON" ] && py_json "$PEAK_JSON" "j['peaks'].get('$1_peak_tflops') or ''" 2>/dev/null; }
+if wanted gemm_peak; then
+  if [ $gpu_ok = 0 ]; then record gemm_peak "$GPU_WHY" ""
+  elif ! measure_peaks; then record gemm_peak FAIL "bench gemm --peak failed: $(tail -n 1 "$LOG/gemm_peak.log")"
+  else
+    fig=$(py_json "$PEAK_JSON" "(lambda p, sb, sf: f\"bf16 8192^3 on bf16 operands: {p['bf16_peak_tflops']:.0f} TFLOP/s measured\" + (f\" ({100*p['bf16_peak_tflops']/sb:.0f}% of the {sb:.0f} spec)\" if sb else ' (no spec figure for this card)') + f\" (f32 out, llmrun's pick {p['bf16_f32_out']['llmrun_tflops']:.0f}, best {p['bf16_f32_out']['best_tflops'] or 0:.0f}; bf16 out {p['bf16_bf16_out']['best_tflops'] or 0:.0f}); \" + (f\"FP8 8192^3: {p['fp8_peak_tflops']:.0f} TFLOP/s measured\" + (f\" ({100*p['fp8_peak_tflops']/sf:.0f}% of the {sf:.0f} spec)\" if sf else '') + f\" (bf16 out, fast accumulation {p['fp8_bf16_out_fast_accum']['best_tflops']:.0f}; llmrun's fp8_matmul, f32 out, fp32 accumulation {p['fp8_llmrun']['tflops']:.0f})\" if 'fp8_peak_tflops' in p else f\"FP8: {p.get('fp8')}\"))(j['peaks'], float('${SPEC_BF16:-0}'), float('${SPEC_FP8:-0}'))" 2>>"$LOG/gemm_peak.log")
+    if [ -n "$fig" ] && [ -n "$(peak_tflops bf16)" ]; then record gemm_peak PASS "$fig"
+    else record gemm_peak FAIL "no peak in $(basename "$PEAK_JSON") (see gemm_peak.log)"; fi
+  fi
+fi
+
+# The GEMM-only FP8 speedup at the Llama-3 8B shapes (d 4096, ffn 14336, M = 2 x 2048 tokens):
+# `bench gemm --fp8` times, at each forward shape, llmrun's bf16 GEMM and its FP8 GEMM on
+# operands converted beforehand (bf16 rounding / FP8 casts outside the timing: the GEMMs
+# alone, comparable), and both again with the conversions of each call (Backend::matmul's
+# rounding of both f32 operands; the two FP8 casts); the FP8 TFLOP/s next to the measured FP8
+# peak (gemm_peak) and the datasheet's.
 if wanted bench_fp8_gemm; then
   if [ $gpu_ok = 0 ]; then record bench_fp8_gemm "$GPU_WHY" ""
-  elif tmo "$LLMRUN" bench kernels "$RECIPES/llama-small.yaml" --backend cuda --dtype bf16 --set model.d_model=4096 \
-      --set model.heads=32 --set model.kv_heads=8 --set model.ffn=14336 --set model.seq_len=2048 \
-      --set train.micro_batch=2 --repeat 10 --json "$LOG/bench_fp8_gemm.json" >"$LOG/bench_fp8_gemm.log" 2>&1; then
-    if fig=$(py -c "
-import json,sys; r={k['kernel']:k for k in json.load(open(sys.argv[1]))['kernels']}
-print(', '.join(f\"{p}: bf16 {r[p+' fwd']['gflops']/1e3:.0f} / fp8 {r[p+' fp8 fwd']['gflops']/1e3:.0f} TFLOP/s ({r[p+' fp8 fwd']['gflops']/r[p+' fwd']['gflops']:.2f}x)\" for p in ('qkv','up','down')))" "$LOG/bench_fp8_gemm.json" 2>>"$LOG/bench_fp8_gemm.log"); then
-      record bench_fp8_gemm PASS "$fig"
-    else record bench_fp8_gemm FAIL "no FP8 rows in bench kernels (see bench_fp8_gemm.log)"; fi
-  else record bench_fp8_gemm FAIL "exit $?: $(tail -n 1 "$LOG/bench_fp8_gemm.log")"; fi
+  else
+    measure_peaks || echo "bench_fp8_gemm: no peak measured (gemm_peak.log)" >>"$LOG/bench_fp8_gemm.log"
+    if tmo "$LLMRUN" bench gemm "$RECIPES/llama-small.yaml" --backend cuda --dtype bf16 --fp8 --top 1 --repeat 20 \
+        --set model.d_model=4096 --set model.heads=32 --set model.kv_heads=8 --set model.ffn=14336 \
+        --set model.seq_len=2048 --set train.micro_batch=2 --json "$LOG/bench_fp8_gemm.json" >>"$LOG/bench_fp8_gemm.log" 2>&1; then
+      if fig=$(py -c "
+import json,sys
+j=json.load(open(sys.argv[1])); g=j['gemms']; r={x['name']:x for x in g['shapes']}
+peak=float(sys.argv[2] or 0); spec=float(sys.argv[3] or 0)
+if g.get('fp8') != 'measured': raise SystemExit('no FP8 rows: ' + str(g.get('fp8')))
+tf=lambda x, ms: 2*x['m']*x['n']*x['k']/(ms*1e-3)/1e12
+rows=[r[p+' fwd'] for p in ('qkv','up','down')]
+out='GEMM only (operands converted beforehand on both sides): ' + ', '.join(f\"{x['name'][:-4]} bf16 {tf(x, x['llmrun_ms']):.0f} / fp8 {tf(x, x['fp8_ms']):.0f} TFLOP/s ({x['llmrun_ms']/x['fp8_ms']:.2f}x)\" for x in rows)
+out+='; with each call\\'s conversions (bf16 rounding of both f32 operands / two FP8 casts): ' + ', '.join(f\"{x['name'][:-4]} {x['matmul_with_rounding_ms']/x['fp8_with_casts_ms']:.2f}x\" for x in rows)
+best=max(tf(x, x['fp8_ms']) for x in rows)
+out+=f'; best FP8 GEMM {best:.0f} TFLOP/s' + (f' = {100*best/peak:.0f}% of the measured FP8 peak {peak:.0f}' if peak else ' (FP8 peak not measured)') + (f', spec {spec:.0f}' if spec else '')
+print(out)" "$LOG/bench_fp8_gemm.json" "$(peak_tflops fp8)" "${SPEC_FP8:-0}" 2>>"$LOG/bench_fp8_gemm.log"); then
+        record bench_fp8_gemm PASS "$fig"
+      else record bench_fp8_gemm FAIL "$(tail -n 1 "$LOG/bench_fp8_gemm.log")"; fi
+    else record bench_fp8_gemm FAIL "exit $?: $(tail -n 1 "$LOG/bench_fp8_gemm.log")"; fi
+  fi
+fi
+
+# llmrun's bf16 GEMMs against the best cuBLASLt algorithm on the same shapes (issue 16: within
+# 10%): `bench gemm` at every projection's forward, input-gradient and weight-gradient shape of
+# GPT-2 124M (M = 8 x 1024 tokens) and of the ~1B Llama (M = 2 x 2048), on operands already in
+# bf16: the backend's own call (the heuristic's first answer, cached per shape key) against the
+# fastest of the heuristic's top 8 timed on the device. PASS when every shape was measured; the
+# figure says whether the 10% target was met.
+if wanted gemm_vs_best_algo; then
+  if [ $gpu_ok = 0 ]; then record gemm_vs_best_algo "$GPU_WHY" ""
+  elif ! tmo "$LLMRUN" bench gemm "$RECIPES/gpt2-124m.yaml" --backend cuda --dtype bf16 --top 8 --repeat 20 \
+      --set model.seq_len=1024 --set train.micro_batch=8 --json "$LOG/gemm_algo_gpt2.json" >"$LOG/gemm_vs_best_algo.log" 2>&1; then
+    record gemm_vs_best_algo FAIL "GPT-2 shapes: exit $?: $(tail -n 1 "$LOG/gemm_vs_best_algo.log")"
+  elif ! tmo "$LLMRUN" bench gemm "$RECIPES/llama-small.yaml" --backend cuda --dtype bf16 --top 8 --repeat 20 \
+      "${LLAMA1B[@]}" --json "$LOG/gemm_algo_llama1b.json" >>"$LOG/gemm_vs_best_algo.log" 2>&1; then
+    record gemm_vs_best_algo FAIL "1B Llama shapes: exit $?: $(tail -n 1 "$LOG/gemm_vs_best_algo.log")"
+  elif fig=$(py -c "
+import json,sys
+parts, over, missing = [], 0, 0
+for label, path in (('GPT-2 124M', sys.argv[1]), ('1B Llama', sys.argv[2])):
+    rows = json.load(open(path))['gemms']['shapes']
+    missing += sum(1 for x in rows if not x.get('llmrun_over_best'))
+    rows = [x for x in rows if x.get('llmrun_over_best')]
+    if not rows: continue
+    w = max(rows, key=lambda x: x['llmrun_over_best'])
+    over += sum(1 for x in rows if x['llmrun_over_best'] > 1.10)
+    picked = sum(1 for x in rows if x['chosen_index'] == x['best_index'])
+    parts.append(f\"{label}: worst {w['llmrun_over_best']:.3f}x of the best ({w['name']}), the pick the fastest at {picked}/{len(rows)} shapes\")
+print('; '.join(parts) + f'; target within 1.10x: ' + ('met' if not over else f'not met ({over} shapes over)') + (f'; {missing} shapes without a timed algorithm' if missing else ''))
+sys.exit(1 if missing or not parts else 0)" "$LOG/gemm_algo_gpt2.json" "$LOG/gemm_algo_llama1b.json" 2>>"$LOG/gemm_vs_best_algo.log"); then
+    record gemm_vs_best_algo PASS "$fig"
+  else record gemm_vs_best_algo FAIL "${fig:-$(tail -n 1 "$LOG/gemm_vs_best_algo.log")}"; fi
+fi
+
+# The ~1B Llama's bf16 MFU on its own (issue 16: at least 45% of the measured bf16 GEMM peak):
+# `bench train` at dp1 (micro-batch 2 x seq 2048, 6 measured steps after 2), its model FLOPs
+# per token x tokens/s against gemm_peak's bf16 peak (LLMRUN_PEAK_FLOPS tells the trainer the
+# same), beside the datasheet. PASS when measured; the figure says whether 45% was met.
+LLAMA1B_DP1=$LOG/llama1b_bf16_dp1.json
+bench_llama1b_dp1() {
+  [ -s "$LLAMA1B_DP1" ] && return 0
+  local peak_env=() p; p=$(peak_tflops bf16)
+  [ -n "$p" ] && peak_env=(LLMRUN_PEAK_FLOPS="$(py -c "print(float('$p') * 1e12)")")
+  tmo env "${peak_env[@]}" "$LLMRUN" bench train "$RECIPES/llama-small.yaml" $(backend_set cuda) "${LLAMA1B[@]}" \
+    --set precision.compute=bf16 --set data.train="$DATA" --steps 6 --warmup 2 --json "$LLAMA1B_DP1" >"$LOG/llama1b_bf16_dp1.log" 2>&1 ||
+    { rm -f "$LLAMA1B_DP1"; return 1; }
+}
+if wanted llama1b_bf16_mfu; then
+  if [ $gpu_ok = 0 ]; then record llama1b_bf16_mfu "$GPU_WHY" ""
+  elif ! measure_peaks; then record llama1b_bf16_mfu FAIL "bench gemm --peak failed: $(tail -n 1 "$LOG/gemm_peak.log")"
+  elif ! bench_llama1b_dp1; then record llama1b_bf16_mfu FAIL "bench train failed: $(tail -n 1 "$LOG/llama1b_bf16_dp1.log")"
+  elif fig=$(py -c "
+import json,sys
+j=json.load(open(sys.argv[1])); peak=float(sys.argv[2]); spec=float(sys.argv[3] or 0)
+tps=j['tokens_per_s']['median']; f=j['flops']['model_per_token']*tps/j['ranks']/1e12; mfu=f/peak
+print(f\"{j['model']['params']/1e9:.2f}B Llama bf16, dp1, {j['tokens_per_step']} tokens/step: {tps:,.0f} tokens/s, {f:.0f} TFLOP/s = MFU {100*mfu:.1f}% of the measured bf16 GEMM peak {peak:.0f} TFLOP/s (8192^3, bf16 operands)\" + (f', {100*f/spec:.1f}% of the {spec:.0f} spec' if spec else '') + f'; target 45%: ' + ('met' if mfu >= 0.45 else 'not met'))" "$LLAMA1B_DP1" "$(peak_tflops bf16)" "${SPEC_BF16:-0}" 2>>"$LOG/llama1b_bf16_dp1.log"); then
+    record llama1b_bf16_mfu PASS "$fig"
+  else record llama1b_bf16_mfu FAIL "$(tail -n 1 "$LOG/llama1b_bf16_dp1.log")"; fi
+fi
+
+# dp1 against dp2 on the ~1B Llama with both ranks on the one card (issue 17): the card is
+# shared, so this shows the overhead (MPI with host staging, chosen by itself), not scaling.
+# `bench train` in bf16 at micro-batch 2 per rank; dp2's communication share of the step and
+# the share of its gradient reductions hidden behind the backward. PASS when both ran and the
+# reductions were counted.
+if wanted bench_train_1b_dp1_vs_dp2; then
+  if [ $gpu_ok = 0 ]; then record bench_train_1b_dp1_vs_dp2 "$GPU_WHY" ""
+  elif ! command -v mpirun >/dev/null 2>&1; then record bench_train_1b_dp1_vs_dp2 "SKIPPED: no mpirun on this machine (this bundle carries none)" ""
+  elif ! bench_llama1b_dp1; then record bench_train_1b_dp1_vs_dp2 FAIL "dp1 bench train failed: $(tail -n 1 "$LOG/llama1b_bf16_dp1.log")"
+  elif ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} tmo "$LLMRUN" bench train "$RECIPES/llama-small.yaml" $(backend_set cuda) "${LLAMA1B[@]}" \
+      --set precision.compute=bf16 --set data.train="$DATA" --nproc 2 --set parallel.dp=2 --set train.global_batch=4 \
+      --steps 3 --warmup 1 --json "$LOG/llama1b_bf16_dp2.json" >"$LOG/llama1b_bf16_dp2.log" 2>&1; then
+    record bench_train_1b_dp1_vs_dp2 FAIL "dp2 bench train failed: $(tail -n 1 "$LOG/llama1b_bf16_dp2.log")"
+  else
+    how=$(grep -m1 -oE 'dp group \(2 ranks\): [^(]*' "$LOG/llama1b_bf16_dp2.log")
+    fig=$(py -c "
+import json,sys
+a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2]))
+ta=a['tokens_per_s']['median']; tb=b['tokens_per_s']['median']; o=b['overlap']; s=b['step_s']['mean']
+print(f\"dp1 {ta:,.0f} tokens/s ({a['step_s']['mean']:.3f} s/step); dp2 on the one card {tb:,.0f} tokens/s in all ({tb/ta:.2f}x, {s:.3f} s/step): comm wait {100*b['breakdown_s']['comm_wait']/s:.1f}% of the step, gradient reductions {100*o['hidden_share']:.1f}% hidden ({o['hidden_s']:.3f} of {o['comm_s']:.3f} s)\")
+sys.exit(0 if o['comm_s'] > 0 else 1)" "$LLAMA1B_DP1" "$LOG/llama1b_bf16_dp2.json" 2>>"$LOG/llama1b_bf16_dp2.log")
+    rc=$?
+    if [ $rc -eq 0 ]; then record bench_train_1b_dp1_vs_dp2 PASS "$fig; ${how:-transport not logged}"
+    else record bench_train_1b_dp1_vs_dp2 FAIL "${fig:-unreadable bench JSON}; ${how:-transport not logged}; no gradient reduction counted"; fi
+  fi
+fi
+
+# Decode tokens/s at batch 1 and 32 against Hugging Face transformers' `generate` in bf16
+# (issue 16): a ~1B Llama model dir written by llmrun's exporter (22 layers, d 2048, 16/8
+# heads, byte vocabulary; seeded random weights), 128-token prompts, 128 new tokens each.
+# llmrun: `bench serve --model-dir` on the GPU in bf16 (all requests at once, at most B in
+# flight, EOS ignored): output tokens/s over the run, and B / TPOT (decode alone). transformers:
+# greedy `generate` with min_new_tokens = max_new_tokens: tokens/s over the call, and decode
+# alone (torch_bench.py decode). PASS when both sides measured.
+if wanted decode_vs_transformers; then
+  model=$WORK/decode-llama1b
+  if [ -n "$torch_skip" ]; then record decode_vs_transformers "$torch_skip" ""
+  elif ! py -c 'import transformers' >/dev/null 2>&1; then record decode_vs_transformers "SKIPPED: transformers not importable" ""
+  elif ! tmo "$BIN/llmrun_make_model_dir" "$model" llama 22 2048 16 2048 256 1 >"$LOG/decode_vs_transformers.log" 2>&1; then
+    record decode_vs_transformers FAIL "llmrun_make_model_dir failed: $(tail -n 1 "$LOG/decode_vs_transformers.log")"
+  else
+    ok=1
+    for b in 1 32; do
+      n=$((b == 1 ? 3 : 32))
+      tmo "$LLMRUN" bench serve --model-dir "$model" --backend cuda --dtype bf16 --num-prompts $n --max-concurrency $b \
+        --max-num-seqs $b --input-len 128 --output-len 128 --request-rate inf --json "$LOG/decode_llmrun_b$b.json" \
+        >>"$LOG/decode_vs_transformers.log" 2>&1 || { ok=0; break; }
+    done
+    if [ $ok = 0 ]; then record decode_vs_transformers FAIL "llmrun bench serve failed: $(tail -n 1 "$LOG/decode_vs_transformers.log")"
+    elif ! tmo env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" "$PY" "$SHARE/scripts/torch_bench.py" decode --model "$model" --batches 1,32 \
+        --input-len 128 --new-tokens 128 >"$LOG/decode_transformers.json" 2>>"$LOG/decode_vs_transformers.log"; then
+      record decode_vs_transformers FAIL "transformers generate failed: $(tail -n 1 "$LOG/decode_vs_transformers.log")"
+    elif fig=$(py -c "
+import json,sys
+hf={r['batch']: r for r in json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])['rows']}
+out=[]
+for b in (1, 32):
+    l=json.load(open(sys.argv[2].replace('BATCH', str(b)))); h=hf[b]
+    tpot=l['tpot_ms']['median']; ld=b*1000/tpot if tpot > 0 else 0; hd=h.get('decode_tokens_per_s') or 0
+    out.append(f\"batch {b}: llmrun {l['output_throughput']:,.0f} / transformers {h['tokens_per_s']:,.0f} tokens/s ({l['output_throughput']/h['tokens_per_s']:.2f}x); decode alone {ld:,.0f} / {hd:,.0f}\" + (f' ({ld/hd:.2f}x)' if hd else ''))
+print('; '.join(out))" "$LOG/decode_transformers.json" "$LOG/decode_llmrun_bBATCH.json" 2>>"$LOG/decode_vs_transformers.log"); then
+      record decode_vs_transformers PASS "~1B Llama bf16, 128+128 tokens: $fig"
+    else record decode_vs_transformers FAIL "$(tail -n 1 "$LOG/decode_vs_transformers.log")"; fi
+  fi
+  rm -rf "$model"  # 4 GB
 fi
 
 # --- several ranks on one GPU (issue 17) --------------------------------------------------
@@ -489,6 +715,54 @@ for layout in "${LAYOUTS[@]}"; do
   fig="$settings; ${how:-no group log}; $(py_field "$WORK/p.json" "f\"max rel loss diff {j['max_rel_diff']:.2e} at step {j['worst_step']}\"")"
   if [ $rc -eq 0 ] && [[ $how == *"host staging"* ]] && [[ $how != *NCCL* ]]; then record "$name" PASS "$fig"; else record "$name" FAIL "$fig"; fi
 done
+# A checkpoint written under one layout resumes under another on the GPU (issue 17;
+# tests/emulator/layouts.sh on the real card): dp2 with ZeRO-1 (ranks sharing the card) writes
+# step 10 of 20, tp2 resumes it for steps 11-20, and those steps must reproduce the one-rank GPU
+# run (fp32: 1e-5 relative, as every layout row).
+if wanted resume_dp2_to_tp2_share_gpu; then
+  if [ $gpu_ok = 0 ]; then record resume_dp2_to_tp2_share_gpu "$GPU_WHY" ""
+  elif ! command -v mpirun >/dev/null 2>&1; then record resume_dp2_to_tp2_share_gpu "SKIPPED: no mpirun on this machine (this bundle carries none)" ""
+  elif [ ! -f "$WORK/dp1-cuda.jsonl" ] && ! train dp1-cuda "$RECIPES/demo.yaml" cuda fp32 20 "${LAYOUT[@]}"; then
+    record resume_dp2_to_tp2_share_gpu FAIL "1-rank cuda run failed: $(tail -n 1 "$LOG/train-dp1-cuda.log")"
+  elif ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} train resume-dp2 "$RECIPES/demo.yaml" cuda fp32 20 "${LAYOUT[@]}" --nproc 2 \
+      --set parallel.zero=1 --set checkpoint.every=10; then
+    record resume_dp2_to_tp2_share_gpu FAIL "dp2 run failed: $(tail -n 1 "$LOG/train-resume-dp2.log")"
+  elif [ ! -f "$WORK/ck-resume-dp2/step-0000010/index.json" ]; then
+    record resume_dp2_to_tp2_share_gpu FAIL "the dp2 run wrote no step-10 checkpoint ($(ls "$WORK/ck-resume-dp2" 2>/dev/null | paste -sd' ' -))"
+  elif ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} train resume-tp2 "$RECIPES/demo.yaml" cuda fp32 20 "${LAYOUT[@]}" --nproc 2 \
+      --set parallel.tp=2 --set checkpoint.resume="$WORK/ck-resume-dp2/step-0000010"; then
+    record resume_dp2_to_tp2_share_gpu FAIL "tp2 resume failed: $(tail -n 1 "$LOG/train-resume-tp2.log")"
+  else
+    cp "$WORK/resume-dp2.jsonl" "$WORK/resume-tp2.jsonl" "$LOG/"
+    how=$(grep -oE '(dp|tp) group \([0-9]+ ranks\): [^(]*' "$LOG/train-resume-dp2.log" "$LOG/train-resume-tp2.log" | sed 's/^.*train-//; s/\.log:/: /' | sort -u | paste -sd';' -)
+    $CHECKS_PY parity "$WORK/resume-tp2.jsonl" "$WORK/dp1-cuda.jsonl" --tol 1e-5 --first 11 --steps 20 >"$WORK/p.json"
+    rc=$?
+    fig="dp2 ZeRO-1 step 10 -> tp2 steps 11-20 vs the one-rank GPU run: $(py_field "$WORK/p.json" "f\"max rel loss diff {j['max_rel_diff']:.2e} at step {j['worst_step']} ({j['steps_compared']} steps)\""); ${how:-no group log}"
+    if [ $rc -eq 0 ] && [[ $how == *"host staging"* ]] && [[ $how != *NCCL* ]]; then record resume_dp2_to_tp2_share_gpu PASS "$fig"
+    else record resume_dp2_to_tp2_share_gpu FAIL "$fig"; fi
+  fi
+fi
+# A layout in bf16 (issue 17: 1% of the one-rank GPU curve): tp2 x pp2 x dp2 with sequence
+# parallelism and ZeRO-1, eight ranks sharing the card, against one rank on the GPU in bf16.
+if wanted tp2_pp2_dp2_bf16_share_gpu; then
+  name=tp2_pp2_dp2_bf16_share_gpu
+  settings="parallel.tp=2 parallel.pp=2 parallel.zero=1 parallel.sequence_parallel=true"
+  sets=(); for kv in $settings; do sets+=(--set "$kv"); done
+  if [ $gpu_ok = 0 ]; then record $name "$GPU_WHY" ""
+  elif ! command -v mpirun >/dev/null 2>&1; then record $name "SKIPPED: no mpirun on this machine (this bundle carries none)" ""
+  elif ! train dp1-bf16-cuda "$RECIPES/demo.yaml" cuda bf16 20 "${LAYOUT[@]}"; then
+    record $name FAIL "1-rank bf16 cuda run failed: $(tail -n 1 "$LOG/train-dp1-bf16-cuda.log")"
+  elif ! CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} train $name "$RECIPES/demo.yaml" cuda bf16 20 "${LAYOUT[@]}" --nproc 8 "${sets[@]}"; then
+    record $name FAIL "8-rank bf16 run failed: $(tail -n 1 "$LOG/train-$name.log")"
+  else
+    cp "$WORK/$name.jsonl" "$WORK/dp1-bf16-cuda.jsonl" "$LOG/"
+    how=$(grep -oE '(dp|tp|pp) group \([0-9]+ ranks\): [^(]*' "$LOG/train-$name.log" | sort -u | paste -sd';' -)
+    $CHECKS_PY parity "$WORK/$name.jsonl" "$WORK/dp1-bf16-cuda.jsonl" --tol 0.01 --after 0 --steps 20 >"$WORK/p.json"
+    rc=$?
+    fig="bf16, $settings; ${how:-no group log}; $(py_field "$WORK/p.json" "f\"max rel loss diff {j['max_rel_diff']:.2e} at step {j['worst_step']} (tol 0.01)\"")"
+    if [ $rc -eq 0 ] && [[ $how == *"host staging"* ]] && [[ $how != *NCCL* ]]; then record $name PASS "$fig"; else record $name FAIL "$fig"; fi
+  fi
+fi
 # cp2 on one card (issue 27): context parallelism's ring attention blocks on the GPU
 # (kernels/attention_block.cu), two ranks sharing the card (MPI with host staging, chosen by
 # itself), Llama with GQA (llama-small: seq 256 in 4 chunks of 64). Its loss curve must track the
@@ -601,10 +875,6 @@ if wanted bench_train; then
     record bench_train PASS "$BENCH_BACKEND: $(py -c "import json,sys; j=json.load(open(sys.argv[1])); print(f\"{j['tokens_per_s']['median']:,.0f} tokens/s\")" "$LOG/bench_train.json")"
   else record bench_train FAIL "exit $?: $(tail -n 1 "$LOG/bench_train.log")"; fi
 fi
-torch_skip=""
-[ $has_torch = 0 ] && torch_skip="SKIPPED: torch not importable"
-[ -z "$torch_skip" ] && [ $torch_cuda = 0 ] && torch_skip="SKIPPED: torch sees no CUDA device"
-[ -z "$torch_skip" ] && [ $gpu_ok = 0 ] && torch_skip="$GPU_WHY"
 if wanted bench_torch_attention; then
   if [ -n "$torch_skip" ]; then record bench_torch_attention "$torch_skip" ""
   elif tmo env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" "$PY" "$SHARE/scripts/torch_bench.py" attention --batch $BENCH_BATCH --heads 12 --seq $BENCH_SEQ --head-dim 64 >"$LOG/bench_torch_attention.json" 2>"$LOG/bench_torch_attention.log"; then
@@ -680,7 +950,7 @@ for c in $(awk 'NF >= 3 { print $1 }' <<<"$CHECK_TABLE"); do
 done
 echo >&2
 commit=$(py_field "$HERE/MANIFEST.json" "j['commit']" 2>/dev/null || echo unknown)
-$CHECKS_PY summary "$RES" --commit "$commit" --device "$DEVICE" | tee "$RES/summary.txt"
+$CHECKS_PY summary "$RES" --commit "$commit" --device "$DEVICE" --command "$COMMAND_LINE" | tee "$RES/summary.txt"
 rc=$?
 tar -czf "$RES/logs.tar.gz" -C "$LOG" . 2>/dev/null
 exit $rc

@@ -7,8 +7,14 @@
   torch_bench.py train --layers 12 --d-model 768 --heads 12 --vocab 50257 --seq 1024 --batch B
       GPT-2 training steps (bf16 autocast, fp32 master weights, fused AdamW, torch.compile
       unless --no-compile): median tokens/s (the peer of `llmrun bench train`)
+  torch_bench.py decode --model DIR --batches 1,32 --input-len 128 --new-tokens 128
+      Hugging Face transformers' `generate` (greedy, bf16, its default cache and attention) on a
+      model dir: per batch size, generated tokens/s over the whole call (prefill included, as
+      `llmrun bench serve`'s output throughput counts them) and decode-only tokens/s
+      (batch x (N - 1) over the time of N new tokens minus that of 1) (the peer of
+      run-checks.sh's decode_vs_transformers)
 
-Prints one JSON object. Exit 77 with "SKIPPED: ..." when torch or CUDA is missing.
+Prints one JSON object. Exit 77 with "SKIPPED: ..." when torch, CUDA or transformers is missing.
 """
 import argparse
 import json
@@ -124,6 +130,56 @@ def train(a):
                       "device": torch.cuda.get_device_name()}))
 
 
+def load_bf16_model(torch, model_dir):
+    """AutoModelForCausalLM in bf16 on the GPU, across transformers versions (4.56 renamed
+    torch_dtype to dtype; older ones reject dtype)."""
+    from transformers import AutoModelForCausalLM
+    last = None
+    for kw in ("dtype", "torch_dtype"):
+        try:
+            return AutoModelForCausalLM.from_pretrained(model_dir, **{kw: torch.bfloat16}).to("cuda").eval()
+        except TypeError as e:  # the keyword is unknown to this version
+            last = e
+    raise last
+
+
+def decode(a):
+    torch = cuda_or_skip()
+    try:
+        import transformers
+    except ImportError:
+        print("SKIPPED: transformers not importable")
+        sys.exit(77)
+    model = load_bf16_model(torch, a.model)
+    vocab = int(getattr(model.config, "vocab_size", 256) or 256)
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for b in (int(x) for x in a.batches.split(",") if x.strip()):
+        # Printable byte ids, as llmrun's random prompts are (byte-level vocabulary).
+        ids = torch.randint(32, min(vocab, 127), (b, a.input_len), generator=gen).to("cuda")
+        mask = torch.ones_like(ids)
+
+        def run(n):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                                     do_sample=False, num_beams=1, pad_token_id=0)
+            torch.cuda.synchronize()
+            seq = out.sequences if hasattr(out, "sequences") else out
+            return time.perf_counter() - t0, int(seq.shape[1]) - a.input_len
+
+        run(4)  # warm-up: kernels, allocator, cache
+        t1 = min(run(1)[0] for _ in range(3))
+        tn, got = min(run(a.new_tokens) for _ in range(2))
+        rows.append({"batch": b, "new_tokens": got, "generate_s": tn, "one_token_s": t1,
+                     "tokens_per_s": b * got / tn,
+                     "decode_tokens_per_s": b * (got - 1) / (tn - t1) if tn > t1 and got > 1 else None})
+    print(json.dumps({"bench": "decode", "model": a.model, "dtype": "bf16", "input_len": a.input_len,
+                      "transformers": transformers.__version__, "torch": torch.__version__,
+                      "device": torch.cuda.get_device_name(), "rows": rows}))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -135,8 +191,13 @@ def main():
                  ("--batch", 8), ("--steps", 10), ("--warmup", 3)):
         p.add_argument(k, type=int, default=v)
     p.add_argument("--no-compile", action="store_true")
+    p = sub.add_parser("decode")
+    p.add_argument("--model", required=True, help="a model dir (config.json, model.safetensors)")
+    p.add_argument("--batches", default="1,32")
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=128)
     a = ap.parse_args()
-    attention(a) if a.cmd == "attention" else train(a)
+    {"attention": attention, "train": train, "decode": decode}[a.cmd](a)
 
 
 if __name__ == "__main__":

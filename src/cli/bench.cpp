@@ -140,12 +140,13 @@ Command add_bench_command(CLI::App& root, const std::vector<std::string>& argv) 
       ->check(CLI::Range(1, 1 << 20));
   add_speculative_options(app, a->speculative);  // with --model-dir
   const std::vector<Command> others = {add_bench_train_command(*bench, argv),
-                                       add_bench_kernels_command(*bench)};
+                                       add_bench_kernels_command(*bench),
+                                       add_bench_gemm_command(*bench)};
   return {bench, [a, app, others]() {
             for (const Command& c : others)
               if (c.app->parsed()) return c.run();
             if (!app->parsed())
-              throw UserError("bench: choose a benchmark (serve, train, kernels)");
+              throw UserError("bench: choose a benchmark (serve, train, kernels, gemm)");
             return bench_serve(*a);
           }};
 }

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "backend/backend_factory.h"
+#include "bench/gemm_bench.h"
 #include "bench/kernel_bench.h"
 #include "bench/train_bench.h"
 #include "cli/backend_option.h"
@@ -46,6 +47,14 @@ struct BenchKernelsArgs {
   std::string recipe, json_out;
   std::vector<std::string> overrides;
   int repeat = 5;
+  BackendOptions backend;
+};
+
+struct BenchGemmArgs {
+  std::string recipe, json_out;
+  std::vector<std::string> overrides;
+  GemmBenchRun run;
+  bool peak_only = false;
   BackendOptions backend;
 };
 
@@ -111,6 +120,45 @@ Command add_bench_kernels_command(CLI::App& bench) {
             o.repeat = a->repeat;
             const nlohmann::json result = run_kernel_bench(*backend, r.model, o);
             std::fputs(format_kernel_bench(result).c_str(), stdout);
+            write_json(a->json_out, result);
+            return 0;
+          }};
+}
+
+Command add_bench_gemm_command(CLI::App& bench) {
+  auto a = std::make_shared<BenchGemmArgs>();
+  CLI::App* app = bench.add_subcommand(
+      "gemm",
+      "CUDA: the backend's GEMMs at a recipe's shapes against the fastest of cuBLASLt's top-N "
+      "algorithms, and the measured bf16/FP8 peaks");
+  app->add_option("recipe", a->recipe, "Recipe file (YAML): model shape, train.micro_batch")
+      ->required();
+  app->add_option("--top", a->run.top, "Heuristic algorithms timed per shape")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app->add_option("--repeat", a->run.repeat, "Timed calls per measurement (their mean)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app->add_option("--peak", a->run.peak_n, "Also the peaks at N x N x N (0: none), e.g. 8192")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 16))
+      ->capture_default_str();
+  app->add_flag("--fp8", a->run.fp8, "FP8 rows at the forward shapes beside bf16");
+  app->add_flag("--peak-only", a->peak_only, "Only the peaks (--peak), not the recipe's shapes");
+  app->add_option("--json", a->json_out, "Write the results as JSON here");
+  app->add_option("--set", a->overrides,
+                  "Override a recipe value, e.g. --set model.seq_len=512 (repeatable)");
+  add_backend_options(app, a->backend, /*with_dtype=*/true);
+  return {app, [a]() {
+            check_json_path(a->json_out);
+            const Recipe r = load_recipe(a->recipe, a->overrides);
+            if (a->peak_only && a->run.peak_n <= 0)
+              throw UserError("bench gemm: --peak-only needs --peak N");
+            auto backend = make_cli_backend(a->backend);
+            GemmBenchRun o = a->run;
+            o.micro_batch = r.train.micro_batch;
+            o.shapes = !a->peak_only;
+            const nlohmann::json result = run_gemm_bench(*backend, r.model, o);
+            std::fputs(format_gemm_bench(result).c_str(), stdout);
             write_json(a->json_out, result);
             return 0;
           }};

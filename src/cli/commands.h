@@ -23,6 +23,7 @@ Command add_bench_command(CLI::App& root, const std::vector<std::string>& args);
 // Subcommands of `bench` (bench_train.cpp).
 Command add_bench_train_command(CLI::App& bench, const std::vector<std::string>& args);
 Command add_bench_kernels_command(CLI::App& bench);
+Command add_bench_gemm_command(CLI::App& bench);
 Command add_data_command(CLI::App& root);
 Command add_plan_command(CLI::App& root);
 Command add_plot_command(CLI::App& root);

@@ -55,7 +55,8 @@ cat mpi.txt
 # matches tests of this build (a filter matching nothing would pass nothing on the GPU).
 bash -n b/run-checks.sh || fail "run-checks.sh does not parse"
 b/run-checks.sh --list > list.txt || fail "run-checks.sh --list failed"
-[ "$(awk '$2 !~ /^part[123]$/' list.txt)" = "" ] || fail "a check outside part1-3: $(cat list.txt)"
+[ "$(awk '$2 !~ /^part[1234]$/' list.txt)" = "" ] || fail "a check outside part1-4: $(cat list.txt)"
+for p in part1 part2 part3 part4; do grep -q " $p\b" list.txt || fail "no check in $p"; done
 [ "$(awk '{print $1}' list.txt | sort | uniq -d)" = "" ] || fail "a check is listed twice"
 # No `find | head` or `cmd | grep -q` under pipefail: a reader that quits early kills the writer
 # with SIGPIPE, and the pipeline then fails or not by timing. find may also meet a directory that
@@ -89,6 +90,9 @@ g = c["generate_gpt2_vs_torch_oracle"]
 assert g["result"] == "PASS" and g["figure"].startswith("48/48 tokens equal"), g
 assert r["counts"]["fail"] == 0 and sum(r["counts"].values()) == 5, r["counts"]
 assert all(x["detail"].endswith(" s") for x in r["checks"]), r["checks"]
+# When and how it ran: the date (UTC) and the command line, CHECKS as given.
+assert r["date"].endswith("Z") and r["date"][:2] == "20", r.get("date")
+assert r["command"].startswith("CHECKS=version,doctor,") and r["command"].endswith("run-checks.sh res"), r.get("command")
 PY
 # What comes back from the device tool's $OUT: at most eight files (the logs travel packed).
 [ "$(ls res | sort | paste -sd' ')" = "checks.jsonl logs.tar.gz results.json summary.txt" ] || fail "results dir holds: $(ls res)"
