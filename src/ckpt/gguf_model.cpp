@@ -447,7 +447,9 @@ void hf_to_gguf(const fs::path& model_dir, const fs::path& out, GgufQuant q) {
 LoadedModel load_gguf_model(const fs::path& file, Backend& backend, bool dequantize) {
   const std::string where = file.string();
   if (backend.name() != "cpu")
-    throw UserError(where + ": GGUF models run on the CPU backend (use --backend cpu)");
+    throw UserError(where +
+                    ": GGUF models run on the CPU backend: llmrun has no CUDA kernels for "
+                    "ggml's quantized formats (use --backend cpu, or the default auto)");
   auto weights = std::make_shared<GgufWeights>();
   weights->reader = std::make_shared<GgufReader>(file);
   const GgufReader& r = *weights->reader;

@@ -171,6 +171,10 @@ bool is_hf_quantized_dir(const fs::path& dir) {
          !cfg["quantization_config"].is_null();
 }
 
+std::string hf_quantized_method(const fs::path& dir) {
+  return read_quant_config(dir).format == PackedFormat::gptq ? "GPTQ" : "AWQ";
+}
+
 LoadedModel load_hf_quantized_weights(const fs::path& dir, const ModelConfig& cfg, Backend& backend,
                                       bool dequantize) {
   const QuantConfig qc = read_quant_config(dir);
@@ -182,7 +186,9 @@ LoadedModel load_hf_quantized_weights(const fs::path& dir, const ModelConfig& cf
                     "experts; this config.json is " +
                     (cfg.arch != Arch::llama ? "GPT-2" : "a mixture of experts"));
   if (!dequantize && backend.name() != "cpu")
-    throw UserError(where + ": " + method + " models run on the CPU backend (use --backend cpu)");
+    throw UserError(where + ": " + method +
+                    " models run on the CPU backend: llmrun has no CUDA kernels for their "
+                    "quantized weights (use --backend cpu, or the default auto)");
   const HfWeightFiles files(dir);
 
   StoreOptions stores;

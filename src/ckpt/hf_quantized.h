@@ -17,6 +17,7 @@
 // inputs sorted by group and gathers x through that order, see quant/quantized_linear.h);
 // AWQ bits 4 with zero points. Anything else is refused, naming the key.
 #include <filesystem>
+#include <string>
 
 #include "ckpt/model_dir.h"
 #include "model/config.h"
@@ -25,6 +26,9 @@ namespace llmrun {
 
 // True for a directory whose config.json has a quantization_config object.
 bool is_hf_quantized_dir(const std::filesystem::path& dir);
+// Such a dir's method, "GPTQ" or "AWQ" (UserError for a quantization_config llmrun does not
+// read, naming the key).
+std::string hf_quantized_method(const std::filesystem::path& dir);
 
 // The model of `cfg` with its weights from `dir` (tokenizer and eos ids are load_model_dir's
 // part). dequantize = true fills fp32 parameters instead (any backend; for --to hf).

@@ -42,6 +42,13 @@ void save_model_dir(const std::string& dir, Transformer& model, const Tokenizer&
   out.commit();
 }
 
+std::string cpu_only_model_format(const std::string& dir) {
+  const std::filesystem::path root(dir);
+  if (is_gguf_file(root)) return "GGUF";
+  if (is_hf_quantized_dir(root)) return hf_quantized_method(root);
+  return "";
+}
+
 LoadedModel load_model_dir(const std::string& dir, Backend& backend, bool dequantize) {
   const std::filesystem::path root(dir);
   if (is_gguf_file(root)) return load_gguf_model(root, backend, dequantize);

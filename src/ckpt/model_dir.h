@@ -30,4 +30,8 @@ struct LoadedModel {
 // dequantize: quantized weights are expanded into fp32 parameters (convert --to hf).
 LoadedModel load_model_dir(const std::string& dir, Backend& backend, bool dequantize = false);
 
+// "GGUF", "GPTQ" or "AWQ" for a model whose weights run on the CPU backend only (llmrun has
+// no CUDA kernels for their quantized formats), else "" (it runs on any backend).
+std::string cpu_only_model_format(const std::string& dir);
+
 }  // namespace llmrun

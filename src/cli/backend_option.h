@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -19,7 +20,12 @@ struct BackendOptions {
 void add_backend_options(CLI::App* app, BackendOptions& o, bool with_dtype);
 
 // Builds the chosen backend (UserError when it cannot), applies --dtype and logs
-// "info: backend cpu" / "info: backend cuda (NAME)".
-std::unique_ptr<Backend> make_cli_backend(const BackendOptions& o);
+// "info: backend cpu" / "info: backend cuda (NAME)". `models`: the model dirs/files the command
+// will load (empty entries skipped). One whose format runs on the CPU only (GGUF, GPTQ, AWQ:
+// cpu_only_model_format) turns auto into cpu, with a log line saying why, as a llama.cpp user
+// expects it to just run; under an explicit --backend cuda it is a UserError naming the format
+// and the way out.
+std::unique_ptr<Backend> make_cli_backend(const BackendOptions& o,
+                                          const std::vector<std::string>& models = {});
 
 }  // namespace llmrun::cli

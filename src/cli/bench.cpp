@@ -28,7 +28,7 @@ struct BenchServeArgs {
 // Serves model_dir in this process on a free loopback port for the duration of `body`.
 template <class F>
 void with_local_server(BenchServeArgs& a, F body) {
-  auto backend = make_cli_backend(a.backend);
+  auto backend = make_cli_backend(a.backend, {a.model_dir, a.speculative.draft_model_dir});
   LoadedModel m = load_model_dir(a.model_dir, *backend);
   const ModelConfig& cfg = m.model->config();
   EngineConfig ec;

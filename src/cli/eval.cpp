@@ -24,7 +24,7 @@ struct EvalArgs {
 // seq_len + 1 tokens overlapping by one (so every token after the first is predicted exactly
 // once, from the start of its window), each run through the training forward pass.
 int evaluate(const EvalArgs& a) {
-  auto backend = make_cli_backend(a.backend);
+  auto backend = make_cli_backend(a.backend, {a.model_dir});
   LoadedModel m = load_model_dir(a.model_dir, *backend);
   const ModelConfig& cfg = m.model->config();
   const std::vector<int32_t> ids = m.tokenizer->encode(read_file(a.text));

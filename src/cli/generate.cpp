@@ -117,7 +117,7 @@ void generate_with_engine(const GenerateArgs& a, LoadedModel& m, Backend& backen
 }
 
 int generate(const GenerateArgs& a) {
-  auto backend = make_cli_backend(a.backend);
+  auto backend = make_cli_backend(a.backend, {a.model_dir, a.speculative.draft_model_dir});
   LoadedModel m = load_model_dir(a.model_dir, *backend);
   const ModelConfig& cfg = m.model->config();
   std::vector<int32_t> prompt = m.tokenizer->encode_prompt(a.prompt);

@@ -35,7 +35,7 @@ struct ServeArgs {
 };
 
 int serve(ServeArgs& a) {
-  auto backend = make_cli_backend(a.backend);
+  auto backend = make_cli_backend(a.backend, {a.model_dir, a.speculative.draft_model_dir});
   LoadedModel m = load_model_dir(a.model_dir, *backend);
   const ModelConfig& cfg = m.model->config();
   if (m.tokenizer->vocab_size() > cfg.vocab)

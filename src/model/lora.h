@@ -70,11 +70,12 @@ class LoraAdapters final : public TrainableParams, public BucketHooks, public Li
 
  private:
   // A growing scratch tensor (`slot` names its role).
-  Tensor scratch(int slot, std::initializer_list<int64_t> dims);
-  void dropout(LinearSite site, const Tensor& x, const Tensor& values, Tensor out,
-               bool accumulate) const;
+  Tensor scratch(int slot, std::initializer_list<int64_t> dims, DType dtype = DType::f32);
+  // out (+)= dropout(values) at `site` (lora_linear.cpp: the mask and how each backend
+  // applies it). Accumulating, `values` is scaled in place.
+  void dropout(LinearSite site, const LoraSite& s, Tensor values, Tensor out, bool accumulate);
   // The adapter input: x, or x with dropout applied into a scratch.
-  Tensor adapter_input(LinearSite site, const Tensor& x);
+  Tensor adapter_input(LinearSite site, const LoraSite& s, const Tensor& x);
   // The site's A tensors as one [targets * rank, in] matrix (params or grads).
   Tensor stacked_a(const BucketStore& store, int layer, const LoraSite& s) const;
   // The site's B tensors placed block-diagonally in [out_cols, targets * rank].
@@ -96,6 +97,8 @@ class LoraAdapters final : public TrainableParams, public BucketHooks, public Li
   std::vector<std::vector<Buffer>> selector_storage_;
   std::vector<std::vector<Tensor>> selectors_;
   uint64_t dropout_seed_ = 0;
+  std::vector<int64_t> dropout_columns_;  // host scratch of dropout()
+  std::vector<int32_t> dropout_ids_;
   bool dropout_active_ = true;
 };
 

@@ -106,6 +106,9 @@ LoraLayout lora_layout(const ModelConfig& cfg, const ModelShard& shard, const Lo
       LoraSite& site = out.sites[size_t(layer)][size_t(kind)];
       const int64_t in_local = fused.front()->shape[1];
       for (const ParamSpec* f : fused) site.out_cols += f->shape[0];
+      site.in_ranges = fused.front()->shard.axis == 1
+                           ? fused.front()->shard.ranges
+                           : std::vector<std::pair<int64_t, int64_t>>{{0, in_local}};
       const int tp = shard.tp;
       std::vector<ParamSpec> as, bs;
       for (const ParamSpec* spec : chosen) {

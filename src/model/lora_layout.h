@@ -31,6 +31,9 @@ struct LoraTarget {
 struct LoraSite {
   std::vector<LoraTarget> targets;
   int64_t out_cols = 0;  // the GEMM's output width on this rank
+  // The input's columns this rank holds, [begin, end) in the whole input: a row-parallel
+  // linear's slice under tensor parallelism, else all of them (dropout masks by these).
+  std::vector<std::pair<int64_t, int64_t>> in_ranges;
   bool empty() const { return targets.empty(); }
 };
 

@@ -1,7 +1,8 @@
 // LoraAdapters as the model's linear runner: the base GEMM plus the low-rank product forward,
 // and backward the input gradient through both and the adapters' gradients (none for the
 // frozen base). See lora.h.
-#include <cstring>
+#include <climits>
+#include <string>
 
 #include "model/lora.h"
 #include "util/error.h"
@@ -9,7 +10,7 @@
 namespace llmrun {
 
 namespace {
-enum Slot { kU, kDu, kBlockB, kBlockGradB, kDropped, kDx, kSlots };
+enum Slot { kU, kDu, kBlockB, kBlockGradB, kDropped, kDx, kMaskIds, kSlots };
 
 uint64_t mix(uint64_t z) {  // splitmix64's finaliser
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -18,12 +19,12 @@ uint64_t mix(uint64_t z) {  // splitmix64's finaliser
 }
 }  // namespace
 
-Tensor LoraAdapters::scratch(int slot, std::initializer_list<int64_t> dims) {
+Tensor LoraAdapters::scratch(int slot, std::initializer_list<int64_t> dims, DType dtype) {
   if (scratch_.empty()) scratch_.resize(kSlots);
-  const Tensor probe(nullptr, DType::f32, dims);
+  const Tensor probe(nullptr, dtype, dims);
   if (scratch_[size_t(slot)].bytes() < probe.bytes())
     scratch_[size_t(slot)] = be_.allocate(probe.bytes());
-  return scratch_[size_t(slot)].as(DType::f32, dims);
+  return scratch_[size_t(slot)].as(dtype, dims);
 }
 
 const Tensor& LoraAdapters::selector(int targets, int t) {
@@ -67,39 +68,71 @@ Tensor LoraAdapters::block_b(int layer, const LoraSite& s) {
   return bd;
 }
 
-// out (+)= values * mask / (1 - p), the mask drawn from a hash of the seed, the site and each
-// row of x, so the backward (and a recomputed forward, on any micro-batch schedule)
-// regenerates it without storing it.
-void LoraAdapters::dropout(LinearSite site, const Tensor& x, const Tensor& values, Tensor out,
-                           bool accumulate) const {
-  if (x.device != Device::cpu || out.device != Device::cpu)
-    throw UserError("finetune.dropout > 0 runs on the CPU backend only (set finetune.dropout: 0)");
+// out (+)= values * mask / (1 - p). The mask is drawn from a hash of the seed, the site, the
+// row's key (Transformer::row_keys: its tokens) and the column's index in the whole input, so
+// the backward (and a recomputed forward) regenerates it without storing it, and every
+// backend, tensor-parallel split, micro-batch schedule and rank draws the same one. The CPU
+// applies it in place; a device backend gets it as gather indices (a dropped element reads
+// id -1, a zero) drawn here on the host, and the same fp32 products through scale and
+// embedding_fwd, so both backends give the same bits.
+void LoraAdapters::dropout(LinearSite site, const LoraSite& s, Tensor values, Tensor out,
+                           bool accumulate) {
+  const int64_t cols = values.cols(), rows = values.rows();
+  const std::vector<uint64_t>& keys = base_.row_keys();
+  LLMRUN_CHECK(int64_t(keys.size()) == rows, "LoRA dropout: " + std::to_string(rows) +
+                                                 " rows but " + std::to_string(keys.size()) +
+                                                 " row keys (a forward without tokens)");
+  std::vector<int64_t>& column = dropout_columns_;
+  column.clear();
+  for (auto [lo, hi] : s.in_ranges)
+    for (int64_t c = lo; c < hi; ++c) column.push_back(c);
+  LLMRUN_CHECK(int64_t(column.size()) == cols,
+               "LoRA dropout: input columns differ from the site's");
   const float keep_scale = float(1.0 / (1.0 - sec_.dropout));
   const auto threshold = uint64_t(sec_.dropout * 18446744073709551616.0);
-  const int64_t cols = x.cols(), rows = x.rows();
-  const float *src = x.f32(), *v = values.f32();
-  float* dst = out.f32();
   const uint64_t site_key = mix(dropout_seed_ ^ (uint64_t(site.layer) << 8) ^ uint64_t(site.kind));
-  for (int64_t r = 0; r < rows; ++r) {
-    uint64_t h = site_key;
-    for (int64_t c = 0; c < cols; ++c) {
-      uint32_t bits;
-      std::memcpy(&bits, src + r * cols + c, 4);
-      h = (h ^ bits) * 0x100000001B3ull;
+  const auto row_hash = [&](int64_t r) { return mix(site_key ^ keys[size_t(r)]); };
+  if (values.device == Device::cpu && out.device == Device::cpu) {
+    const float* v = values.f32();
+    float* dst = out.f32();
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint64_t h = row_hash(r);
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = r * cols + c;
+        const float kept =
+            mix(h + uint64_t(column[size_t(c)])) < threshold ? 0.0f : v[i] * keep_scale;
+        dst[i] = accumulate ? dst[i] + kept : kept;
+      }
     }
-    h = mix(h);
+    return;
+  }
+  const int64_t n = rows * cols;
+  LLMRUN_CHECK(n <= int64_t(INT32_MAX), "LoRA dropout: more elements than int32 ids index");
+  std::vector<int32_t>& ids = dropout_ids_;
+  ids.resize(size_t(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t h = row_hash(r);
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = r * cols + c;
-      const float kept = mix(h + uint64_t(c)) < threshold ? 0.0f : v[i] * keep_scale;
-      dst[i] = accumulate ? dst[i] + kept : kept;
+      ids[size_t(i)] = mix(h + uint64_t(column[size_t(c)])) < threshold ? -1 : int32_t(i);
     }
+  }
+  const Tensor dev_ids = scratch(kMaskIds, {n}, DType::i32);
+  be_.copy(dev_ids, Tensor(ids.data(), DType::i32, {n}));
+  const Tensor flat_out = out.view({n, 1});
+  if (accumulate) {  // dst + v * scale: the product first, as the CPU's
+    be_.scale(values, keep_scale);
+    be_.embedding_fwd(flat_out, dev_ids, values.view({n, 1}), true);
+  } else {
+    be_.embedding_fwd(flat_out, dev_ids, values.view({n, 1}), false);
+    be_.scale(out, keep_scale);
   }
 }
 
-Tensor LoraAdapters::adapter_input(LinearSite site, const Tensor& x) {
+Tensor LoraAdapters::adapter_input(LinearSite site, const LoraSite& s, const Tensor& x) {
   if (sec_.dropout <= 0 || !dropout_active_) return x;
   const Tensor out = scratch(kDropped, {x.rows(), x.cols()});
-  dropout(site, x, x, out, false);
+  dropout(site, s, x, out, false);
   return out;
 }
 
@@ -109,7 +142,7 @@ void LoraAdapters::forward(Backend& be, LinearSite site, Tensor y, const Tensor&
   const LoraSite* s = lora_.site(site);
   if (s == nullptr) return;
   const int64_t n = x.rows(), width = int64_t(s->targets.size()) * sec_.rank;
-  const Tensor xd = adapter_input(site, x);
+  const Tensor xd = adapter_input(site, *s, x);
   const Tensor u = scratch(kU, {n, width});
   be.matmul(u, xd, stacked_a(params_, site.layer, *s), false, true);
   be.matmul(y, u, block_b(site.layer, *s), false, true, sec_.scale(), 1.0f);
@@ -124,7 +157,7 @@ void LoraAdapters::backward(Backend& be, LinearSite site, Tensor dx, const Tenso
   const int l = site.layer, nt = int(s->targets.size());
   const int64_t n = x.rows(), width = int64_t(nt) * sec_.rank;
   const float scale = sec_.scale();
-  const Tensor xd = adapter_input(site, x);
+  const Tensor xd = adapter_input(site, *s, x);
   const Tensor a = stacked_a(params_, l, *s);
   const Tensor u = scratch(kU, {n, width});  // recomputed: nothing kept per micro-batch
   be.matmul(u, xd, a, false, true);
@@ -151,7 +184,7 @@ void LoraAdapters::backward(Backend& be, LinearSite site, Tensor dx, const Tenso
   }
   const Tensor d_in = scratch(kDx, {n, x.cols()});
   be.matmul(d_in, du, a, false, false);
-  dropout(site, x, d_in, dx, true);
+  dropout(site, *s, d_in, dx, true);
 }
 
 }  // namespace llmrun

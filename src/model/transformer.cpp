@@ -289,10 +289,23 @@ void Transformer::forward(const int32_t* tokens, int batch, int seq) {
   forward_chunk(slot, tokens, nullptr);
 }
 
+const std::vector<uint64_t>& Transformer::row_keys() const {
+  static const std::vector<uint64_t> none;
+  return m_ ? m_->row_keys : none;
+}
+
 void Transformer::forward_chunk(int slot, const int32_t* tokens, const Tensor* input) {
   m_ = slots_[size_t(slot)].get();
   MicroState& m = *m_;
   const int64_t n = int64_t(batch_) * seq_;
+  m.row_keys.assign(tokens ? size_t(n) : 0, 0);
+  for (int64_t b = 0; tokens && b < batch_; ++b) {
+    uint64_t h = 0x9E3779B97F4A7C15ull;  // FNV-1a over the prefix, one token at a time
+    for (int64_t t = 0; t < seq_; ++t) {
+      h = (h ^ uint32_t(tokens[b * seq_ + t])) * 0x100000001B3ull;
+      m.row_keys[size_t(b * seq_ + t)] = h;
+    }
+  }
   upload_positions(n, seq_, 0);
   using P = BucketHooks::Phase;
   if (starts_model(m)) {

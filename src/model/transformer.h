@@ -102,6 +102,11 @@ class Transformer : public TrainableParams {
   double backward(const int32_t* targets, float grad_scale);
   // Summed cross-entropy of logits() against targets, with no backward (validation).
   double loss(const int32_t* targets);
+  // One key per row of the micro-batch in flight (its forward, backward or recomputed
+  // forward): a hash of the row's sequence's tokens up to and including its own, so it is the
+  // same on every backend, rank and schedule (LoRA draws its dropout masks from it). Under
+  // context parallelism a rank hashes the tokens of its own chunk. Empty outside training.
+  const std::vector<uint64_t>& row_keys() const;
 
   // Generation: runs `n` new tokens of one sequence through the model, appending their keys
   // and values to `cache`, and writes the logits of the last one into last_logits [vocab].
@@ -157,6 +162,7 @@ class Transformer : public TrainableParams {
     std::vector<Buffer> arena;
     std::vector<BlockActivations> acts;  // by global layer; [begin, end) allocated
     Tensor ids, local_ids;               // first chunk: tokens, and as this vocab slice sees them
+    std::vector<uint64_t> row_keys;      // row_keys() while this unit is in flight
     Tensor final_norm, final_mean, final_rstd, head_input, logits;  // last chunk
   };
   void plan_activations(int batch, int seq);  // shared buffers (+ slot 0 for the whole model)

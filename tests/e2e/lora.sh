@@ -1,12 +1,12 @@
 # LoRA fine-tuning through the real binary (finetune: lora over model.from), for GPT-2 and
 # Llama with GQA: dp2 + ZeRO-1, tp2 and pp2 (and for Llama ZeRO-3 and tp2 with sequence
-# parallelism) reproduce the one-rank loss curve (relative 1e-5)
-# and adapters; 3 steps + resume + 3 steps equal 6 steps exactly; the run writes a PEFT adapter
-# dir (format checked against PEFT's layout); `convert --merge-lora` writes a model whose
-# weights are base + (alpha/r) B A and whose logits equal base + adapter in PyTorch; a run
-# continuing the adapter (finetune.init_adapter) starts from exactly the merged model's loss;
-# an unknown target is refused with the valid names; a bf16 frozen base (finetune.base_dtype)
-# holds the bytes plan shows.
+# parallelism) reproduce the one-rank loss curve (relative 1e-5) and adapters, tp2 and pp2
+# with finetune.dropout too; 3 steps + resume + 3 steps equal 6 steps exactly; the run writes
+# a PEFT adapter dir (format checked against PEFT's layout); `convert --merge-lora` writes a
+# model whose weights are base + (alpha/r) B A and whose logits equal base + adapter in
+# PyTorch; a run continuing the adapter (finetune.init_adapter) starts from exactly the merged
+# model's loss; an unknown target is refused with the valid names; a bf16 frozen base
+# (finetune.base_dtype) holds the bytes plan shows.
 source "$(dirname "$0")/common.bash"
 cd "$WORK"
 for i in $(seq 150); do printf 'lora sample %d: the quick brown fox jumps over the lazy dog. ' $i; done > text.txt
@@ -79,6 +79,18 @@ PY
   run $arch-pp2 $arch.yaml 2 parallel.pp=2
   compare $arch-r1 $arch-pp2 0
 done
+# Dropout masks come from the tokens and the whole input's columns: tp2 (a row-parallel
+# linear's input split) and pp2 (micro-batches in 1F1B order) reproduce the one-rank curve.
+run llama-drop llama.yaml 1 finetune.dropout=0.3
+run llama-drop-tp2 llama.yaml 2 parallel.tp=2 finetune.dropout=0.3
+compare llama-drop llama-drop-tp2 0
+run llama-drop-pp2 llama.yaml 2 parallel.pp=2 finetune.dropout=0.3
+compare llama-drop llama-drop-pp2 0
+/usr/bin/python3 - llama-r1.jsonl llama-drop.jsonl <<'PY' || fail "dropout did not change the run"
+import json, sys
+a, b = ({json.loads(l)["step"]: json.loads(l)["loss"] for l in open(p)} for p in sys.argv[1:])
+assert max(abs(a[s] - b[s]) / a[s] for s in a) > 1e-4, (a, b)  # 10x the tolerance
+PY
 # Adapters sharded (ZeRO-3) and tensor parallel with sequence parallelism.
 run llama-zero3 llama.yaml 2 parallel.zero=3
 compare llama-r1 llama-zero3 0

@@ -1,11 +1,13 @@
 // LoRA pieces the oracle cannot reach: dropout (PyTorch draws its own masks), whose backward
-// must regenerate the forward's mask, checked by finite differences; and the target checks of
-// lora_layout.
+// must regenerate the forward's mask, checked by finite differences, and whose masks a device
+// backend must draw exactly as the CPU does; and the target checks of lora_layout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "backend/backend_factory.h"
+#include "backend/cpu/emulated_device_backend.h"
 #include "model/lora.h"
 #include "tiny_model.h"
 #include "util/error.h"
@@ -13,11 +15,10 @@
 namespace llmrun {
 namespace {
 
-// One layer, adapters on q and v only: the dropout masks are drawn from the qkv GEMM's input
-// (the first norm's output), which the adapters do not change, so the loss is smooth in A and
-// B and finite differences are valid.
+// One layer, adapters on q and v only (dropout masks come from the tokens, so the loss is
+// smooth in A and B and finite differences are valid).
 struct DropoutModel {
-  std::unique_ptr<Backend> be = make_backend(BackendKind::cpu, 1);
+  std::unique_ptr<Backend> be;
   ModelConfig cfg = [] {
     ModelConfig c = test_models::tiny_config(Arch::llama, 32, 64, 64, 8);
     c.layers = 1;
@@ -37,16 +38,18 @@ struct DropoutModel {
     s.targets = {"q_proj", "v_proj"};
     return s;
   }
-  explicit DropoutModel(double dropout)
-      : sec(section(dropout)), lora(model, sec, StoreOptions{}, nullptr) {
+  explicit DropoutModel(double dropout,
+                        std::unique_ptr<Backend> backend = make_backend(BackendKind::cpu, 1))
+      : be(std::move(backend)), sec(section(dropout)), lora(model, sec, StoreOptions{}, nullptr) {
     model.init_weights(3);
     lora.init_weights(4);
     std::mt19937 rng(5);
     for (int b = 0; b < lora.params().num_buckets(); ++b)
       for (int p = 0; p < int(lora.layout()[size_t(b)].params.size()); ++p) {
-        float* v = lora.params().tensor(b, p).f32();
-        for (int64_t i = 0; i < lora.params().tensor(b, p).numel(); ++i)
-          v[i] = std::normal_distribution<float>(0.0f, 0.3f)(rng);
+        const Tensor t = lora.params().tensor(b, p);
+        std::vector<float> v(size_t(t.numel()));
+        for (float& x : v) x = std::normal_distribution<float>(0.0f, 0.3f)(rng);
+        be->copy(t, Tensor(v.data(), DType::f32, {t.numel()}));
       }
     for (int i = 0; i < 2 * 8; ++i) {
       tokens.push_back(int32_t(rng() % 64));
@@ -91,6 +94,39 @@ TEST(Lora, DropoutBackwardRegeneratesTheForwardMask) {
   // Switched off (validation), the adapters see x itself.
   m.lora.set_dropout_active(false);
   EXPECT_EQ(m.loss(), off.loss());
+}
+
+std::vector<float> host(Backend& be, const Tensor& t) {
+  std::vector<float> v(size_t(t.numel()));
+  be.copy(Tensor(v.data(), DType::f32, {t.numel()}), t.view({t.numel()}));
+  return v;
+}
+
+// A device backend (here the device-emulating one: CPU arithmetic over memory the host cannot
+// read) draws the CPU's masks and applies them with the same fp32 products: loss and
+// adapter gradients bit for bit, two micro-batches of different tokens included.
+TEST(Lora, DropoutOnADeviceBackendIsTheCpus) {
+  DropoutModel cpu(0.5), dev(0.5, make_emulated_device_backend(1));
+  ASSERT_EQ(dev.be->device(), Device::cuda);
+  for (int micro = 0; micro < 2; ++micro) {
+    for (DropoutModel* m : {&cpu, &dev}) {
+      if (micro == 1) std::rotate(m->tokens.begin(), m->tokens.begin() + 3, m->tokens.end());
+      for (int b = 0; b < m->lora.grads().num_buckets(); ++b)
+        m->be->fill(m->lora.grads().bucket(b), 0);
+    }
+    EXPECT_EQ(cpu.loss(), dev.loss());
+    for (DropoutModel* m : {&cpu, &dev}) {
+      m->model.forward(m->tokens.data(), 2, 8);
+      m->model.backward(m->targets.data(), 1.0f);
+    }
+    for (int p = 0; p < int(cpu.lora.layout()[1].params.size()); ++p)
+      EXPECT_EQ(host(*cpu.be, cpu.lora.grads().tensor(1, p)),
+                host(*dev.be, dev.lora.grads().tensor(1, p)))
+          << cpu.lora.layout()[1].params[size_t(p)].hf_name;
+  }
+  // The masks drop something on the device too.
+  DropoutModel off(0.0, make_emulated_device_backend(1));
+  EXPECT_NE(off.loss(), dev.loss());
 }
 
 TEST(Lora, UnknownTargetListsTheValidNames) {
