@@ -229,6 +229,20 @@ void check_memory_ops(Checker& c) {
   });
 }
 
+// Runs fn with the backend's GEMM operand type set to dt, restoring the previous one after.
+template <class F>
+void with_gemm_dtype(Backend& be, DType dt, F fn) {
+  const DType before = be.gemm_dtype();
+  be.set_gemm_dtype(dt);
+  try {
+    fn();
+  } catch (...) {
+    be.set_gemm_dtype(before);
+    throw;
+  }
+  be.set_gemm_dtype(before);
+}
+
 void check_gemms(Checker& c) {
   const int64_t M = 37, N = 45, K = 129;
   for (int trans = 0; trans < 4; ++trans) {
@@ -265,15 +279,9 @@ void check_gemms(Checker& c) {
             Twin& bias = c.random({N});
             Twin& out = c.poison({M, N});
             c.both([&](Backend& be, bool t) {
-              const DType before = be.gemm_dtype();
-              be.set_gemm_dtype(DType::bf16);
-              try {
+              with_gemm_dtype(be, DType::bf16, [&] {
                 be.matmul(S(out, t), S(a, t), S(b, t), false, tb, 1.0f, 0.0f, &S(bias, t));
-              } catch (...) {
-                be.set_gemm_dtype(before);
-                throw;
-              }
-              be.set_gemm_dtype(before);
+              });
             });
             return std::vector<const Twin*>{&out};
           });
@@ -296,15 +304,8 @@ void check_gemms(Checker& c) {
             Twin& dw = c.random({N, K});  // accumulated into
             Twin& dx = c.poison({M, K});
             c.both([&](Backend& be, bool t) {
-              const DType before = be.gemm_dtype();
-              be.set_gemm_dtype(dt);
-              try {
-                be.linear_grads(S(dx, t), S(dw, t), S(dy, t), S(x, t), S(w, t));
-              } catch (...) {
-                be.set_gemm_dtype(before);
-                throw;
-              }
-              be.set_gemm_dtype(before);
+              with_gemm_dtype(
+                  be, dt, [&] { be.linear_grads(S(dx, t), S(dw, t), S(dy, t), S(x, t), S(w, t)); });
             });
             return std::vector<const Twin*>{&dx, &dw};
           });
@@ -339,6 +340,23 @@ void check_gemms(Checker& c) {
     Twin& y = c.random({M, N});
     c.both(
         [&](Backend& be, bool t) { be.linear_rows(S(y, t), S(x, t), S(w, t), &S(bias, t), true); });
+    return std::vector<const Twin*>{&y};
+  });
+  // The inference linear with bf16 operands (`--dtype bf16`), on bf16-valued inputs as above.
+  c.run("linear_rows bf16", "37x129 W 45x129 +bias", kCheckTolBf16, [&] {
+    auto rounded = [&](std::vector<int64_t> shape) -> Twin& {
+      std::vector<float> v = c.uniform(shape[0] * shape[1]);
+      for (float& x : v) x = round_to_bf16(x);
+      return c.f32(shape, v);
+    };
+    Twin& x = rounded({M, K});
+    Twin& w = rounded({N, K});
+    Twin& bias = c.random({N});
+    Twin& y = c.poison({M, N});
+    c.both([&](Backend& be, bool t) {
+      with_gemm_dtype(be, DType::bf16,
+                      [&] { be.linear_rows(S(y, t), S(x, t), S(w, t), &S(bias, t), false); });
+    });
     return std::vector<const Twin*>{&y};
   });
   // Batch invariance on the backend under test: each row computed alone is bitwise the row

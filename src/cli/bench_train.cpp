@@ -8,11 +8,11 @@
 #include <memory>
 
 #include "backend/backend_factory.h"
-#include "bench/gemm_bench.h"
 #include "bench/kernel_bench.h"
 #include "bench/train_bench.h"
 #include "cli/backend_option.h"
 #include "cli/commands.h"
+#include "cli/gemm_bench.h"
 #include "util/error.h"
 
 namespace llmrun::cli {

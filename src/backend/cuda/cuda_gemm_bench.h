@@ -1,4 +1,4 @@
-// The CUDA side of `llmrun bench gemm` (src/bench/gemm_bench.h): cuBLASLt timings that the
+// The CUDA side of `llmrun bench gemm` (src/cli/gemm_bench.h): cuBLASLt timings that the
 // Backend interface cannot express. No CUDA headers here; compiled only with CUDA
 // (LLMRUN_HAVE_CUDA). Every operand is filled with seeded random values (data-dependent power
 // draw lowers the clocks, so constant operands would flatter the figures) and already has the

@@ -1,4 +1,4 @@
-#include "bench/gemm_bench.h"
+#include "cli/gemm_bench.h"
 
 #include <cstdio>
 #include <vector>
