@@ -55,6 +55,13 @@ constexpr uint64_t column_reduce_workspace_bytes(int64_t rows, int64_t cols, int
          static_cast<uint64_t>(sums) * sizeof(double);
 }
 
+// Blocks of a whole-tensor reduction's fixed grid that see at least one of n elements (at
+// least 1): the others would only write the identity, so they are not launched.
+constexpr int reduce_blocks_used(int64_t n) {
+  const int64_t b = ceil_div(n > 0 ? n : 1, kBlockThreads);
+  return static_cast<int>(b < kReduceBlocks ? b : kReduceBlocks);
+}
+
 // Bytes of workspace a whole-tensor reduction needs: one double per partial.
 constexpr uint64_t reduce_workspace_bytes() { return kReduceBlocks * sizeof(double); }
 

@@ -1,5 +1,6 @@
-// Reductions: a fixed grid of kReduceBlocks blocks writes one partial each, and one block
-// combines them; argmax one block per row; column sums in row groups, then group order.
+// Reductions: a fixed grid of kReduceBlocks blocks writes one partial each (blocks that would
+// see no element are not launched), and one block combines them; argmax one block per row; column
+// sums in row groups, then group order.
 #include <climits>
 
 #include "common.cuh"
@@ -31,10 +32,12 @@ __global__ void reduce_partials_kernel(int op, const float* x, int64_t n, double
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-// One block of kReduceBlocks threads: thread i holds partial i.
-__global__ void reduce_finish_kernel(int op, const double* partial, double* out_double,
+// One block of kReduceBlocks threads: thread i holds partial i, the identity (0: also that of
+// max |x|) for the blocks that were not launched (i >= used).
+__global__ void reduce_finish_kernel(int op, const double* partial, int used, double* out_double,
                                      float* out_float) {
-  const double total = block_combine(op, partial[threadIdx.x]);
+  const double total =
+      block_combine(op, static_cast<int>(threadIdx.x) < used ? partial[threadIdx.x] : 0.0);
   if (threadIdx.x != 0) return;
   if (out_double) *out_double = total;
   if (out_float) {
@@ -104,12 +107,15 @@ __global__ void column_finish_kernel(float* out, const double* partial, int64_t 
 void reduce(ReduceOp op, const float* x, int64_t n, double* out_double, float* out_float,
             void* workspace, cudaStream_t stream) {
   double* partial = static_cast<double*>(workspace);
-  // Always the full fixed grid (idle blocks write the identity), even for n == 0, so the
-  // outputs are written whatever n is.
-  LLMRUN_LAUNCH(reduce_partials_kernel, kReduceBlocks, kBlockThreads, 0, stream)
+  // The blocks of the fixed grid that would see an element (at least one, so the outputs are
+  // written even for n == 0). Up to kReduceBlocks x kBlockThreads elements, element i falls to
+  // block i / kBlockThreads whatever the grid, and the blocks left out would only have written
+  // the identity: the result is bitwise that of the full grid.
+  const int used = reduce_blocks_used(n);
+  LLMRUN_LAUNCH(reduce_partials_kernel, used, kBlockThreads, 0, stream)
   (static_cast<int>(op), x, n, partial);
   LLMRUN_LAUNCH(reduce_finish_kernel, 1, kReduceBlocks, 0, stream)
-  (static_cast<int>(op), partial, out_double, out_float);
+  (static_cast<int>(op), partial, used, out_double, out_float);
 }
 
 void argmax_rows(int32_t* ids, const float* x, int64_t rows, int64_t cols, cudaStream_t stream) {

@@ -554,24 +554,13 @@ void check_positions_and_attention(Checker& c) {
   s16.head_dim = 64;
   const int64_t rows16 = int64_t(s16.batch) * s16.seq, hd16 = int64_t(s16.heads) * s16.head_dim;
   const std::string shape16 = "bf16 operands, batch 2, seq 70, 4 heads, 2 kv heads, head_dim 64";
-  // Runs fn with both backends' GEMM operands in bf16, restoring each one's setting.
-  auto in_bf16 = [](Backend& be, const std::function<void()>& fn) {
-    const DType before = be.gemm_dtype();
-    be.set_gemm_dtype(DType::bf16);
-    try {
-      fn();
-    } catch (...) {
-      be.set_gemm_dtype(before);
-      throw;
-    }
-    be.set_gemm_dtype(before);
-  };
   c.run("attention_fwd bf16", shape16, kCheckTolBf16Attention, [&] {
     Twin& qkv = c.random({rows16, s16.qkv_cols()}, -2.0f, 2.0f);
     Twin& out = c.poison({rows16, hd16});
     Twin& lse = c.poison({s16.batch, s16.heads, s16.seq});
     c.both([&](Backend& be, bool t) {
-      in_bf16(be, [&] { be.attention_fwd(S(out, t), S(lse, t), S(qkv, t), s16); });
+      with_gemm_dtype(be, DType::bf16,
+                      [&] { be.attention_fwd(S(out, t), S(lse, t), S(qkv, t), s16); });
     });
     return std::vector<const Twin*>{&out, &lse};
   });
@@ -582,7 +571,7 @@ void check_positions_and_attention(Checker& c) {
     Twin& dout = c.random({rows16, hd16});
     Twin& dqkv = c.poison({rows16, s16.qkv_cols()});
     c.both([&](Backend& be, bool t) {
-      in_bf16(be, [&] {
+      with_gemm_dtype(be, DType::bf16, [&] {
         be.attention_fwd(S(out, t), S(lse, t), S(qkv, t), s16);
         be.attention_bwd(S(dqkv, t), S(dout, t), S(qkv, t), S(out, t), S(lse, t), s16);
       });

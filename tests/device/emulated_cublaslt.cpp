@@ -590,8 +590,16 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatm
       for (uint64_t i = 0; i < m; ++i) {
         const double* x = &a_rows[i * k];
         const double* y = &b_cols[j * k];
-        double sum = 0;
-        for (uint64_t p = 0; p < k; ++p) sum += x[p] * y[p];
+        // Eight partial sums in double (then added in a fixed order): still exact to far below
+        // float's precision, and no longer one dependent add per product, which made the
+        // emulated GPU's training runs spend most of their time here.
+        double part[8] = {};
+        uint64_t p = 0;
+        for (; p + 8 <= k; p += 8)
+          for (int u = 0; u < 8; ++u) part[u] += x[p + u] * y[p + u];
+        for (; p < k; ++p) part[p % 8] += x[p] * y[p];
+        const double sum = ((part[0] + part[1]) + (part[2] + part[3])) +
+                           ((part[4] + part[5]) + (part[6] + part[7]));
         double v = scale * double(float(sum));
         // beta == 0: C is not read (NaNs in it do not propagate), as documented for cuBLAS.
         if (be != 0.0f) v += double(be) * load(C, lc.type, i + j * lc.ld);

@@ -40,6 +40,21 @@ class ForwardingBackend : public Backend {
     inner_->set_gemm_dtype(gemm_dtype());
     inner_->linear_rows(y, x, W, bias, accumulate);
   }
+  // The fused GEMMs go to the inner backend whole (a device runs them as their own kernels).
+  void matmul_bias_gelu(Tensor pre, Tensor act, const Tensor& x, const Tensor& W,
+                        const Tensor* bias) override {
+    inner_->set_gemm_dtype(gemm_dtype());
+    inner_->matmul_bias_gelu(pre, act, x, W, bias);
+  }
+  void matmul_dgelu(Tensor dx, const Tensor& dy, const Tensor& W, const Tensor& pre) override {
+    inner_->set_gemm_dtype(gemm_dtype());
+    inner_->matmul_dgelu(dx, dy, W, pre);
+  }
+  void linear_grads(Tensor dx, Tensor dW, const Tensor& dy, const Tensor& x,
+                    const Tensor& W) override {
+    inner_->set_gemm_dtype(gemm_dtype());
+    inner_->linear_grads(dx, dW, dy, x, W);
+  }
   void sum_rows(Tensor out, const Tensor& x, bool accumulate) override {
     inner_->sum_rows(out, x, accumulate);
   }

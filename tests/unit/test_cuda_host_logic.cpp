@@ -281,6 +281,13 @@ TEST(LaunchGeometry, GridsCoverAndStayBounded) {
   EXPECT_EQ(column_reduce_workspace_bytes(37, 129, 2), 1u * 129 * 2 * sizeof(double));
   EXPECT_EQ(column_reduce_workspace_bytes(8192, 768, 1), 128u * 768 * sizeof(double));
   EXPECT_EQ(reduce_workspace_bytes(), kReduceBlocks * sizeof(double));
+  // A reduction launches only the blocks of its fixed grid that see an element.
+  EXPECT_EQ(reduce_blocks_used(0), 1);
+  EXPECT_EQ(reduce_blocks_used(1), 1);
+  EXPECT_EQ(reduce_blocks_used(kBlockThreads), 1);
+  EXPECT_EQ(reduce_blocks_used(kBlockThreads + 1), 2);
+  EXPECT_EQ(reduce_blocks_used(int64_t(kReduceBlocks) * kBlockThreads), kReduceBlocks);
+  EXPECT_EQ(reduce_blocks_used(int64_t(1) << 40), kReduceBlocks);
   EXPECT_EQ(kBlockThreads % 32, 0);
   EXPECT_EQ(kRowThreads % 32, 0);
   EXPECT_EQ(kReduceBlocks % 32, 0);  // the final reduction is one block of kReduceBlocks threads

@@ -108,16 +108,7 @@ struct LtProblemDescs {
     check(cublasLtMatrixLayoutCreate(&lb, t.b, key.p.b_rows, key.p.b_cols, key.p.ldb), what);
     check(cublasLtMatrixLayoutCreate(&lc, t.c, key.p.m, key.p.n, key.p.ldc), what);
     check(cublasLtMatmulPreferenceCreate(&pref), what);
-    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                               &workspace, sizeof workspace),
-          what);
-    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
-    for (const auto& [attr, v] : aligns)
-      check(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof v), what);
+    set_lt_preferences(pref, key, workspace, what);
   }
   ~LtProblemDescs() {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);

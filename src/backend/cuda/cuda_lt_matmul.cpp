@@ -38,6 +38,20 @@ void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v
 
 }  // namespace
 
+void set_lt_preferences(cublasLtMatmulPreference_t pref, const GemmKey& key, uint64_t workspace,
+                        const std::string& what) {
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &workspace, sizeof workspace),
+        what);
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
+  for (const auto& [attr, v] : aligns)
+    check(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof v), what);
+}
+
 bool lt_matmul(DeviceContext& ctx, cudaStream_t stream, const GemmKey& key, const LtTypes& types,
                const LtEpilogue& epilogue, const LtConfigure& configure, const float* alpha,
                const void* A, const void* B, const float* beta, void* D, const std::string& what,
@@ -79,17 +93,7 @@ bool lt_matmul(DeviceContext& ctx, cudaStream_t stream, const GemmKey& key, cons
     } else {
       Pref pref;
       check(cublasLtMatmulPreferenceCreate(&pref.p), what);
-      const uint64_t ws = ctx.gemm_workspace_bytes;
-      check(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &ws, sizeof ws),
-            what);
-      const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
-      for (const auto& [attr, v] : aligns)
-        check(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &v, sizeof v), what);
+      set_lt_preferences(pref.p, key, ctx.gemm_workspace_bytes, what);
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc.d, la.l, lb.l, lc.l,

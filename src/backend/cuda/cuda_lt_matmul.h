@@ -39,4 +39,9 @@ bool lt_matmul(DeviceContext& ctx, cudaStream_t stream, const GemmKey& key, cons
                const void* A, const void* B, const float* beta, void* D, const std::string& what,
                bool required = true);
 
+// The heuristic's preferences for `key`: at most `workspace` bytes of workspace, and the
+// alignments of A, B and C/D the key records (what the cached algorithm may assume).
+void set_lt_preferences(cublasLtMatmulPreference_t pref, const GemmKey& key, uint64_t workspace,
+                        const std::string& what);
+
 }  // namespace llmrun::cuda
