@@ -48,7 +48,8 @@
 // (default 60; ncclSystemError naming the operation and the missing ranks). Such failures
 // leave the communicator in that error (ncclCommGetAsyncError).
 // LLMRUN_EMULATED_NCCL_TRACE=1: each communicator says on stderr, when it is destroyed, how many
-// operations of each kind it ran.
+// operations of each kind it ran. LLMRUN_EMULATED_NCCL_STALL=R:N: rank R stops itself at its
+// N-th collective (a hung peer, for the fault tests).
 // Not emulated: FP8 reductions, ncclRedOpCreatePreMulSum, ncclReduce/ncclBcast/ncclAlltoAll,
 // registration; calls from several threads are serialised.
 #include <dlfcn.h>
@@ -59,6 +60,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <csignal>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -191,6 +193,23 @@ ncclResult_t fail(ncclComm* c, ncclResult_t r, const std::string& why, bool pois
 double timeout_s() {
   const char* v = std::getenv("LLMRUN_EMULATED_NCCL_TIMEOUT_S");
   return v && *v ? std::strtod(v, nullptr) : 60.0;
+}
+
+// Fault injection for tests (LLMRUN_EMULATED_NCCL_STALL=R:N): rank R of a communicator of two
+// or more ranks stops its own process (SIGSTOP) as its N-th collective begins, before it meets
+// the peers: a hung peer, at a point the test chooses.
+void maybe_stall(const ncclComm* c, uint64_t seq) {
+  const char* v = std::getenv("LLMRUN_EMULATED_NCCL_STALL");
+  if (!v || !*v || c->nranks < 2) return;
+  int rank = -1;
+  unsigned long long n = 0;
+  if (std::sscanf(v, "%d:%llu", &rank, &n) == 2 && rank == c->rank && seq == n) {
+    std::fprintf(stderr,
+                 "emulated NCCL: rank %d stops itself at collective %llu "
+                 "(LLMRUN_EMULATED_NCCL_STALL)\n",
+                 rank, n);
+    std::raise(SIGSTOP);
+  }
 }
 
 // ---- the emulated CUDA runtime, found in the executable ----
@@ -582,6 +601,7 @@ std::string op_label(const Pending& p, uint64_t seq) {
 ncclResult_t run_collective(const Pending& p, const OpDesc& mine, std::vector<int>* members) {
   ncclComm* c = p.comm;
   const uint64_t seq = ++c->seq;
+  maybe_stall(c, seq);
   const std::string what = op_label(p, seq);
   auto segment_name = [&](int r) {
     return c->name + "-c" + std::to_string(seq) + "-r" + std::to_string(r);
