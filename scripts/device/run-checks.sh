@@ -639,7 +639,7 @@ fi
 # over two ranks whose token all-to-alls run as grouped ncclSend/ncclRecv on the ep group; the
 # loss curve must equal one rank's (1e-4: routing on a GPU may reorder sums). One card cannot
 # hold two NCCL ranks; the NCCL all-to-all's single-rank path runs in unit_tests
-# (NcclAllToAll.OneRankSendsItsOwnPartThroughNcclOnTheGpu).
+# (NcclOneRank.*, with every other collective on the one-rank communicator).
 if wanted ep2_nccl; then
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
   moe=(--set 'model.moe={experts: 8, top_k: 2, expert_ffn: 688, aux_loss: 0.01, z_loss: 0.001}')
