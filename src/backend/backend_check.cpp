@@ -524,60 +524,53 @@ void check_positions_and_attention(Checker& c) {
   s.heads = 4;
   s.kv_heads = 2;
   s.head_dim = 16;
-  const int64_t rows = int64_t(s.batch) * s.seq, hd = int64_t(s.heads) * s.head_dim;
-  const std::string shape = "batch 2, seq 19, 4 heads, 2 kv heads, head_dim 16";
-  c.run("attention_fwd", shape, kCheckTolF32Sums, [&] {
-    Twin& qkv = c.random({rows, s.qkv_cols()}, -2.0f, 2.0f);
-    Twin& out = c.poison({rows, hd});
-    Twin& lse = c.poison({s.batch, s.heads, s.seq});
-    c.both([&](Backend& be, bool t) { be.attention_fwd(S(out, t), S(lse, t), S(qkv, t), s); });
-    return std::vector<const Twin*>{&out, &lse};
-  });
-  c.run("attention_bwd", shape, kCheckTolF32Sums, [&] {
-    Twin& qkv = c.random({rows, s.qkv_cols()}, -2.0f, 2.0f);
-    Twin& out = c.poison({rows, hd});
-    Twin& lse = c.poison({s.batch, s.heads, s.seq});
-    Twin& dout = c.random({rows, hd});
-    Twin& dqkv = c.poison({rows, s.qkv_cols()});
-    c.both([&](Backend& be, bool t) {
-      be.attention_fwd(S(out, t), S(lse, t), S(qkv, t), s);
-      be.attention_bwd(S(dqkv, t), S(dout, t), S(qkv, t), S(out, t), S(lse, t), s);
-    });
-    return std::vector<const Twin*>{&dqkv};
-  });
-  // precision.compute: bf16 at the tensor-core kernels' shapes (head_dim 64; 70 rows: a full
-  // and a partial 64-row tile, the diagonal masked in both): both sides round the matmul
+  const int64_t hd = int64_t(s.heads) * s.head_dim;
+  // fp32, and precision.compute: bf16 at the tensor-core kernels' shapes (head_dim 64; 70 rows:
+  // a full and a partial 64-row tile, the diagonal masked in both): both sides round the matmul
   // operands to bf16 (backend.h), so they differ by fp32 summation order and by the rare
   // element that rounds to the neighbouring bf16 value (kCheckTolBf16Attention).
   AttentionShape s16 = s;
   s16.seq = 70;
   s16.head_dim = 64;
-  const int64_t rows16 = int64_t(s16.batch) * s16.seq, hd16 = int64_t(s16.heads) * s16.head_dim;
-  const std::string shape16 = "bf16 operands, batch 2, seq 70, 4 heads, 2 kv heads, head_dim 64";
-  c.run("attention_fwd bf16", shape16, kCheckTolBf16Attention, [&] {
-    Twin& qkv = c.random({rows16, s16.qkv_cols()}, -2.0f, 2.0f);
-    Twin& out = c.poison({rows16, hd16});
-    Twin& lse = c.poison({s16.batch, s16.heads, s16.seq});
-    c.both([&](Backend& be, bool t) {
-      with_gemm_dtype(be, DType::bf16,
-                      [&] { be.attention_fwd(S(out, t), S(lse, t), S(qkv, t), s16); });
-    });
-    return std::vector<const Twin*>{&out, &lse};
-  });
-  c.run("attention_bwd bf16", shape16, kCheckTolBf16Attention, [&] {
-    Twin& qkv = c.random({rows16, s16.qkv_cols()}, -2.0f, 2.0f);
-    Twin& out = c.poison({rows16, hd16});
-    Twin& lse = c.poison({s16.batch, s16.heads, s16.seq});
-    Twin& dout = c.random({rows16, hd16});
-    Twin& dqkv = c.poison({rows16, s16.qkv_cols()});
-    c.both([&](Backend& be, bool t) {
-      with_gemm_dtype(be, DType::bf16, [&] {
-        be.attention_fwd(S(out, t), S(lse, t), S(qkv, t), s16);
-        be.attention_bwd(S(dqkv, t), S(dout, t), S(qkv, t), S(out, t), S(lse, t), s16);
+  struct AttentionCase {
+    const char* suffix;
+    AttentionShape shape;
+    std::string text;
+    DType dtype;
+    double tol;
+  };
+  const AttentionCase cases[] = {
+      {"", s, "batch 2, seq 19, 4 heads, 2 kv heads, head_dim 16", DType::f32, kCheckTolF32Sums},
+      {" bf16", s16, "bf16 operands, batch 2, seq 70, 4 heads, 2 kv heads, head_dim 64",
+       DType::bf16, kCheckTolBf16Attention}};
+  for (const AttentionCase& a : cases) {
+    const AttentionShape& as = a.shape;
+    const int64_t ar = int64_t(as.batch) * as.seq, ahd = int64_t(as.heads) * as.head_dim;
+    c.run(std::string("attention_fwd") + a.suffix, a.text, a.tol, [&] {
+      Twin& qkv = c.random({ar, as.qkv_cols()}, -2.0f, 2.0f);
+      Twin& out = c.poison({ar, ahd});
+      Twin& lse = c.poison({as.batch, as.heads, as.seq});
+      c.both([&](Backend& be, bool t) {
+        with_gemm_dtype(be, a.dtype,
+                        [&] { be.attention_fwd(S(out, t), S(lse, t), S(qkv, t), as); });
       });
+      return std::vector<const Twin*>{&out, &lse};
     });
-    return std::vector<const Twin*>{&dqkv};
-  });
+    c.run(std::string("attention_bwd") + a.suffix, a.text, a.tol, [&] {
+      Twin& qkv = c.random({ar, as.qkv_cols()}, -2.0f, 2.0f);
+      Twin& out = c.poison({ar, ahd});
+      Twin& lse = c.poison({as.batch, as.heads, as.seq});
+      Twin& dout = c.random({ar, ahd});
+      Twin& dqkv = c.poison({ar, as.qkv_cols()});
+      c.both([&](Backend& be, bool t) {
+        with_gemm_dtype(be, a.dtype, [&] {
+          be.attention_fwd(S(out, t), S(lse, t), S(qkv, t), as);
+          be.attention_bwd(S(dqkv, t), S(dout, t), S(qkv, t), S(out, t), S(lse, t), as);
+        });
+      });
+      return std::vector<const Twin*>{&dqkv};
+    });
+  }
   c.run("attention_cached",
         "3 queries at position 14, cache 21 rows, 4 heads, 2 kv heads, head_dim 16",
         kCheckTolF32Sums, [&] {
